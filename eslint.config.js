@@ -1,0 +1,56 @@
+// ESLint flat config. The pure policy core (sidecar/policy, and later the controller's reconcile
+// core) must stay deterministic: time and randomness come in as parameters, never from globals.
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+import globals from 'globals';
+
+const PURE_CORE = ['sidecar/policy/**/*.ts', 'crds/**/*.ts', 'controller/core/**/*.ts'];
+
+export default tseslint.config(
+  { ignores: ['node_modules/**', 'coverage/**', 'bench/results/**'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: {
+      globals: { ...globals.node },
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+    },
+  },
+  {
+    files: PURE_CORE,
+    ignores: ['**/*.test.ts', 'crds/generate.ts', 'crds/check-generated.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['node:*'], message: 'The pure core does no I/O: pass what you need in.' }] },
+      ],
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'Inject a Clock instead of reading the wall clock.' },
+        { object: 'Math', property: 'random', message: 'Inject an Rng so picks are reproducible.' },
+        { object: 'performance', property: 'now', message: 'Inject a Clock instead.' },
+      ],
+      'no-restricted-globals': [
+        'error',
+        { name: 'setTimeout', message: 'No timers in the pure core: the I/O shell schedules.' },
+        { name: 'setInterval', message: 'No timers in the pure core: the I/O shell schedules.' },
+        { name: 'setImmediate', message: 'No timers in the pure core: the I/O shell schedules.' },
+        { name: 'queueMicrotask', message: 'No scheduling in the pure core.' },
+        { name: 'process', message: 'The pure core reads no process state.' },
+      ],
+      'no-restricted-syntax': [
+        'error',
+        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'Inject a Clock.' },
+      ],
+    },
+  },
+  {
+    files: ['**/*.js'],
+    ...tseslint.configs.disableTypeChecked,
+  },
+);
