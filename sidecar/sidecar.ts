@@ -1,0 +1,183 @@
+import type { AddressInfo } from 'node:net';
+import type http from 'node:http';
+import type { Logger } from 'pino';
+import { Balancer } from './policy/balancer.ts';
+import type { Clock, PolicyEvent, Rng } from './policy/types.ts';
+import { createAdminServer } from './admin-server.ts';
+import { formatProblems, loadPoolFile, watchPoolFile, type LoadedPool } from './pool-file.ts';
+import type { ActivePool } from './pool-state.ts';
+import { SidecarMetrics } from './proxy/metrics.ts';
+import { SidecarProxy } from './proxy/proxy-server.ts';
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export interface SidecarOptions {
+  listen: HostPort;
+  admin: HostPort;
+  poolFile: string;
+  logger: Logger;
+  maxBodyBytes: number;
+  shutdownGraceMs: number;
+  env: Record<string, string | undefined>;
+  clock?: Clock;
+  rng?: Rng;
+}
+
+export interface RunningSidecar {
+  proxyUrl: string;
+  adminUrl: string;
+  current(): ActivePool | undefined;
+  /** Re-reads the pool file now (the watcher does this on change). */
+  reload(): Promise<boolean>;
+  /** Stops accepting, lets requests in progress finish up to the grace period, then closes. */
+  shutdown(): Promise<void>;
+}
+
+export class ConfigError extends Error {
+  readonly code = 'SY_INVALID_POOL_FILE';
+}
+
+const systemClock: Clock = { nowMs: () => performance.now() };
+const systemRng: Rng = { next: () => Math.random() };
+
+function listen(server: http.Server, at: HostPort): Promise<string> {
+  return new Promise((resolveUrl, reject) => {
+    server.once('error', reject);
+    server.listen(at.port, at.host, () => {
+      server.off('error', reject);
+      const address = server.address() as AddressInfo;
+      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+      resolveUrl(`http://${host}:${address.port}`);
+    });
+  });
+}
+
+/** Starts the standalone sidecar: a pool file, the proxy port and the admin port. */
+export async function startSidecar(options: SidecarOptions): Promise<RunningSidecar> {
+  const { logger } = options;
+  const clock = options.clock ?? systemClock;
+  const rng = options.rng ?? systemRng;
+  const first = await loadPoolFile(options.poolFile, options.env);
+  if (!first.ok) throw new ConfigError(formatProblems(options.poolFile, first.problems));
+
+  const metrics = new SidecarMetrics(first.pool.name);
+  let active: ActivePool | undefined;
+  let draining = false;
+
+  const onEvent = (event: PolicyEvent): void => {
+    if (event.kind === 'breaker') {
+      const level = event.to === 'open' ? 'warn' : 'info';
+      logger[level](
+        {
+          pool: active?.name,
+          endpoint: event.endpointId,
+          from: event.from,
+          to: event.to,
+          reason: event.reason,
+          openForMs: event.openForMs,
+        },
+        `circuit breaker ${event.to}`,
+      );
+    } else {
+      logger.debug({ pool: active?.name, endpoint: event.endpointId }, 'cold-start sample dropped');
+    }
+  };
+
+  const apply = (loaded: LoadedPool): void => {
+    if (active !== undefined && active.hash === loaded.hash) return;
+    if (active !== undefined && active.name !== loaded.name) {
+      logger.warn(
+        { from: active.name, to: loaded.name },
+        'pool renamed in the pool file; metrics keep the first name until restart',
+      );
+    }
+    const balancer =
+      active?.balancer ?? new Balancer(loaded.policy, loaded.endpoints, { clock, rng, onEvent });
+    if (active !== undefined) balancer.update(loaded.policy, loaded.endpoints);
+    active = {
+      name: loaded.name,
+      version: (active?.version ?? 0) + 1,
+      hash: loaded.hash,
+      policy: loaded.policy,
+      endpoints: loaded.endpoints,
+      timeouts: loaded.timeouts,
+      balancer,
+    };
+    metrics.retain(loaded.endpoints);
+    metrics.configApplied.inc();
+    logger.info(
+      {
+        pool: loaded.name,
+        version: active.version,
+        hash: loaded.hash,
+        mode: loaded.policy.mode,
+        endpoints: loaded.endpoints.map((e) => e.id),
+      },
+      'pool configuration applied',
+    );
+  };
+  apply(first.pool);
+  metrics.readStatusFrom(() => active?.balancer.status() ?? []);
+
+  const proxy = new SidecarProxy({
+    pool: () => active,
+    metrics,
+    logger,
+    maxBodyBytes: options.maxBodyBytes,
+    nowMs: () => performance.now(),
+    isDraining: () => draining,
+  });
+  const admin = createAdminServer({ pool: () => active, metrics, isDraining: () => draining });
+
+  const reload = async (): Promise<boolean> => {
+    const next = await loadPoolFile(options.poolFile, options.env);
+    if (!next.ok) {
+      metrics.configRejected.inc();
+      logger.error(
+        { file: options.poolFile, problems: next.problems },
+        'pool file change rejected; the last good configuration stays in force',
+      );
+      return false;
+    }
+    apply(next.pool);
+    return true;
+  };
+  const watcher = watchPoolFile(options.poolFile, () => void reload());
+
+  const proxyUrl = await listen(proxy.server, options.listen);
+  const adminUrl = await listen(admin, options.admin);
+  logger.info({ url: proxyUrl, admin: adminUrl, pool: first.pool.name }, 'sidecar listening');
+
+  let shutdownPromise: Promise<void> | undefined;
+  const shutdown = (): Promise<void> => {
+    shutdownPromise ??= (async () => {
+      draining = true;
+      watcher.close();
+      logger.info(
+        { inProgress: proxy.inProgress, graceMs: options.shutdownGraceMs },
+        'draining: no new connections, waiting for requests in progress',
+      );
+      proxy.server.close();
+      proxy.server.closeIdleConnections();
+      let timer: NodeJS.Timeout | undefined;
+      const graceOver = new Promise<'timeout'>(
+        (r) => (timer = setTimeout(() => r('timeout'), options.shutdownGraceMs)),
+      );
+      const outcome = await Promise.race([proxy.whenIdle().then(() => 'idle' as const), graceOver]);
+      clearTimeout(timer);
+      if (outcome === 'timeout')
+        logger.warn({ cut: proxy.inProgress }, 'grace period over: closing the remaining streams');
+      proxy.server.closeAllConnections();
+      proxy.close();
+      admin.closeAllConnections();
+      await new Promise<void>((r) => admin.close(() => r()));
+      logger.info('sidecar stopped');
+    })();
+    return shutdownPromise;
+  };
+
+  return { proxyUrl, adminUrl, current: () => active, reload, shutdown };
+}

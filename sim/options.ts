@@ -1,0 +1,313 @@
+/**
+ * Options of the backend simulator (`switchyard sim`), their defaults, and a description of each
+ * one that does not depend on commander: the CLI turns `SIM_OPTION_SPECS` into flags, the admin
+ * API validates run-time patches with `checkSimOptionsPatch`. All durations are simulated
+ * milliseconds; `speed` divides every one of them to get wall-clock time.
+ */
+
+export interface SimOptions {
+  /** TCP port; 0 = any free port. */
+  port: number;
+  /** Interface to listen on. */
+  host: string;
+  /** Sent back as `x-sim-backend` on every response; undefined = `sim-<port>`. */
+  name: string | undefined;
+  /** The only model served (others get 404 `model_not_found`); undefined = any model name. */
+  model: string | undefined;
+  /** Concurrent generations (engine batch slots). */
+  slots: number;
+  /** Requests that may wait for a slot; beyond that the answer is 429 with `Retry-After: 1`. */
+  queueLimit: number;
+  /** Prefill cost per prompt token that is not in the prefix cache. */
+  prefillMsPerToken: number;
+  /** Decode cost per output token on an otherwise idle server. */
+  decodeMsPerToken: number;
+  /** Decode slows by the factor 1 + loadSlowdown × (busySlots − 1) / slots. */
+  loadSlowdown: number;
+  /** Prefix cache block size in tokens. */
+  blockTokens: number;
+  /** Prefix cache capacity in blocks (LRU); 0 disables the cache. */
+  cacheBlocks: number;
+  /** Tokens are estimated as ceil(characters / charsPerToken). */
+  charsPerToken: number;
+  /** Fraction of generation requests answered 500 at once. */
+  errorRate: number;
+  /** Fraction of generation requests answered 429 (with `Retry-After: 1`) at once. */
+  rateLimitRate: number;
+  /** Fraction of generation requests that send headers and then nothing until the client leaves. */
+  stallRate: number;
+  /** Added before the first prefill of a cold server (the very first request, or after idling). */
+  coldStartMs: number;
+  /** A server that had no request in a slot for this long is cold again. */
+  coldIdleMs: number;
+  /** Returned as `system_fingerprint`; undefined = the field is omitted. */
+  fingerprint: string | undefined;
+  /** Time compression: every simulated delay is divided by this. */
+  speed: number;
+  /** Seed of the fault draws and of the generated text. */
+  seed: number;
+}
+
+export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
+  port: 0,
+  host: '127.0.0.1',
+  name: undefined,
+  model: undefined,
+  slots: 4,
+  queueLimit: 64,
+  prefillMsPerToken: 0.05,
+  decodeMsPerToken: 10,
+  loadSlowdown: 0.5,
+  blockTokens: 16,
+  cacheBlocks: 4096,
+  charsPerToken: 4,
+  errorRate: 0,
+  rateLimitRate: 0,
+  stallRate: 0,
+  coldStartMs: 0,
+  coldIdleMs: 10_000,
+  fingerprint: undefined,
+  speed: 1,
+  seed: 1,
+});
+
+export type SimOptionKey = keyof SimOptions;
+export type SimOptionType = 'integer' | 'number' | 'string';
+
+/** Everything a CLI or an API needs to know about one option. */
+export interface SimOptionSpec {
+  readonly key: SimOptionKey;
+  /** Long flag, e.g. `--queue-limit`; its camelCase form is `key` (commander's `opts()` name). */
+  readonly flag: string;
+  /** Placeholder for the value in help text, e.g. `<n>`. */
+  readonly valueName: string;
+  readonly type: SimOptionType;
+  readonly default: number | string | undefined;
+  /** Inclusive lower bound (numbers). */
+  readonly min?: number;
+  /** True when the value must be strictly greater than `min`. */
+  readonly minExclusive?: boolean;
+  /** Inclusive upper bound (numbers). */
+  readonly max?: number;
+  /** May be undefined (unset); `null` in a JSON patch unsets it. */
+  readonly optional: boolean;
+  /** May be changed at run time through `POST /admin/config` / `configure()`. */
+  readonly runtime: boolean;
+  readonly help: string;
+}
+
+function spec(
+  key: SimOptionKey,
+  valueName: string,
+  type: SimOptionType,
+  help: string,
+  extra: Partial<Pick<SimOptionSpec, 'min' | 'minExclusive' | 'max' | 'optional' | 'runtime'>> = {},
+): SimOptionSpec {
+  const flag = '--' + key.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase());
+  return {
+    key,
+    flag,
+    valueName,
+    type,
+    default: DEFAULT_SIM_OPTIONS[key],
+    optional: extra.optional ?? false,
+    runtime: extra.runtime ?? true,
+    help,
+    ...(extra.min === undefined ? {} : { min: extra.min }),
+    ...(extra.minExclusive === undefined ? {} : { minExclusive: extra.minExclusive }),
+    ...(extra.max === undefined ? {} : { max: extra.max }),
+  };
+}
+
+const FRACTION = { min: 0, max: 1 } as const;
+const NON_NEGATIVE = { min: 0 } as const;
+const POSITIVE = { min: 0, minExclusive: true } as const;
+
+/** Every option, in the order a `--help` screen should list them. */
+export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
+  spec('port', '<port>', 'integer', 'TCP port to listen on (0 = any free port)', {
+    min: 0,
+    max: 65535,
+    runtime: false,
+  }),
+  spec('host', '<host>', 'string', 'interface to listen on', { runtime: false }),
+  spec('name', '<name>', 'string', 'backend name sent as x-sim-backend (default sim-<port>)', {
+    optional: true,
+  }),
+  spec('model', '<model>', 'string', 'only serve this model (others get 404); default any', {
+    optional: true,
+  }),
+  spec('slots', '<n>', 'integer', 'concurrent generations', { min: 1, max: 100_000 }),
+  spec('queueLimit', '<n>', 'integer', 'requests that may wait for a slot; beyond: 429', {
+    min: 0,
+    max: 1_000_000,
+  }),
+  spec(
+    'prefillMsPerToken',
+    '<ms>',
+    'number',
+    'prefill time per uncached prompt token',
+    NON_NEGATIVE,
+  ),
+  spec(
+    'decodeMsPerToken',
+    '<ms>',
+    'number',
+    'decode time per output token when idle',
+    NON_NEGATIVE,
+  ),
+  spec(
+    'loadSlowdown',
+    '<factor>',
+    'number',
+    'decode slows by 1 + factor × (busy slots − 1) / slots',
+    NON_NEGATIVE,
+  ),
+  spec('blockTokens', '<n>', 'integer', 'prefix cache block size in tokens', {
+    min: 1,
+    max: 1_000_000,
+  }),
+  spec('cacheBlocks', '<n>', 'integer', 'prefix cache capacity in blocks, LRU (0 = off)', {
+    min: 0,
+    max: 100_000_000,
+  }),
+  spec('charsPerToken', '<n>', 'number', 'characters per estimated token', POSITIVE),
+  spec(
+    'errorRate',
+    '<fraction>',
+    'number',
+    'fraction of generations answered 500 at once',
+    FRACTION,
+  ),
+  spec(
+    'rateLimitRate',
+    '<fraction>',
+    'number',
+    'fraction of generations answered 429 (Retry-After: 1) at once',
+    FRACTION,
+  ),
+  spec(
+    'stallRate',
+    '<fraction>',
+    'number',
+    'fraction of generations that send headers, then nothing until the client leaves',
+    FRACTION,
+  ),
+  spec(
+    'coldStartMs',
+    '<ms>',
+    'number',
+    'extra delay for the first request of a cold server',
+    NON_NEGATIVE,
+  ),
+  spec(
+    'coldIdleMs',
+    '<ms>',
+    'number',
+    'idle time after which the server is cold again',
+    NON_NEGATIVE,
+  ),
+  spec('fingerprint', '<fp>', 'string', 'system_fingerprint to return (default none)', {
+    optional: true,
+  }),
+  spec('speed', '<factor>', 'number', 'time compression: every delay is divided by this', POSITIVE),
+  spec('seed', '<n>', 'integer', 'seed for fault draws and generated text', {
+    min: 0,
+    max: 4294967295,
+  }),
+]);
+
+const SPEC_BY_KEY: ReadonlyMap<string, SimOptionSpec> = new Map(
+  SIM_OPTION_SPECS.map((s) => [s.key, s]),
+);
+
+/** Thrown for an invalid option; `field` names the offending option. */
+export class SimOptionError extends Error {
+  readonly field: string;
+  constructor(field: string, message: string) {
+    super(message);
+    this.name = 'SimOptionError';
+    this.field = field;
+  }
+}
+
+export function simOptionSpec(key: string): SimOptionSpec | undefined {
+  return SPEC_BY_KEY.get(key);
+}
+
+/** Why `value` is not acceptable for `s`, or undefined when it is. */
+function problem(s: SimOptionSpec, value: unknown): string | undefined {
+  if (value === undefined || value === null) {
+    return s.optional ? undefined : `${s.key} must be set`;
+  }
+  if (s.type === 'string') {
+    if (typeof value !== 'string') return `${s.key} must be a string`;
+    if (value.length === 0 && s.key === 'host') return 'host must not be empty';
+    return undefined;
+  }
+  if (typeof value !== 'number' || !Number.isFinite(value)) {
+    return `${s.key} must be a finite number`;
+  }
+  if (s.type === 'integer' && !Number.isInteger(value)) return `${s.key} must be an integer`;
+  if (s.min !== undefined) {
+    if (s.minExclusive === true ? value <= s.min : value < s.min) {
+      return `${s.key} must be ${s.minExclusive === true ? '>' : '>='} ${s.min}`;
+    }
+  }
+  if (s.max !== undefined && value > s.max) return `${s.key} must be <= ${s.max}`;
+  return undefined;
+}
+
+export type PatchCheck =
+  { ok: true; patch: Partial<SimOptions> } | { ok: false; field: string; message: string };
+
+/**
+ * Validate a (JSON) patch of options. Unknown keys, wrong types and out-of-range values are
+ * rejected, naming the field. `null` unsets an optional option. With `runtime: true`, options that
+ * cannot change while running (`port`, `host`) are rejected too.
+ */
+export function checkSimOptionsPatch(patch: unknown, mode: { runtime: boolean }): PatchCheck {
+  if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) {
+    return { ok: false, field: '(body)', message: 'the options patch must be a JSON object' };
+  }
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(patch)) {
+    const s = SPEC_BY_KEY.get(key);
+    if (s === undefined) return { ok: false, field: key, message: `unknown option ${key}` };
+    if (mode.runtime && !s.runtime) {
+      return { ok: false, field: key, message: `${key} cannot be changed at run time` };
+    }
+    const why = problem(s, value);
+    if (why !== undefined) return { ok: false, field: key, message: why };
+    out[key] = value ?? undefined;
+  }
+  const patchOut: Partial<SimOptions> = out;
+  return { ok: true, patch: patchOut };
+}
+
+/** Defaults overlaid with `partial`, validated. Throws `SimOptionError`. */
+export function resolveSimOptions(partial: Partial<SimOptions> = {}): SimOptions {
+  const defined = Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined));
+  const checked = checkSimOptionsPatch(defined, { runtime: false });
+  if (!checked.ok) throw new SimOptionError(checked.field, checked.message);
+  return { ...DEFAULT_SIM_OPTIONS, ...checked.patch };
+}
+
+/**
+ * Parse one option from its command-line string (for commander's `argParser`, environment
+ * variables, ...). Throws `SimOptionError` naming the option.
+ */
+export function parseSimOptionValue(key: SimOptionKey, raw: string): number | string {
+  const s = SPEC_BY_KEY.get(key);
+  if (s === undefined) throw new SimOptionError(key, `unknown option ${key}`);
+  if (s.type === 'string') {
+    const why = problem(s, raw);
+    if (why !== undefined) throw new SimOptionError(key, why);
+    return raw;
+  }
+  const text = raw.trim();
+  const value = text === '' ? Number.NaN : Number(text);
+  const why = problem(s, value);
+  if (why !== undefined) throw new SimOptionError(key, `${why} (got ${JSON.stringify(raw)})`);
+  return value;
+}

@@ -1,0 +1,628 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { startSim } from './server.ts';
+import type { SimHandle } from './server.ts';
+import type { SimOptions } from './options.ts';
+
+/** Start a simulator for one test and always close it. */
+async function withSim(
+  options: Partial<SimOptions>,
+  fn: (sim: SimHandle, client: OpenAI) => Promise<void>,
+): Promise<void> {
+  const sim = await startSim({ speed: 20, ...options });
+  try {
+    await fn(sim, new OpenAI({ baseURL: sim.url + '/v1', apiKey: 'x', maxRetries: 0 }));
+  } finally {
+    await sim.close();
+  }
+}
+
+function post(url: string, body: unknown, signal?: AbortSignal): Promise<Response> {
+  return fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    ...(signal === undefined ? {} : { signal }),
+  });
+}
+
+async function waitFor(what: string, cond: () => boolean, timeoutMs = 2000): Promise<void> {
+  const until = performance.now() + timeoutMs;
+  while (!cond()) {
+    if (performance.now() > until) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+const chat = (content: string, extra: Record<string, unknown> = {}) => ({
+  model: 'm',
+  messages: [{ role: 'user', content }],
+  ...extra,
+});
+
+interface ErrorShape {
+  error: { message: string; type: string; code: string; param: string | null };
+}
+
+async function errorOf(res: Response): Promise<ErrorShape['error']> {
+  const body = (await res.json()) as ErrorShape;
+  assert.equal(typeof body.error.message, 'string');
+  assert.equal(typeof body.error.type, 'string');
+  assert.equal(typeof body.error.code, 'string');
+  return body.error;
+}
+
+/** Time to first streamed chunk, and the chunks, through the official client. */
+async function streamChat(client: OpenAI, content: string, maxTokens: number) {
+  const t0 = performance.now();
+  const stream = await client.chat.completions.create({
+    model: 'm',
+    messages: [{ role: 'user', content }],
+    max_tokens: maxTokens,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let ttftMs = -1;
+  const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+  for await (const chunk of stream) {
+    if (ttftMs < 0) ttftMs = performance.now() - t0;
+    chunks.push(chunk);
+  }
+  return { ttftMs, chunks };
+}
+
+void test('non-streaming chat through the openai client', async () => {
+  await withSim({ fingerprint: 'fp_sim', name: 'alpha' }, async (sim, client) => {
+    const { data, response } = await client.chat.completions
+      .create({
+        model: 'my-model',
+        messages: [{ role: 'user', content: 'hello there' }],
+        max_tokens: 7,
+      })
+      .withResponse();
+    assert.equal(response.headers.get('x-sim-backend'), 'alpha');
+    assert.equal(data.object, 'chat.completion');
+    assert.equal(data.model, 'my-model');
+    assert.equal(data.system_fingerprint, 'fp_sim');
+    assert.equal(data.choices[0]?.message.role, 'assistant');
+    assert.ok((data.choices[0]?.message.content ?? '').length > 0);
+    assert.equal(data.choices[0]?.finish_reason, 'length');
+    assert.deepEqual(data.usage, {
+      prompt_tokens: 3, // ceil(11 chars / 4)
+      completion_tokens: 7,
+      total_tokens: 10,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
+    assert.equal(sim.stats().completed, 1);
+  });
+});
+
+void test('streaming chat through the openai client: role first, finish, usage', async () => {
+  await withSim({ fingerprint: 'fp_stream' }, async (_sim, client) => {
+    const { chunks } = await streamChat(client, 'stream me', 5);
+    assert.equal(chunks.length, 5 + 1 + 1); // tokens, finish chunk, usage chunk
+    assert.equal(chunks[0]?.choices[0]?.delta.role, 'assistant');
+    for (const c of chunks) {
+      assert.equal(c.object, 'chat.completion.chunk');
+      assert.equal(c.model, 'm');
+      assert.equal(c.system_fingerprint, 'fp_stream');
+    }
+    const text = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
+    assert.equal(text.split(' ').length, 5);
+    assert.equal(chunks[5]?.choices[0]?.finish_reason, 'length');
+    assert.deepEqual(chunks[6]?.choices, []);
+    assert.equal(chunks[6]?.usage?.completion_tokens, 5);
+  });
+});
+
+void test('completions, streaming and not, through the openai client', async () => {
+  await withSim({}, async (_sim, client) => {
+    const full = await client.completions.create({
+      model: 'm',
+      prompt: 'once upon',
+      max_tokens: 4,
+    });
+    assert.equal(full.object, 'text_completion');
+    assert.equal(full.usage?.completion_tokens, 4);
+    assert.equal(full.choices[0]?.text.split(' ').length, 4);
+    const stream = await client.completions.create({
+      model: 'm',
+      prompt: 'once upon',
+      max_tokens: 4,
+      stream: true,
+    });
+    const texts: string[] = [];
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      texts.push(chunk.choices[0]?.text ?? '');
+      finish ??= chunk.choices[0]?.finish_reason;
+    }
+    assert.equal(texts.length, 5);
+    // Same prompt, same seed: the same text.
+    assert.equal(texts.join(''), full.choices[0]?.text);
+    assert.equal(finish, 'length');
+  });
+});
+
+void test('SSE framing is exactly OpenAI-like', async () => {
+  await withSim({}, async (sim) => {
+    const res = await post(
+      sim.url + '/v1/chat/completions',
+      chat('frame', { stream: true, max_tokens: 3, stream_options: { include_usage: true } }),
+    );
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
+    const raw = await res.text();
+    assert.ok(raw.endsWith('data: [DONE]\n\n'));
+    const events = raw.split('\n\n');
+    assert.equal(events.pop(), '');
+    assert.equal(events.pop(), 'data: [DONE]');
+    assert.equal(events.length, 3 + 1 + 1);
+    const chunks = events.map((e) => {
+      assert.ok(e.startsWith('data: '), e);
+      assert.ok(!e.includes('\n'));
+      return JSON.parse(e.slice('data: '.length)) as Record<string, unknown>;
+    });
+    const ids = new Set(chunks.map((c) => c['id']));
+    assert.equal(ids.size, 1);
+    assert.deepEqual((chunks[0]?.['choices'] as unknown[])[0], {
+      index: 0,
+      delta: {
+        role: 'assistant',
+        content: (chunks[0] as { choices: [{ delta: { content: string } }] }).choices[0].delta
+          .content,
+      },
+      logprobs: null,
+      finish_reason: null,
+    });
+    assert.equal(
+      (chunks[3] as { choices: [{ finish_reason: string }] }).choices[0].finish_reason,
+      'length',
+    );
+    assert.deepEqual((chunks[4] as { usage: { total_tokens: number } }).usage.total_tokens, 2 + 3);
+  });
+});
+
+void test('max_tokens and max_completion_tokens are honoured; default length is 16..128 and stable', async () => {
+  await withSim({ decodeMsPerToken: 0 }, async (_sim, client) => {
+    const a = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'x' }],
+      max_completion_tokens: 11,
+    });
+    assert.equal(a.usage?.completion_tokens, 11);
+    const lengths: number[] = [];
+    for (const prompt of ['p1', 'p2', 'p3', 'p1']) {
+      const r = await client.chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: prompt }],
+      });
+      assert.equal(r.choices[0]?.finish_reason, 'stop');
+      lengths.push(r.usage?.completion_tokens ?? -1);
+    }
+    for (const n of lengths) assert.ok(n >= 16 && n <= 128, String(n));
+    assert.equal(lengths[0], lengths[3]);
+  });
+});
+
+void test('prefix cache: a repeated long prompt hits, and its TTFT drops', async () => {
+  // 32000 chars = 8000 tokens = 400 ms of prefill at 0.05 ms/token, 40 ms at speed 10.
+  await withSim({ speed: 10, decodeMsPerToken: 1 }, async (sim, client) => {
+    const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(712).slice(0, 32000);
+    const cold = await streamChat(client, prompt, 2);
+    assert.equal(sim.stats().cacheHitBlocks, 0);
+    assert.equal(sim.stats().cacheMissBlocks, 500); // 32000 / (16 × 4)
+    const warm = await streamChat(client, prompt, 2);
+    const stats = sim.stats();
+    assert.equal(stats.cacheHitBlocks, 500);
+    assert.ok(cold.ttftMs >= 38, `cold TTFT ${cold.ttftMs}`);
+    assert.ok(warm.ttftMs < cold.ttftMs / 2, `warm ${warm.ttftMs} vs cold ${cold.ttftMs}`);
+    const usage = warm.chunks.at(-1)?.usage;
+    assert.equal(usage?.prompt_tokens, 8000);
+    assert.equal(usage?.prompt_tokens_details?.cached_tokens, 8000);
+
+    // A prompt sharing only the first half shares only the first half's blocks.
+    const half = prompt.slice(0, 16000) + 'Z'.repeat(16000);
+    const r = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: half }],
+      max_tokens: 1,
+    });
+    assert.equal(r.usage?.prompt_tokens_details?.cached_tokens, 4000);
+    assert.equal(sim.stats().cacheHitBlocks, 750);
+  });
+});
+
+void test('slots plus queue full: the overflow gets 429 with Retry-After and an OpenAI error', async () => {
+  await withSim({ slots: 1, queueLimit: 1, speed: 1, decodeMsPerToken: 1000 }, async (sim) => {
+    const abort = new AbortController();
+    const body = chat('busy', { stream: true, max_tokens: 50 });
+    const first = await post(sim.url + '/v1/chat/completions', body, abort.signal);
+    const second = await post(sim.url + '/v1/chat/completions', body, abort.signal);
+    assert.equal(first.status, 200);
+    assert.equal(second.status, 200); // queued, but a stream's headers go out at once
+    assert.equal(sim.stats().inFlight, 1);
+    assert.equal(sim.stats().queued, 1);
+    const third = await post(sim.url + '/v1/chat/completions', body);
+    assert.equal(third.status, 429);
+    assert.equal(third.headers.get('retry-after'), '1');
+    assert.equal(third.headers.get('x-sim-backend'), sim.stats().name);
+    assert.equal((await errorOf(third)).code, 'rate_limit_exceeded');
+    assert.equal(sim.stats().queueRejected, 1);
+    abort.abort();
+    await waitFor('slots freed', () => sim.stats().inFlight === 0 && sim.stats().queued === 0);
+  });
+});
+
+void test('error rate 1: every generation request is a 500', async () => {
+  await withSim({ errorRate: 1 }, async (sim, client) => {
+    for (let i = 0; i < 5; i++) {
+      const path = i % 2 === 0 ? '/v1/chat/completions' : '/v1/completions';
+      const body = i % 2 === 0 ? chat('e') : { model: 'm', prompt: 'e' };
+      const res = await post(sim.url + path, body);
+      assert.equal(res.status, 500);
+      assert.equal((await errorOf(res)).type, 'server_error');
+    }
+    await assert.rejects(
+      client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
+      (err: unknown) => err instanceof OpenAI.InternalServerError,
+    );
+    assert.equal(sim.stats().errors, 6);
+    assert.equal(sim.stats().inFlight, 0);
+    // Not a generation: still fine.
+    assert.equal((await fetch(sim.url + '/v1/models')).status, 200);
+  });
+});
+
+void test('rate-limit rate 1: every generation request is a 429 with Retry-After', async () => {
+  await withSim({ rateLimitRate: 1 }, async (sim, client) => {
+    const res = await post(sim.url + '/v1/chat/completions', chat('r', { stream: true }));
+    assert.equal(res.status, 429);
+    assert.equal(res.headers.get('retry-after'), '1');
+    assert.equal((await errorOf(res)).code, 'rate_limit_exceeded');
+    await assert.rejects(
+      client.completions.create({ model: 'm', prompt: 'x' }),
+      (err: unknown) => err instanceof OpenAI.RateLimitError,
+    );
+    assert.equal(sim.stats().rateLimited, 2);
+    assert.equal(sim.stats().queueRejected, 0);
+  });
+});
+
+void test('stall: headers arrive, no body byte; aborting frees the slot', async () => {
+  await withSim({ stallRate: 1, slots: 1 }, async (sim) => {
+    for (const stream of [true, false]) {
+      const abort = new AbortController();
+      const res = await post(sim.url + '/v1/chat/completions', chat('s', { stream }), abort.signal);
+      assert.equal(res.status, 200);
+      const reader = res.body!.getReader();
+      const read = reader.read();
+      const winner = await Promise.race([
+        read.then(() => 'body'),
+        new Promise((r) => setTimeout(() => r('silence'), 100)),
+      ]);
+      assert.equal(winner, 'silence');
+      assert.equal(sim.stats().inFlight, 1);
+      abort.abort();
+      await read.catch(() => undefined);
+      await waitFor('stalled slot freed', () => sim.stats().inFlight === 0);
+    }
+    assert.equal(sim.stats().stalled, 2);
+    assert.equal(sim.stats().aborted, 2);
+  });
+});
+
+void test('cold start delays the first request, and the first after an idle period', async () => {
+  // coldStartMs 2000 and coldIdleMs 1000 at speed 10: 200 ms and 100 ms of wall time.
+  await withSim({ speed: 10, coldStartMs: 2000, coldIdleMs: 1000 }, async (sim, client) => {
+    const first = await streamChat(client, 'wake up', 1);
+    assert.ok(first.ttftMs >= 195, `first TTFT ${first.ttftMs}`);
+    const second = await streamChat(client, 'again', 1);
+    assert.ok(second.ttftMs < 100, `warm TTFT ${second.ttftMs}`);
+    assert.equal(sim.stats().coldStarts, 1);
+    await new Promise((r) => setTimeout(r, 150));
+    const third = await streamChat(client, 'after a nap', 1);
+    assert.ok(third.ttftMs >= 195, `TTFT after idling ${third.ttftMs}`);
+    assert.equal(sim.stats().coldStarts, 2);
+  });
+});
+
+void test('decode slows down with the number of busy slots', async () => {
+  await withSim({ speed: 10, decodeMsPerToken: 20, loadSlowdown: 3, slots: 4 }, async (sim) => {
+    const one = async () => {
+      const t0 = performance.now();
+      const res = await post(sim.url + '/v1/completions', {
+        model: 'm',
+        prompt: 'load',
+        max_tokens: 30,
+      });
+      await res.json();
+      return performance.now() - t0;
+    };
+    const alone = await one(); // ~ 29 × 2 ms
+    const together = await Promise.all([one(), one(), one(), one()]); // × (1 + 3 × 3/4)
+    const slowest = Math.max(...together);
+    assert.ok(alone >= 50, `alone ${alone}`);
+    assert.ok(slowest > alone * 1.8, `alone ${alone}, together ${slowest}`);
+  });
+});
+
+void test('/admin/config changes behaviour at run time and rejects bad fields', async () => {
+  await withSim({}, async (sim) => {
+    const config = (body: unknown) => post(sim.url + '/admin/config', body);
+    assert.equal(
+      (await post(sim.url + '/v1/completions', { model: 'm', prompt: 'a', max_tokens: 1 })).status,
+      200,
+    );
+
+    const ok = await config({ errorRate: 1, fingerprint: 'fp_new', name: 'renamed' });
+    assert.equal(ok.status, 200);
+    const effective = (await ok.json()) as Record<string, unknown>;
+    assert.equal(effective['errorRate'], 1);
+    assert.equal(effective['name'], 'renamed');
+    assert.equal(effective['port'], sim.port);
+    assert.equal(effective['model'], null);
+    const failed = await post(sim.url + '/v1/completions', { model: 'm', prompt: 'a' });
+    assert.equal(failed.status, 500);
+    assert.equal(failed.headers.get('x-sim-backend'), 'renamed');
+
+    assert.equal((await config({ errorRate: 0, fingerprint: null })).status, 200);
+    const back = await post(sim.url + '/v1/completions', {
+      model: 'm',
+      prompt: 'a',
+      max_tokens: 1,
+    });
+    assert.equal(back.status, 200);
+    assert.equal(((await back.json()) as Record<string, unknown>)['system_fingerprint'], undefined);
+
+    for (const [body, field] of [
+      [{ bogus: 1 }, 'bogus'],
+      [{ slots: 'four' }, 'slots'],
+      [{ slots: 2.5 }, 'slots'],
+      [{ errorRate: 2 }, 'errorRate'],
+      [{ speed: 0 }, 'speed'],
+      [{ port: 1234 }, 'port'],
+      [{ host: '0.0.0.0' }, 'host'],
+    ] as const) {
+      const res = await config(body);
+      assert.equal(res.status, 400, JSON.stringify(body));
+      const err = await errorOf(res);
+      assert.equal(err.param, field);
+      assert.ok(err.message.includes(field), err.message);
+    }
+    assert.equal((await config('{not json')).status, 400);
+    assert.equal((await config([1])).status, 400);
+
+    // The programmatic twin.
+    sim.configure({ slots: 2 });
+    assert.equal(sim.options().slots, 2);
+    assert.throws(() => sim.configure({ port: 1 }), /port/);
+    const get = (await (await fetch(sim.url + '/admin/config')).json()) as Record<string, unknown>;
+    assert.equal(get['slots'], 2);
+  });
+});
+
+void test('model restriction: other models get 404 model_not_found', async () => {
+  await withSim({ model: 'llama-3' }, async (sim, client) => {
+    const models = await client.models.list();
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ['llama-3'],
+    );
+    const ok = await client.chat.completions.create({
+      model: 'llama-3',
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 1,
+    });
+    assert.equal(ok.model, 'llama-3');
+    const res = await post(sim.url + '/v1/chat/completions', chat('hi'));
+    assert.equal(res.status, 404);
+    const err = await errorOf(res);
+    assert.equal(err.code, 'model_not_found');
+    await assert.rejects(
+      client.embeddings.create({ model: 'other', input: 'x' }),
+      (e: unknown) => e instanceof OpenAI.NotFoundError,
+    );
+  });
+  await withSim({}, async (_sim, client) => {
+    const models = await client.models.list();
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ['sim-model'],
+    );
+  });
+});
+
+void test('client abort frees the slot at once and the queue moves on', async () => {
+  await withSim({ slots: 1, speed: 1, decodeMsPerToken: 1000 }, async (sim, client) => {
+    const abort = new AbortController();
+    const long = await post(
+      sim.url + '/v1/chat/completions',
+      chat('long', { stream: true, max_tokens: 1000 }),
+      abort.signal,
+    );
+    const reader = long.body!.getReader();
+    await reader.read(); // first token
+    assert.equal(sim.stats().inFlight, 1);
+    const queued = client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'next' }],
+      max_tokens: 1,
+    });
+    await waitFor('queued', () => sim.stats().queued === 1);
+    abort.abort();
+    await reader.read().catch(() => undefined);
+    const r = await queued;
+    assert.equal(r.usage?.completion_tokens, 1);
+    await waitFor('idle', () => sim.stats().inFlight === 0 && sim.stats().queued === 0);
+    assert.equal(sim.stats().aborted, 1);
+
+    // A non-streaming request abandoned while queued leaves the queue too.
+    const holder = new AbortController();
+    const held = post(
+      sim.url + '/v1/completions',
+      { model: 'm', prompt: 'h', max_tokens: 1000 },
+      holder.signal,
+    );
+    await waitFor('held', () => sim.stats().inFlight === 1);
+    const waiter = new AbortController();
+    const waiting = post(sim.url + '/v1/completions', { model: 'm', prompt: 'w' }, waiter.signal);
+    await waitFor('waiting', () => sim.stats().queued === 1);
+    waiter.abort();
+    holder.abort();
+    await Promise.allSettled([held, waiting]);
+    await waitFor('all released', () => sim.stats().inFlight === 0 && sim.stats().queued === 0);
+    assert.equal(sim.stats().aborted, 3);
+  });
+});
+
+void test('embeddings: deterministic small vectors, float and base64', async () => {
+  await withSim({}, async (sim, client) => {
+    const a = await client.embeddings.create({ model: 'e', input: ['alpha', 'beta'] });
+    assert.equal(a.data.length, 2);
+    assert.equal(a.data[0]?.embedding.length, 8);
+    const b = await post(sim.url + '/v1/embeddings', {
+      model: 'e',
+      input: 'alpha',
+      encoding_format: 'float',
+    });
+    const body = (await b.json()) as {
+      data: [{ embedding: number[] }];
+      usage: { prompt_tokens: number };
+    };
+    assert.deepEqual(
+      body.data[0].embedding.map((x) => x.toFixed(5)),
+      Array.from(a.data[0]?.embedding ?? []).map((x) => x.toFixed(5)),
+    );
+    assert.equal(body.usage.prompt_tokens, 2);
+    const norm = Math.hypot(...body.data[0].embedding);
+    assert.ok(Math.abs(norm - 1) < 1e-5);
+  });
+});
+
+void test('bad JSON is a 400, unknown paths a 404, both OpenAI-shaped; healthz and stats answer', async () => {
+  await withSim({ name: 'beta' }, async (sim) => {
+    const bad = await post(sim.url + '/v1/chat/completions', '{"model":');
+    assert.equal(bad.status, 400);
+    assert.equal((await errorOf(bad)).type, 'invalid_request_error');
+    const badShape = await post(sim.url + '/v1/chat/completions', { model: 'm', messages: 'hi' });
+    assert.equal(badShape.status, 400);
+    assert.equal((await errorOf(badShape)).param, 'messages');
+    const badMax = await post(sim.url + '/v1/chat/completions', chat('x', { max_tokens: -1 }));
+    assert.equal(badMax.status, 400);
+    const missing = await fetch(sim.url + '/v2/nothing');
+    assert.equal(missing.status, 404);
+    assert.equal(missing.headers.get('x-sim-backend'), 'beta');
+    await errorOf(missing);
+    const health = await fetch(sim.url + '/healthz');
+    assert.equal(health.status, 200);
+    assert.equal(health.headers.get('x-sim-backend'), 'beta');
+    const stats = (await (await fetch(sim.url + '/admin/stats')).json()) as Record<string, unknown>;
+    for (const key of [
+      'requests',
+      'inFlight',
+      'queued',
+      'cacheHitBlocks',
+      'cacheMissBlocks',
+      'errors',
+      'rateLimited',
+      'stalled',
+      'completed',
+      'name',
+    ]) {
+      assert.ok(key in stats, key);
+    }
+    assert.equal(stats['name'], 'beta');
+    assert.equal(stats['badRequests'], 3);
+    const reset = (await (await post(sim.url + '/admin/reset', {})).json()) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(reset['requests'], 0);
+  });
+});
+
+void test('fault draws are deterministic for a seed', async () => {
+  const pattern = async (seed: number) => {
+    const statuses: number[] = [];
+    await withSim(
+      { seed, errorRate: 0.3, rateLimitRate: 0.3, decodeMsPerToken: 0 },
+      async (sim) => {
+        for (let i = 0; i < 20; i++) {
+          const res = await post(sim.url + '/v1/completions', {
+            model: 'm',
+            prompt: String(i),
+            max_tokens: 1,
+          });
+          await res.arrayBuffer();
+          statuses.push(res.status);
+        }
+      },
+    );
+    return statuses.join(',');
+  };
+  const a = await pattern(42);
+  assert.equal(await pattern(42), a);
+  assert.notEqual(await pattern(43), a);
+  assert.match(a, /200/);
+  assert.match(a, /500/);
+  assert.match(a, /429/);
+});
+
+void test('close() stops in-flight work and leaves no timers behind', async () => {
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+  const before = timers();
+  const sim = await startSim({ speed: 1, slots: 2, decodeMsPerToken: 1000, stallRate: 0 });
+  const abort = new AbortController();
+  const a = await post(
+    sim.url + '/v1/chat/completions',
+    chat('a', { stream: true, max_tokens: 100 }),
+    abort.signal,
+  );
+  const b = post(
+    sim.url + '/v1/completions',
+    { model: 'm', prompt: 'b', max_tokens: 100 },
+    abort.signal,
+  );
+  await waitFor('busy', () => sim.stats().inFlight === 2);
+  assert.ok(timers() > before);
+  await sim.close();
+  assert.equal(timers(), before);
+  await a.body?.cancel().catch(() => undefined);
+  await b.catch(() => undefined);
+  abort.abort();
+});
+
+void test('runSimFromOptions prints exactly its URL and exits on SIGTERM', async () => {
+  const main = fileURLToPath(new URL('./main.ts', import.meta.url));
+  const child = spawn(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `import { runSimFromOptions } from ${JSON.stringify(main)}; await runSimFromOptions({ name: 'child' });`,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  try {
+    let out = '';
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (d: string) => (out += d));
+    await waitFor('URL line', () => out.includes('\n'), 5000);
+    assert.match(out, /^http:\/\/127\.0\.0\.1:\d+\n$/);
+    const res = await fetch(out.trim() + '/healthz');
+    assert.equal(res.headers.get('x-sim-backend'), 'child');
+    await res.arrayBuffer();
+    const exited = once(child, 'exit');
+    child.kill('SIGTERM');
+    const [code] = (await exited) as [number | null];
+    assert.equal(code, 0);
+    assert.equal(out.split('\n').length, 2);
+  } finally {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+});

@@ -1,0 +1,61 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { SWITCHYARD_BIN } from '../harness/processes.ts';
+
+const run = promisify(execFile);
+
+describe('switchyard command line', () => {
+  test('prints an overview with every subcommand', async () => {
+    const { stdout } = await run(process.execPath, [SWITCHYARD_BIN, '--help']);
+    for (const sub of ['sidecar', 'sim', 'demo'])
+      assert.match(stdout, new RegExp(`^\\s+${sub}\\b`, 'm'), sub);
+  });
+
+  for (const [sub, flags] of [
+    [
+      'sidecar',
+      ['--pool-file', '--listen', '--admin', '--max-body-bytes', '--shutdown-grace', '--log-level'],
+    ],
+    [
+      'sim',
+      [
+        '--port',
+        '--name',
+        '--slots',
+        '--error-rate',
+        '--rate-limit-rate',
+        '--stall-rate',
+        '--cold-start-ms',
+        '--fingerprint',
+        '--speed',
+        '--model',
+      ],
+    ],
+    ['demo', ['--duration', '--rate', '--seed', '--plain']],
+  ] as const) {
+    test(`${sub} --help lists its flags`, async () => {
+      const { stdout } = await run(process.execPath, [SWITCHYARD_BIN, sub, '--help']);
+      for (const flag of flags) assert.ok(stdout.includes(flag), `${sub} --help mentions ${flag}`);
+    });
+  }
+
+  test('rejects a malformed flag value with a message naming the flag', async () => {
+    await assert.rejects(
+      run(process.execPath, [
+        SWITCHYARD_BIN,
+        'sidecar',
+        '--pool-file',
+        'x.yaml',
+        '--listen',
+        'nonsense:port',
+      ]),
+      (err: { stderr: string; code: number }) => {
+        assert.match(err.stderr, /--listen/);
+        assert.notEqual(err.code, 0);
+        return true;
+      },
+    );
+  });
+});

@@ -1,0 +1,154 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  balancePool,
+  debugBackends,
+  eventually,
+  hello,
+  rawChat,
+  simConfig,
+  simStats,
+  startPool,
+} from '../helpers.ts';
+
+const SYSTEM_PROMPT = 'You are a careful assistant for the billing team. '.repeat(40);
+
+function sharedPrefixRequest(i: number): unknown {
+  return {
+    model: 'm',
+    stream: true,
+    max_tokens: 3,
+    messages: [
+      { role: 'system', content: SYSTEM_PROMPT },
+      { role: 'user', content: `question number ${i}` },
+    ],
+  };
+}
+
+describe('routing through a real sidecar', () => {
+  test('Failover sends everything to the first backend and moves to the next only when it breaks', async () => {
+    const pool = await startPool([{ name: 'primary' }, { name: 'secondary' }], (urls) =>
+      [
+        'apiVersion: switchyard.dev/v1alpha1',
+        'kind: InferencePool',
+        'metadata: {name: fo}',
+        'spec:',
+        '  mode: Failover',
+        '  backends:',
+        `  - {name: primary, url: ${urls[0]}/v1}`,
+        `  - {name: secondary, url: ${urls[1]}/v1}`,
+        '  health: {window: 5s, minRequests: 4, maxErrorRate: 0.5, openFor: 1s}',
+        '',
+      ].join('\n'),
+    );
+    try {
+      for (let i = 0; i < 10; i++) {
+        const res = await rawChat(pool.sidecar.url, hello());
+        assert.match(res.headers.get('x-switchyard-backend') ?? '', /^primary\//);
+      }
+      await simConfig(pool.sims[0]!, { errorRate: 1 });
+      const statuses: number[] = [];
+      for (let i = 0; i < 15; i++) statuses.push((await rawChat(pool.sidecar.url, hello())).status);
+      assert.deepEqual(
+        new Set(statuses),
+        new Set([200]),
+        'retries move failed requests to the secondary',
+      );
+      const res = await rawChat(pool.sidecar.url, hello());
+      assert.match(res.headers.get('x-switchyard-backend') ?? '', /^secondary\//);
+      assert.equal(
+        res.headers.get('x-switchyard-attempts'),
+        '1',
+        'the open primary is no longer tried',
+      );
+
+      await simConfig(pool.sims[0]!, { errorRate: 0 });
+      await eventually(
+        async () =>
+          (await rawChat(pool.sidecar.url, hello())).headers
+            .get('x-switchyard-backend')
+            ?.startsWith('primary/') === true,
+        15_000,
+        'traffic to return to the primary',
+      );
+    } finally {
+      await pool.stop();
+    }
+  });
+
+  test('affinity keeps a shared prompt prefix on one endpoint, and lets go when it is slow', async () => {
+    const pool = await startPool([{ name: 'a' }, { name: 'b' }, { name: 'c' }], (urls) =>
+      balancePool(
+        urls,
+        '  affinity: {key: Prefix, prefixChars: 4096, maxSlowdown: 2.5}\n  health: {minRequests: 1000}',
+      ),
+    );
+    try {
+      const served = new Set<string>();
+      for (let i = 0; i < 12; i++)
+        served.add(
+          (await rawChat(pool.sidecar.url, sharedPrefixRequest(i))).headers.get(
+            'x-switchyard-backend',
+          )!,
+        );
+      assert.equal(served.size, 1, `one shared prefix went to ${[...served].join(', ')}`);
+      const sticky = [...served][0]!;
+      // Warm the other endpoints' EWMA with unrelated short prompts (no affinity key).
+      for (let i = 0; i < 20; i++) await rawChat(pool.sidecar.url, { ...hello(), stream: true });
+      const index = ['a', 'b', 'c'].indexOf(sticky.split('/')[0]!);
+      await simConfig(pool.sims[index]!, { prefillMsPerToken: 5, decodeMsPerToken: 50 });
+      await eventually(
+        async () =>
+          (await rawChat(pool.sidecar.url, sharedPrefixRequest(99))).headers.get(
+            'x-switchyard-backend',
+          ) !== sticky,
+        20_000,
+        'affinity to let go of the slow endpoint',
+      );
+      const debug = await debugBackends(pool.sidecar);
+      const slowEwma = debug.endpoints.find((e) => e.id === sticky)!.ewmaTtftMs;
+      const others = debug.endpoints.filter((e) => e.id !== sticky).map((e) => e.ewmaTtftMs);
+      assert.ok(
+        slowEwma > 2.5 * Math.min(...others),
+        'it let go because the sticky endpoint was much slower',
+      );
+    } finally {
+      await pool.stop();
+    }
+  });
+
+  test('retries stop when the retry budget is spent', async () => {
+    const pool = await startPool(
+      [
+        { name: 'x', flags: ['--error-rate', '1'] },
+        { name: 'y', flags: ['--error-rate', '1'] },
+      ],
+      (urls) =>
+        balancePool(
+          urls,
+          '  health: {minRequests: 1000}\n  retry: {budgetPercent: 0, minPerSecond: 0.2, maxAttempts: 3}',
+          ['x', 'y'],
+        ),
+    );
+    try {
+      let retried = 0;
+      for (let i = 0; i < 20; i++) {
+        const res = await rawChat(pool.sidecar.url, hello());
+        assert.equal(res.status, 500);
+        if (res.headers.get('x-switchyard-attempts') !== '1') retried++;
+      }
+      const attempts =
+        (await simStats(pool.sims[0]!)).requests + (await simStats(pool.sims[1]!)).requests;
+      // 0.2 retries/s over the 10 s budget window: a reserve of 2 retries.
+      assert.ok(attempts <= 20 + 2, `${attempts} attempts for 20 requests`);
+      assert.ok(retried <= 2);
+      const metrics = await (await fetch(`${pool.sidecar.adminUrl}/metrics`)).text();
+      const exhausted = Number(
+        /switchyard_retry_budget_exhausted_total\{[^}]*\} (\d+)/.exec(metrics)?.[1],
+      );
+      assert.ok(exhausted >= 18, `budget exhaustion counted ${exhausted} times`);
+    } finally {
+      await pool.stop();
+    }
+  });
+});
