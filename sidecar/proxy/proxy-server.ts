@@ -504,6 +504,9 @@ class Exchange {
 
   onResponse(state: AttemptState, proxyRes: IncomingMessage): void {
     proxyRes.on('error', () => this.onStreamBroken(state, proxyRes));
+    proxyRes.once('close', () => {
+      if (!proxyRes.complete) this.onStreamBroken(state, proxyRes);
+    });
     if (state.settled || this.clientGone) {
       proxyRes.destroy();
       return;
@@ -586,6 +589,7 @@ class Exchange {
   /** The upstream response broke (reset, idle timeout) after its head arrived. */
   private onStreamBroken(state: AttemptState, proxyRes: IncomingMessage): void {
     if (this.clientGone || this.finished || state.abandoned || state !== this.current) return;
+    state.abandoned = true; // 'error' and 'close' both report one break
     const wasSettled = state.settled;
     this.settle(state, { kind: 'error' }, 'error');
     proxyRes.destroy();

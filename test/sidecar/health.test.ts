@@ -215,4 +215,40 @@ describe('passive health through a real sidecar', () => {
       await pool.stop();
     }
   });
+
+  test('ends a stream that breaks mid-way with an SSE error event, and never retries it', async () => {
+    const pool = await startPool(
+      [
+        { name: 'dies', flags: ['--decode-ms-per-token', '20'] },
+        { name: 'spare', flags: ['--decode-ms-per-token', '20'] },
+      ],
+      (urls) =>
+        balancePool(urls, '  mode: Failover', ['dies', 'spare']).replace('  mode: Balance\n', ''),
+    );
+    try {
+      const res = await fetch(`${pool.sidecar.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...hello(), stream: true, max_tokens: 500 }),
+      });
+      assert.equal(res.status, 200);
+      assert.match(res.headers.get('x-switchyard-backend') ?? '', /^dies\//);
+      const reader = res.body!.getReader();
+      const first = await reader.read();
+      assert.ok(first.value !== undefined && first.value.length > 0);
+      await pool.sims[0]!.kill(); // the backend dies mid-stream
+      let rest = '';
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        rest += new TextDecoder().decode(value);
+      }
+      assert.match(rest, /upstream_stream_broken/);
+      assert.doesNotMatch(rest, /\[DONE\]/);
+      const spare = (await simStats(pool.sims[1]!)).requests;
+      assert.equal(spare, 0, 'a stream that already sent bytes is not retried');
+    } finally {
+      await pool.stop();
+    }
+  });
 });

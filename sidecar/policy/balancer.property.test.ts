@@ -1,0 +1,218 @@
+/**
+ * Model-based property tests: random pools and random sequences of pick / firstByte / finish /
+ * clock moves / updates, checked against a small independent model of what a candidate is.
+ */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { Balancer } from './balancer.ts';
+import { seededRng } from './rng.ts';
+import { endpoint, fakeClock, testPolicy } from './testing.ts';
+import type { Attempt, EndpointSpec, Mode, Outcome } from './types.ts';
+
+const IDS = ['e0', 'e1', 'e2', 'e3', 'e4', 'e5'];
+
+const outcomeArb: fc.Arbitrary<Outcome> = fc.oneof(
+  fc.record({ kind: fc.constant('success' as const), streamed: fc.boolean() }),
+  fc.constant({ kind: 'error' as const }),
+  fc.record({
+    kind: fc.constant('rate-limited' as const),
+    retryAfterMs: fc.option(
+      fc.oneof(fc.integer({ min: -10, max: 90_000 }), fc.constant(Number.NaN)),
+      {
+        nil: undefined,
+      },
+    ),
+  }),
+  fc.constant({ kind: 'neutral' as const }),
+);
+
+type Op =
+  | { op: 'pick'; exclude: string[]; key: string | undefined }
+  | { op: 'firstByte'; index: number }
+  | { op: 'finish'; index: number; outcome: Outcome }
+  | { op: 'advance'; ms: number }
+  | { op: 'update'; present: boolean[]; drifted: boolean[] };
+
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      op: fc.constant('pick' as const),
+      exclude: fc.subarray(IDS, { maxLength: 3 }),
+      key: fc.option(fc.constantFrom('k1', 'k2', 'k3'), { nil: undefined }),
+    }),
+  },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('firstByte' as const), index: fc.nat() }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      op: fc.constant('finish' as const),
+      index: fc.nat(),
+      outcome: outcomeArb,
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      op: fc.constant('advance' as const),
+      ms: fc.integer({ min: 0, max: 8_000 }),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      op: fc.constant('update' as const),
+      present: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+      drifted: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+    }),
+  },
+);
+
+const scenarioArb = fc.record({
+  mode: fc.constantFrom<Mode>('Balance', 'Failover'),
+  tiers: fc.array(fc.integer({ min: 0, max: 2 }), { minLength: 6, maxLength: 6 }),
+  present: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+  drifted: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+  minRequests: fc.integer({ min: 1, max: 4 }),
+  seed: fc.integer(),
+  ops: fc.array(opArb, { minLength: 20, maxLength: 150, size: 'max' }),
+});
+
+interface ModelAttempt {
+  attempt: Attempt;
+  /** The endpoint state generation the attempt belongs to; a removed id starts a new one. */
+  generation: number;
+  finished: boolean;
+}
+
+describe('Balancer properties', () => {
+  test('a pick is always a live candidate of the right tier; a shed means there was none', () => {
+    fc.assert(
+      fc.property(scenarioArb, (s) => {
+        const clock = fakeClock(1_000);
+        const specsFor = (present: boolean[], drifted: boolean[]): EndpointSpec[] =>
+          IDS.filter((_, i) => present[i]).map((id) =>
+            endpoint(id, { tier: s.tiers[IDS.indexOf(id)]!, drifted: drifted[IDS.indexOf(id)]! }),
+          );
+        const policy = testPolicy({
+          mode: s.mode,
+          affinity: { key: 'Header' },
+          health: {
+            minRequests: s.minRequests,
+            openForMs: 2_000,
+            maxOpenForMs: 10_000,
+            maxTtftSlowdown: 2,
+          },
+          coldStart: { idleAfterMs: 5_000 },
+        });
+        let specs = specsFor(s.present, s.drifted);
+        const balancer = new Balancer(policy, specs, { clock, rng: seededRng(s.seed) });
+
+        const attempts: ModelAttempt[] = [];
+        const generation = new Map<string, number>();
+        let nextGeneration = 0;
+        const cooldownUntil = new Map<string, number>();
+        for (const spec of specs) generation.set(spec.id, nextGeneration++);
+
+        const current = (a: ModelAttempt) => generation.get(a.attempt.endpoint.id) === a.generation;
+
+        for (const op of s.ops) {
+          if (op.op === 'advance') clock.advance(op.ms);
+          else if (op.op === 'update') {
+            const next = specsFor(op.present, op.drifted);
+            for (const spec of specs) {
+              if (!next.some((n) => n.id === spec.id)) {
+                generation.delete(spec.id);
+                cooldownUntil.delete(spec.id);
+              }
+            }
+            for (const spec of next)
+              if (!generation.has(spec.id)) generation.set(spec.id, nextGeneration++);
+            specs = next;
+            balancer.update(policy, specs);
+          } else if (op.op === 'firstByte' && attempts.length > 0) {
+            balancer.firstByte(attempts[op.index % attempts.length]!.attempt);
+          } else if (op.op === 'finish' && attempts.length > 0) {
+            const a = attempts[op.index % attempts.length]!;
+            balancer.finish(a.attempt, op.outcome);
+            const ra = op.outcome.kind === 'rate-limited' ? op.outcome.retryAfterMs : undefined;
+            if (!a.finished && current(a) && ra !== undefined && ra > 0) {
+              const id = a.attempt.endpoint.id;
+              const until = clock.nowMs() + Math.min(ra, 60_000);
+              cooldownUntil.set(id, Math.max(cooldownUntil.get(id) ?? -Infinity, until));
+            }
+            a.finished = true;
+          } else if (op.op === 'pick') {
+            const now = clock.nowMs();
+            const status = balancer.status();
+            const exclude = new Set(op.exclude);
+            const live = status.filter((e) => {
+              if (e.drifted || exclude.has(e.id)) return false;
+              if ((cooldownUntil.get(e.id) ?? -Infinity) > now) return false;
+              if (e.breaker === 'closed') return true;
+              const probing = attempts.some(
+                (a) =>
+                  !a.finished && a.attempt.probe && current(a) && a.attempt.endpoint.id === e.id,
+              );
+              return e.breaker === 'half-open' && !probing;
+            });
+            const result = balancer.pick({ exclude, affinityKey: op.key });
+            if (result.kind === 'shed') {
+              assert.equal(live.length, 0, `shed with live ${live.map((e) => e.id).join()}`);
+              assert.ok(result.retryAfterMs > 0 && Number.isFinite(result.retryAfterMs));
+              continue;
+            }
+            const chosen = live.find((e) => e.id === result.attempt.endpoint.id);
+            assert.ok(
+              chosen,
+              `picked ${result.attempt.endpoint.id}, live: ${live.map((e) => e.id).join()}`,
+            );
+            assert.equal(result.attempt.probe, chosen.breaker === 'half-open');
+            if (s.mode === 'Failover') {
+              assert.equal(chosen.tier, Math.min(...live.map((e) => e.tier)));
+            }
+            attempts.push({
+              attempt: result.attempt,
+              generation: generation.get(chosen.id)!,
+              finished: false,
+            });
+          }
+
+          for (const e of balancer.status()) {
+            const open = attempts.filter(
+              (a) => !a.finished && current(a) && a.attempt.endpoint.id === e.id,
+            );
+            assert.equal(e.inFlight, open.length, `inFlight of ${e.id}`);
+            assert.ok(e.inFlight >= 0);
+            assert.ok(e.window.requests >= e.window.errors + e.window.rateLimited);
+            assert.ok(Number.isFinite(e.ewmaTtftMs) && e.ewmaTtftMs > 0);
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  test('the retry budget never grants more than the formula at one instant', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 500 }),
+        fc.integer({ min: 0, max: 100 }),
+        fc.integer({ min: 0, max: 20 }),
+        (requests, budgetPercent, minPerSecond) => {
+          const balancer = new Balancer(
+            testPolicy({ retry: { budgetPercent, minPerSecond, maxAttempts: 10 } }),
+            [endpoint('a')],
+            { clock: fakeClock(), rng: seededRng(1) },
+          );
+          for (let i = 0; i < requests; i++) balancer.recordRequest();
+          let granted = 0;
+          while (balancer.tryRetry(1).kind === 'retry') granted += 1;
+          const allowance = (budgetPercent / 100) * requests + minPerSecond * 10;
+          assert.equal(granted, Math.ceil(allowance));
+        },
+      ),
+    );
+  });
+});

@@ -1,0 +1,1128 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { rendezvousPick } from './affinity.ts';
+import {
+  AFFINITY_MAX_SLOWDOWN,
+  Balancer,
+  DEFAULT_SHED_RETRY_AFTER_MS,
+  MAX_RETRY_AFTER_COOLDOWN_MS,
+} from './balancer.ts';
+import { seededRng } from './rng.ts';
+import { endpoint, fakeClock, scriptedRng, testPolicy, type PolicyOverrides } from './testing.ts';
+import type {
+  Attempt,
+  EndpointSpec,
+  Outcome,
+  PickRequest,
+  PickResult,
+  PolicyEvent,
+  Rng,
+} from './types.ts';
+
+type Picked = Extract<PickResult, { kind: 'picked' }>;
+
+/** An Rng that always draws the middle: open periods are exactly openForMs · 2^k. */
+const middleRng = (): Rng => ({ next: () => 0.5 });
+
+const OK: Outcome = { kind: 'success', streamed: true };
+const ERROR: Outcome = { kind: 'error' };
+const LIMITED: Outcome = { kind: 'rate-limited' };
+const NEUTRAL: Outcome = { kind: 'neutral' };
+
+function picked(result: PickResult): Picked {
+  assert.equal(result.kind, 'picked', `expected a pick, got ${JSON.stringify(result)}`);
+  return result;
+}
+
+function shedAfter(result: PickResult): number {
+  assert.equal(result.kind, 'shed', `expected a shed, got ${JSON.stringify(result)}`);
+  return result.retryAfterMs;
+}
+
+interface SetupOptions {
+  policy?: PolicyOverrides;
+  endpoints?: EndpointSpec[];
+  rng?: Rng;
+}
+
+function setup(options: SetupOptions = {}) {
+  const clock = fakeClock();
+  const events: PolicyEvent[] = [];
+  let specs = options.endpoints ?? [endpoint('a'), endpoint('b'), endpoint('c')];
+  let policy = testPolicy(options.policy);
+  const balancer = new Balancer(policy, specs, {
+    clock,
+    rng: options.rng ?? seededRng(1),
+    onEvent: (e) => events.push(e),
+  });
+  const statusOf = (id: string) => {
+    const s = balancer.status().find((x) => x.id === id);
+    assert.ok(s, `no status for ${id}`);
+    return s;
+  };
+  /** Picks `id` by excluding every other endpoint. */
+  const pickOn = (id: string, request: PickRequest = {}): Attempt => {
+    const exclude = new Set(specs.map((s) => s.id).filter((x) => x !== id));
+    const result = picked(balancer.pick({ ...request, exclude }));
+    assert.equal(result.attempt.endpoint.id, id);
+    return result.attempt;
+  };
+  /** One attempt on `id`: first byte after `ttftMs` (if given), then `outcome`. */
+  const serve = (id: string, outcome: Outcome, ttftMs?: number): Attempt => {
+    const attempt = pickOn(id);
+    if (ttftMs !== undefined) {
+      clock.advance(ttftMs);
+      balancer.firstByte(attempt);
+    }
+    balancer.finish(attempt, outcome);
+    return attempt;
+  };
+  const repeat = (n: number, id: string, outcome: Outcome, ttftMs?: number) => {
+    for (let i = 0; i < n; i++) serve(id, outcome, ttftMs);
+  };
+  const update = (overrides: PolicyOverrides, endpoints: EndpointSpec[]) => {
+    specs = endpoints;
+    policy = testPolicy(overrides);
+    balancer.update(policy, endpoints);
+  };
+  const breakerEvents = () =>
+    events.filter((e): e is Extract<PolicyEvent, { kind: 'breaker' }> => e.kind === 'breaker');
+  return { clock, events, balancer, statusOf, pickOn, serve, repeat, update, breakerEvents };
+}
+
+describe('candidates and shedding', () => {
+  test('returns the only candidate without drawing a random number', () => {
+    const rng = scriptedRng([]);
+    const { balancer } = setup({ endpoints: [endpoint('solo')], rng });
+    const result = picked(balancer.pick({}));
+    assert.equal(result.attempt.endpoint.id, 'solo');
+    assert.equal(result.affinity, 'none');
+    assert.equal(result.attempt.probe, false);
+    assert.equal(rng.drawn, 0);
+  });
+
+  test('picks the lower score of two P2C candidates', () => {
+    const { balancer, pickOn } = setup({ endpoints: [endpoint('a'), endpoint('b')] });
+    pickOn('a');
+    pickOn('a'); // a: 2 in flight
+    const busyFirst = new Balancer(testPolicy(), [endpoint('a'), endpoint('b')], {
+      clock: fakeClock(),
+      rng: scriptedRng([0, 0]),
+    });
+    assert.equal(picked(busyFirst.pick({})).attempt.endpoint.id, 'a'); // a fresh one: tie → first drawn
+    const withScript = setup({
+      endpoints: [endpoint('a'), endpoint('b')],
+      rng: scriptedRng([0, 0]),
+    });
+    withScript.pickOn('a');
+    assert.equal(picked(withScript.balancer.pick({})).attempt.endpoint.id, 'b');
+    assert.equal(balancer.status()[0]!.inFlight, 2);
+  });
+
+  test('prefers the cheaper endpoint when cost has a weight', () => {
+    const endpoints = [
+      endpoint('dear', { costPerMTok: 0.6 }),
+      endpoint('cheap', { costPerMTok: 0.2 }),
+    ];
+    const { balancer } = setup({
+      endpoints,
+      policy: { costWeightPerMs: 0.001 },
+      rng: scriptedRng([0, 0]),
+    });
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'cheap');
+  });
+
+  test('ignores cost for pure latency routing', () => {
+    const endpoints = [
+      endpoint('dear', { costPerMTok: 0.6 }),
+      endpoint('cheap', { costPerMTok: 0.2 }),
+    ];
+    const { balancer } = setup({ endpoints, rng: scriptedRng([0, 0]) });
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'dear'); // tie → first drawn
+  });
+
+  test('returns shed with the default retry-after when the pool is empty', () => {
+    const { balancer } = setup({ endpoints: [] });
+    assert.equal(shedAfter(balancer.pick({})), DEFAULT_SHED_RETRY_AFTER_MS);
+    assert.equal(DEFAULT_SHED_RETRY_AFTER_MS, 1000);
+  });
+
+  test('returns shed when every endpoint is ejected, until the soonest breaker half-opens', () => {
+    const { balancer, repeat, clock } = setup({
+      endpoints: [endpoint('a'), endpoint('b')],
+      rng: middleRng(),
+    });
+    repeat(20, 'a', ERROR); // a opens at t=0 for 30 s
+    clock.advance(10_000);
+    repeat(20, 'b', ERROR); // b opens at t=10 s for 30 s
+    assert.equal(shedAfter(balancer.pick({})), 20_000);
+    clock.advance(19_999);
+    assert.equal(shedAfter(balancer.pick({})), 1);
+    clock.advance(1);
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
+  });
+
+  test('never picks a drifted endpoint, and sheds with the default when only drifted ones remain', () => {
+    const { balancer } = setup({ endpoints: [endpoint('a', { drifted: true }), endpoint('b')] });
+    for (let i = 0; i < 50; i++) assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'b');
+    const allDrifted = setup({ endpoints: [endpoint('a', { drifted: true })] });
+    assert.equal(shedAfter(allDrifted.balancer.pick({})), DEFAULT_SHED_RETRY_AFTER_MS);
+  });
+
+  test('never goes back to an excluded endpoint, and does not wait for it when shedding', () => {
+    const { balancer } = setup();
+    for (let i = 0; i < 50; i++) {
+      const id = picked(balancer.pick({ exclude: new Set(['a', 'c']) })).attempt.endpoint.id;
+      assert.equal(id, 'b');
+    }
+    assert.equal(
+      shedAfter(balancer.pick({ exclude: new Set(['a', 'b', 'c']) })),
+      DEFAULT_SHED_RETRY_AFTER_MS,
+    );
+  });
+
+  test('sheds with the default while the only endpoint is probing', () => {
+    const { balancer, repeat, clock } = setup({ endpoints: [endpoint('a')], rng: middleRng() });
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    assert.equal(picked(balancer.pick({})).attempt.probe, true);
+    assert.equal(shedAfter(balancer.pick({})), DEFAULT_SHED_RETRY_AFTER_MS);
+  });
+});
+
+describe('in-flight accounting', () => {
+  test('counts an attempt from pick until finish', () => {
+    const { balancer, statusOf, pickOn } = setup();
+    const attempt = pickOn('a');
+    assert.equal(statusOf('a').inFlight, 1);
+    balancer.finish(attempt, OK);
+    assert.equal(statusOf('a').inFlight, 0);
+  });
+
+  test('ignores a second finish of the same attempt', () => {
+    const { balancer, statusOf, pickOn } = setup();
+    const first = pickOn('a');
+    pickOn('a');
+    balancer.finish(first, ERROR);
+    balancer.finish(first, ERROR);
+    assert.equal(statusOf('a').inFlight, 1);
+    assert.equal(statusOf('a').errors, 1);
+  });
+
+  test('ignores attempts it did not hand out', () => {
+    const { balancer, statusOf, pickOn } = setup();
+    pickOn('a');
+    const forged: Attempt = { endpoint: endpoint('a'), startedAtMs: 0, probe: false };
+    balancer.firstByte(forged);
+    balancer.finish(forged, ERROR);
+    assert.equal(statusOf('a').inFlight, 1);
+    assert.equal(statusOf('a').errors, 0);
+  });
+
+  test('hands out frozen attempts', () => {
+    const { pickOn } = setup();
+    assert.equal(Object.isFrozen(pickOn('a')), true);
+  });
+});
+
+describe('Failover mode', () => {
+  const tiers = () => [
+    endpoint('a', { tier: 0 }),
+    endpoint('c', { tier: 1 }),
+    endpoint('b', { tier: 0 }),
+    endpoint('d', { tier: 1 }),
+  ];
+
+  function spread(balancer: Balancer, picks = 400): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (let i = 0; i < picks; i++) {
+      const { attempt } = picked(balancer.pick({}));
+      counts.set(attempt.endpoint.id, (counts.get(attempt.endpoint.id) ?? 0) + 1);
+      balancer.finish(attempt, NEUTRAL);
+    }
+    return counts;
+  }
+
+  test('uses the first tier with a live endpoint and spreads only inside it', () => {
+    const { balancer } = setup({ endpoints: tiers(), policy: { mode: 'Failover' } });
+    const counts = spread(balancer);
+    assert.deepEqual([...counts.keys()].sort(), ['a', 'b']);
+    assert.ok(counts.get('a')! > 100 && counts.get('b')! > 100);
+  });
+
+  test('orders tiers by tier number, not by list position', () => {
+    const endpoints = [endpoint('backup', { tier: 3 }), endpoint('primary', { tier: 1 })];
+    const { balancer } = setup({ endpoints, policy: { mode: 'Failover' } });
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'primary');
+  });
+
+  test("falls to tier 2 when tier 1's breakers open, and returns when they recover", () => {
+    const { balancer, repeat, clock } = setup({ endpoints: tiers(), policy: { mode: 'Failover' } });
+    repeat(20, 'a', ERROR);
+    repeat(20, 'b', ERROR);
+    const during = spread(balancer);
+    assert.deepEqual([...during.keys()].sort(), ['c', 'd']);
+
+    clock.advance(36_000); // past any jittered 30 s period
+    const probe = picked(balancer.pick({}));
+    assert.equal(probe.attempt.probe, true);
+    assert.equal(probe.attempt.endpoint.tier, 0);
+    balancer.finish(probe.attempt, OK);
+    const second = picked(balancer.pick({}));
+    assert.equal(second.attempt.endpoint.tier, 0);
+    balancer.finish(second.attempt, OK);
+
+    const after = spread(balancer);
+    assert.deepEqual([...after.keys()].sort(), ['a', 'b']);
+  });
+
+  test('moves to the next tier when a retry excludes every endpoint of the first', () => {
+    const { balancer } = setup({ endpoints: tiers(), policy: { mode: 'Failover' } });
+    const retry = picked(balancer.pick({ exclude: new Set(['a', 'b']) }));
+    assert.equal(retry.attempt.endpoint.tier, 1);
+  });
+
+  test('spreads over every tier in Balance mode', () => {
+    const { balancer } = setup({ endpoints: tiers() });
+    assert.deepEqual([...spread(balancer).keys()].sort(), ['a', 'b', 'c', 'd']);
+  });
+});
+
+describe('affinity', () => {
+  const five = () => ['e1', 'e2', 'e3', 'e4', 'e5'].map((id) => endpoint(id));
+  const withKey = (overrides: PolicyOverrides = {}): PolicyOverrides => ({
+    ...overrides,
+    affinity: { key: 'Header', ...overrides.affinity },
+  });
+  const homeOf = (key: string, specs: EndpointSpec[]) => rendezvousPick(key, specs)!.id;
+
+  test("reports 'none' without a key, with an empty key, or when affinity is off", () => {
+    const on = setup({ policy: withKey() });
+    assert.equal(picked(on.balancer.pick({})).affinity, 'none');
+    assert.equal(picked(on.balancer.pick({ affinityKey: '' })).affinity, 'none');
+    const off = setup();
+    assert.equal(picked(off.balancer.pick({ affinityKey: 'k' })).affinity, 'none');
+  });
+
+  test('keeps sending a key to its sticky endpoint, even while it is the busier one', () => {
+    const specs = five();
+    const { balancer, statusOf } = setup({ endpoints: specs, policy: withKey() });
+    const home = homeOf('session-1', specs);
+    for (let i = 0; i < 50; i++) {
+      const result = picked(balancer.pick({ affinityKey: 'session-1' }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, home);
+    }
+    assert.equal(statusOf(home).inFlight, 50);
+  });
+
+  test('sends different keys to different endpoints', () => {
+    const { balancer } = setup({ endpoints: five(), policy: withKey() });
+    const homes = new Set<string>();
+    for (let k = 0; k < 100; k++)
+      homes.add(picked(balancer.pick({ affinityKey: `k${k}` })).attempt.endpoint.id);
+    assert.equal(homes.size, 5);
+  });
+
+  test(`lets go of a sticky endpoint slower than ${AFFINITY_MAX_SLOWDOWN}× the candidates' median`, () => {
+    const specs = five();
+    const key = 'session-slow';
+    const home = homeOf(key, specs);
+    // maxTtftSlowdown 100: the breaker stays out of it, this is the affinity rule alone.
+    const { balancer, repeat } = setup({
+      endpoints: specs,
+      policy: withKey({ health: { maxTtftSlowdown: 100 } }),
+    });
+    for (const s of specs) repeat(5, s.id, OK, s.id === home ? 2_000 : 100);
+    const result = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(result.affinity, 'slow');
+    assert.notEqual(result.attempt.endpoint.id, home); // the slowest never wins a P2C pair
+  });
+
+  test('keeps a sticky endpoint that is slower, but within maxSlowdown', () => {
+    const specs = five();
+    const key = 'session-ok';
+    const home = homeOf(key, specs);
+    const { balancer, repeat } = setup({ endpoints: specs, policy: withKey() });
+    for (const s of specs) repeat(10, s.id, OK, s.id === home ? 200 : 100);
+    const result = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(result.affinity, 'hit');
+    assert.equal(result.attempt.endpoint.id, home);
+  });
+
+  test('uses the default maxSlowdown when the policy has a non-positive one', () => {
+    const specs = five();
+    const key = 'session-2x';
+    const home = homeOf(key, specs);
+    const { balancer, repeat, statusOf } = setup({
+      endpoints: specs,
+      policy: withKey({ affinity: { maxSlowdown: 0 } }),
+    });
+    for (const s of specs) repeat(20, s.id, OK, s.id === home ? 200 : 100);
+    const ratio =
+      statusOf(home).ewmaTtftMs / statusOf(specs.find((s) => s.id !== home)!.id).ewmaTtftMs;
+    assert.ok(ratio > 1.5 && ratio < AFFINITY_MAX_SLOWDOWN, `ratio ${ratio}`);
+    assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'hit');
+  });
+
+  test("reports 'unavailable' and balances when the sticky endpoint's breaker is open", () => {
+    const specs = five();
+    const key = 'session-broken';
+    const home = homeOf(key, specs);
+    const { balancer, repeat } = setup({ endpoints: specs, policy: withKey() });
+    repeat(20, home, ERROR);
+    for (let i = 0; i < 20; i++) {
+      const result = picked(balancer.pick({ affinityKey: key }));
+      assert.equal(result.affinity, 'unavailable');
+      assert.notEqual(result.attempt.endpoint.id, home);
+    }
+  });
+
+  test("reports 'unavailable' while the sticky endpoint is half-open", () => {
+    const specs = five();
+    const key = 'session-probing';
+    const home = homeOf(key, specs);
+    const { balancer, repeat, clock } = setup({ endpoints: specs, policy: withKey() });
+    repeat(20, home, ERROR);
+    clock.advance(36_000);
+    assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'unavailable');
+  });
+
+  test("reports 'unavailable' when the sticky endpoint is excluded or cooling down", () => {
+    const specs = five();
+    const key = 'session-excluded';
+    const home = homeOf(key, specs);
+    const { balancer, serve } = setup({ endpoints: specs, policy: withKey() });
+    const retry = picked(balancer.pick({ affinityKey: key, exclude: new Set([home]) }));
+    assert.equal(retry.affinity, 'unavailable');
+    assert.notEqual(retry.attempt.endpoint.id, home);
+    serve(home, { kind: 'rate-limited', retryAfterMs: 5_000 });
+    assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'unavailable');
+  });
+
+  test('re-homes the keys of a drifted endpoint onto the remaining ones', () => {
+    const specs = five();
+    const key = 'session-drift';
+    const home = homeOf(key, specs);
+    const { balancer, update } = setup({ endpoints: specs, policy: withKey() });
+    const drifted = specs.map((s) => (s.id === home ? { ...s, drifted: true } : s));
+    update(withKey(), drifted);
+    const result = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(result.affinity, 'hit');
+    assert.equal(
+      result.attempt.endpoint.id,
+      homeOf(
+        key,
+        specs.filter((s) => s.id !== home),
+      ),
+    );
+  });
+
+  test('is stable under endpoint churn: only the keys of a leaving endpoint move', () => {
+    const specs = five();
+    const { balancer, update } = setup({ endpoints: specs, policy: withKey() });
+    const keys = Array.from({ length: 300 }, (_, k) => `user-${k}`);
+    const homeNow = (key: string) => {
+      const result = picked(balancer.pick({ affinityKey: key }));
+      balancer.finish(result.attempt, NEUTRAL);
+      assert.equal(result.affinity, 'hit');
+      return result.attempt.endpoint.id;
+    };
+    const before = new Map(keys.map((k) => [k, homeNow(k)]));
+    update(
+      withKey(),
+      specs.filter((s) => s.id !== 'e3'),
+    );
+    for (const key of keys) {
+      if (before.get(key) !== 'e3') assert.equal(homeNow(key), before.get(key));
+    }
+    update(withKey(), [...specs, endpoint('e6')]);
+    let movedToNew = 0;
+    for (const key of keys) {
+      const now = homeNow(key);
+      if (now !== before.get(key)) {
+        assert.equal(now, 'e6');
+        movedToNew += 1;
+      }
+    }
+    assert.ok(movedToNew > 20 && movedToNew < 80, `moved ${movedToNew} of 300`);
+  });
+
+  test('hashes over the chosen tier only in Failover mode', () => {
+    const endpoints = [
+      endpoint('a'),
+      endpoint('b'),
+      endpoint('c', { tier: 1 }),
+      endpoint('d', { tier: 1 }),
+    ];
+    const { balancer } = setup({ endpoints, policy: withKey({ mode: 'Failover' }) });
+    for (let k = 0; k < 50; k++) {
+      const result = picked(balancer.pick({ affinityKey: `k${k}` }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.tier, 0);
+    }
+  });
+});
+
+describe('EWMA of time to first token', () => {
+  test('feeds streamed successes into the EWMA with weight 0.2', () => {
+    const { serve, statusOf } = setup({ policy: { defaultTtftMs: 500 } });
+    assert.equal(statusOf('a').ewmaTtftMs, 500);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+    serve('a', OK, 100);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+    assert.equal(statusOf('a').ewmaSeeded, false);
+  });
+
+  test('starts endpoints without samples at the pool median, never at zero', () => {
+    const { serve, statusOf, update } = setup({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 100); // 420
+    serve('b', OK, 1_000); // seeded at 420 → 536
+    assert.equal(statusOf('c').ewmaTtftMs, 478);
+    update({ defaultTtftMs: 500 }, [endpoint('a'), endpoint('b'), endpoint('c'), endpoint('new')]);
+    assert.equal(statusOf('new').ewmaTtftMs, 478);
+    assert.equal(statusOf('new').ewmaSeeded, true);
+  });
+
+  test('does not feed non-streamed successes: their first byte is not a first token', () => {
+    const { serve, statusOf } = setup();
+    serve('a', { kind: 'success', streamed: false }, 5_000);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+    assert.equal(statusOf('a').requests, 1);
+  });
+
+  test('feeds only successes: errors, 429s and neutral endings with a first byte do not count', () => {
+    const { serve, statusOf } = setup();
+    serve('a', ERROR, 1);
+    serve('a', LIMITED, 1);
+    serve('a', NEUTRAL, 1);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+  });
+
+  test('has no sample for a success that never reported a first byte', () => {
+    const { serve, statusOf } = setup();
+    serve('a', OK);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+  });
+
+  test('keeps the first first-byte time and ignores first bytes after the finish', () => {
+    const { balancer, pickOn, clock, statusOf } = setup({ policy: { defaultTtftMs: 500 } });
+    const attempt = pickOn('a');
+    clock.advance(100);
+    balancer.firstByte(attempt);
+    clock.advance(900);
+    balancer.firstByte(attempt);
+    balancer.finish(attempt, OK);
+    balancer.firstByte(attempt);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+  });
+});
+
+describe('cold starts', () => {
+  test('drops the first sample after the endpoint was idle for idleAfterMs, and keeps the next', () => {
+    const { serve, statusOf, clock, events } = setup({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 100);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+    clock.advance(60_000);
+    serve('a', OK, 5_000);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+    assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
+    serve('a', OK, 100);
+    assert.equal(statusOf('a').ewmaTtftMs, 0.8 * 420 + 0.2 * 100);
+  });
+
+  test('keeps the sample of an endpoint idle for less than idleAfterMs', () => {
+    const { serve, statusOf, clock, events } = setup({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 100);
+    clock.advance(59_899);
+    serve('a', OK, 100);
+    assert.equal(events.length, 0);
+    assert.ok(statusOf('a').ewmaTtftMs < 420);
+  });
+
+  test('counts an endpoint as idle from when it joined the pool', () => {
+    const { serve, clock, events } = setup();
+    clock.advance(60_000);
+    serve('a', OK, 100);
+    assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
+  });
+
+  test('does not mistake a long stream in flight for idleness', () => {
+    const { balancer, pickOn, serve, clock, events } = setup();
+    const longStream = pickOn('a');
+    clock.advance(120_000);
+    serve('a', OK, 100);
+    balancer.finish(longStream, OK);
+    assert.equal(events.length, 0);
+  });
+
+  test('drops only one sample when several attempts start after the idle period', () => {
+    const { balancer, pickOn, clock, events, statusOf } = setup({ policy: { defaultTtftMs: 500 } });
+    clock.advance(60_000);
+    const first = pickOn('a');
+    const second = pickOn('a');
+    clock.advance(100);
+    balancer.firstByte(first);
+    balancer.firstByte(second);
+    balancer.finish(first, OK);
+    balancer.finish(second, OK);
+    assert.equal(events.length, 1);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+  });
+
+  test('drops the first sample even when an error came back first', () => {
+    const { serve, clock, events } = setup();
+    clock.advance(60_000);
+    const failing = serve('a', ERROR, 10);
+    assert.ok(failing);
+    serve('a', OK, 100);
+    assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
+  });
+
+  test('is disabled by idleAfterMs 0', () => {
+    const { serve, clock, events } = setup({ policy: { coldStart: { idleAfterMs: 0 } } });
+    clock.advance(600_000);
+    serve('a', OK, 100);
+    assert.equal(events.length, 0);
+  });
+
+  test('does not spend the drop on an unusable sample', () => {
+    const { balancer, pickOn, serve, clock, events } = setup();
+    clock.advance(60_000);
+    const attempt = pickOn('a');
+    clock.advance(-10); // clock went backwards: negative TTFT
+    balancer.firstByte(attempt);
+    balancer.finish(attempt, OK);
+    assert.equal(events.length, 0);
+    serve('a', OK, 100);
+    assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
+  });
+});
+
+describe('breaker', () => {
+  test('stays closed below minRequests, however many errors', () => {
+    const { repeat, statusOf } = setup();
+    repeat(19, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'closed');
+  });
+
+  test('opens at minRequests when the error rate reaches maxErrorRate', () => {
+    const { repeat, statusOf, breakerEvents } = setup({ rng: middleRng() });
+    repeat(10, 'a', OK);
+    repeat(10, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'open');
+    assert.deepEqual(breakerEvents(), [
+      {
+        kind: 'breaker',
+        endpointId: 'a',
+        from: 'closed',
+        to: 'open',
+        reason: 'errors',
+        openForMs: 30_000,
+      },
+    ]);
+  });
+
+  test('stays closed with an error rate below maxErrorRate', () => {
+    const { repeat, statusOf } = setup();
+    repeat(11, 'a', OK);
+    repeat(9, 'a', ERROR);
+    repeat(10, 'a', OK);
+    assert.equal(statusOf('a').breaker, 'closed');
+    assert.deepEqual(statusOf('a').window, { requests: 30, errors: 9, rateLimited: 0 });
+  });
+
+  test('opens when the 429 rate reaches max429Rate', () => {
+    const { repeat, statusOf, breakerEvents } = setup();
+    repeat(14, 'a', OK);
+    repeat(6, 'a', LIMITED);
+    assert.equal(statusOf('a').breaker, 'open');
+    assert.equal(breakerEvents()[0]!.reason, 'rate-limited');
+  });
+
+  test('does not count neutral endings toward health', () => {
+    const { repeat, statusOf } = setup();
+    repeat(100, 'a', NEUTRAL);
+    repeat(19, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'closed');
+    assert.equal(statusOf('a').requests, 19);
+  });
+
+  test('forgets errors older than the window', () => {
+    const { repeat, statusOf, clock } = setup();
+    repeat(15, 'a', ERROR);
+    clock.advance(10_000);
+    repeat(10, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'closed');
+    assert.equal(statusOf('a').errors, 25);
+  });
+
+  test('opens a slow endpoint: EWMA above maxTtftSlowdown × the median of the others', () => {
+    const { repeat, statusOf, breakerEvents } = setup();
+    repeat(30, 'b', OK, 10); // converged near 10 ms (the seed's weight is 0.8^30)
+    repeat(30, 'c', OK, 12);
+    repeat(5, 'a', OK, 100);
+    assert.equal(statusOf('a').slow, true);
+    assert.equal(statusOf('b').slow, false);
+    assert.equal(statusOf('a').breaker, 'closed'); // minRequests first
+    repeat(15, 'a', OK, 100);
+    assert.equal(statusOf('a').breaker, 'open');
+    assert.equal(breakerEvents()[0]!.reason, 'slow');
+  });
+
+  test('never calls an endpoint slow when no other endpoint has data', () => {
+    const { repeat, statusOf } = setup();
+    repeat(30, 'a', OK, 5_000);
+    assert.equal(statusOf('a').slow, false);
+    assert.equal(statusOf('a').breaker, 'closed');
+  });
+
+  test('compares only within the tier in Failover mode', () => {
+    const endpoints = [
+      endpoint('fast'),
+      endpoint('backup1', { tier: 1 }),
+      endpoint('backup2', { tier: 1 }),
+    ];
+    const { repeat, statusOf } = setup({ endpoints, policy: { mode: 'Failover' } });
+    repeat(10, 'fast', OK, 10);
+    repeat(10, 'backup1', OK, 300);
+    assert.equal(statusOf('backup1').slow, false); // backup2 has no data: no reference
+    repeat(10, 'backup2', OK, 280);
+    assert.equal(statusOf('backup1').slow, false);
+    assert.equal(statusOf('fast').slow, false);
+  });
+
+  test('turns half-open after openForMs with the drawn jitter, not before', () => {
+    const { balancer, repeat, clock, breakerEvents } = setup({
+      endpoints: [endpoint('a')],
+      rng: scriptedRng([0]), // the lowest jitter: 0.8 × 30 s
+    });
+    repeat(20, 'a', ERROR);
+    assert.equal(breakerEvents()[0]!.openForMs, 24_000);
+    clock.advance(23_999);
+    assert.equal(shedAfter(balancer.pick({})), 1);
+    clock.advance(1);
+    const probe = picked(balancer.pick({}));
+    assert.equal(probe.attempt.probe, true);
+    assert.deepEqual(breakerEvents()[1], {
+      kind: 'breaker',
+      endpointId: 'a',
+      from: 'open',
+      to: 'half-open',
+      reason: 'open-expired',
+    });
+  });
+
+  test('keeps the open period within ±20 % of openForMs', () => {
+    for (let seed = 0; seed < 50; seed++) {
+      const { repeat, breakerEvents } = setup({ rng: seededRng(seed) });
+      repeat(20, 'a', ERROR);
+      const openFor = breakerEvents()[0]!.openForMs!;
+      assert.ok(openFor >= 24_000 && openFor <= 36_000, `${openFor}`);
+    }
+  });
+
+  test('lets exactly one probe through while half-open', () => {
+    const { balancer, repeat, clock, statusOf } = setup({ rng: middleRng() });
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    const probe = picked(balancer.pick({ exclude: new Set(['b', 'c']) }));
+    assert.equal(probe.attempt.probe, true);
+    assert.equal(statusOf('a').breaker, 'half-open');
+    for (let i = 0; i < 20; i++) {
+      assert.notEqual(picked(balancer.pick({})).attempt.endpoint.id, 'a');
+    }
+  });
+
+  test('closes on a successful probe with a clean window', () => {
+    const { balancer, repeat, clock, statusOf, breakerEvents } = setup({ rng: middleRng() });
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    const probe = picked(balancer.pick({ exclude: new Set(['b', 'c']) }));
+    balancer.finish(probe.attempt, OK);
+    assert.equal(statusOf('a').breaker, 'closed');
+    assert.deepEqual(statusOf('a').window, { requests: 0, errors: 0, rateLimited: 0 });
+    assert.equal(breakerEvents().at(-1)!.reason, 'probe-succeeded');
+  });
+
+  test('opens again for twice as long when the probe fails, up to maxOpenForMs', () => {
+    const { balancer, repeat, clock, breakerEvents } = setup({
+      endpoints: [endpoint('a')],
+      rng: middleRng(),
+      policy: { health: { maxOpenForMs: 100_000 } },
+    });
+    repeat(20, 'a', ERROR);
+    const periods = [breakerEvents().at(-1)!.openForMs!];
+    for (let i = 0; i < 3; i++) {
+      clock.advance(periods.at(-1)!);
+      const probe = picked(balancer.pick({}));
+      assert.equal(probe.attempt.probe, true);
+      balancer.finish(probe.attempt, i === 1 ? LIMITED : ERROR); // a 429 fails a probe too
+      const reopened = breakerEvents().at(-1)!;
+      assert.equal(reopened.reason, 'probe-failed');
+      periods.push(reopened.openForMs!);
+    }
+    assert.deepEqual(periods, [30_000, 60_000, 100_000, 100_000]);
+  });
+
+  test('resets the doubling once a probe succeeds', () => {
+    const { balancer, repeat, clock, breakerEvents } = setup({
+      endpoints: [endpoint('a')],
+      rng: middleRng(),
+    });
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    balancer.finish(picked(balancer.pick({})).attempt, ERROR); // 60 s
+    clock.advance(60_000);
+    balancer.finish(picked(balancer.pick({})).attempt, OK); // closed
+    repeat(20, 'a', ERROR);
+    assert.equal(breakerEvents().at(-1)!.openForMs, 30_000);
+  });
+
+  test('frees the probe slot without a verdict when the probe ends neutral', () => {
+    const { balancer, repeat, clock, statusOf } = setup({
+      endpoints: [endpoint('a')],
+      rng: middleRng(),
+    });
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    balancer.finish(picked(balancer.pick({})).attempt, NEUTRAL);
+    assert.equal(statusOf('a').breaker, 'half-open');
+    const next = picked(balancer.pick({}));
+    assert.equal(next.attempt.probe, true);
+  });
+
+  test('lets only the probe decide: attempts from before the opening do not', () => {
+    const { balancer, pickOn, repeat, clock, statusOf } = setup({
+      endpoints: [endpoint('a')],
+      rng: middleRng(),
+    });
+    const old = pickOn('a');
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    const probe = picked(balancer.pick({}));
+    balancer.finish(old, OK);
+    assert.equal(statusOf('a').breaker, 'half-open');
+    balancer.finish(probe.attempt, OK);
+    assert.equal(statusOf('a').breaker, 'closed');
+  });
+
+  test('reports every transition through onEvent, in order', () => {
+    const { balancer, repeat, clock, breakerEvents } = setup({
+      endpoints: [endpoint('a')],
+      rng: middleRng(),
+    });
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    balancer.finish(picked(balancer.pick({})).attempt, OK);
+    assert.deepEqual(
+      breakerEvents().map((e) => `${e.from}>${e.to}:${e.reason}`),
+      ['closed>open:errors', 'open>half-open:open-expired', 'half-open>closed:probe-succeeded'],
+    );
+  });
+
+  test('works without an onEvent listener', () => {
+    const balancer = new Balancer(testPolicy({ health: { minRequests: 1 } }), [endpoint('a')], {
+      clock: fakeClock(),
+      rng: middleRng(),
+    });
+    const attempt = picked(balancer.pick({})).attempt;
+    balancer.finish(attempt, ERROR);
+    assert.equal(balancer.status()[0]!.breaker, 'open');
+  });
+});
+
+describe('Retry-After cooldown', () => {
+  test('keeps a rate-limited endpoint out of the candidates until Retry-After has passed', () => {
+    const { balancer, serve, clock } = setup({ endpoints: [endpoint('a')] });
+    serve('a', { kind: 'rate-limited', retryAfterMs: 5_000 });
+    assert.equal(shedAfter(balancer.pick({})), 5_000);
+    clock.advance(4_999);
+    assert.equal(shedAfter(balancer.pick({})), 1);
+    clock.advance(1);
+    picked(balancer.pick({}));
+  });
+
+  test(`honours Retry-After for at most ${MAX_RETRY_AFTER_COOLDOWN_MS / 1000} s`, () => {
+    const { balancer, serve } = setup({ endpoints: [endpoint('a')] });
+    serve('a', { kind: 'rate-limited', retryAfterMs: 3_600_000 });
+    assert.equal(shedAfter(balancer.pick({})), 60_000);
+    const inf = setup({ endpoints: [endpoint('a')] });
+    inf.serve('a', { kind: 'rate-limited', retryAfterMs: Infinity });
+    assert.equal(shedAfter(inf.balancer.pick({})), 60_000);
+  });
+
+  test('ignores a missing, zero, negative, NaN or non-numeric Retry-After', () => {
+    const { balancer, serve } = setup({ endpoints: [endpoint('a')] });
+    for (const retryAfterMs of [undefined, 0, -5, Number.NaN, '30' as unknown as number]) {
+      serve('a', { kind: 'rate-limited', retryAfterMs });
+      picked(balancer.pick({}));
+    }
+  });
+
+  test('extends a cooldown but never shortens it', () => {
+    const { balancer, serve, pickOn, clock } = setup({ endpoints: [endpoint('a')] });
+    const inFlight = pickOn('a');
+    serve('a', { kind: 'rate-limited', retryAfterMs: 10_000 });
+    balancer.finish(inFlight, { kind: 'rate-limited', retryAfterMs: 1_000 });
+    assert.equal(shedAfter(balancer.pick({})), 10_000);
+    clock.advance(500);
+    assert.equal(shedAfter(balancer.pick({})), 9_500);
+  });
+
+  test('waits for the later of cooldown and open breaker when shedding', () => {
+    const { balancer, repeat, serve } = setup({ endpoints: [endpoint('a')], rng: middleRng() });
+    repeat(19, 'a', ERROR);
+    serve('a', { kind: 'rate-limited', retryAfterMs: 45_000 }); // 20th: opens for 30 s
+    assert.equal(shedAfter(balancer.pick({})), 45_000);
+  });
+});
+
+describe('retries', () => {
+  test("answers 'max-attempts' once attemptsSoFar reaches maxAttempts", () => {
+    const { balancer } = setup();
+    assert.equal(balancer.tryRetry(1).kind, 'retry');
+    assert.equal(balancer.tryRetry(2).kind, 'retry');
+    assert.equal(balancer.tryRetry(3).kind, 'max-attempts');
+    assert.equal(balancer.tryRetry(Number.NaN).kind, 'max-attempts');
+  });
+
+  test("answers 'budget-exhausted' once the budget is spent, and refills with first attempts", () => {
+    const { balancer } = setup({ policy: { retry: { minPerSecond: 0, budgetPercent: 20 } } });
+    assert.equal(balancer.tryRetry(1).kind, 'budget-exhausted');
+    for (let i = 0; i < 10; i++) balancer.recordRequest();
+    assert.equal(balancer.tryRetry(1).kind, 'retry');
+    assert.equal(balancer.tryRetry(1).kind, 'retry');
+    assert.equal(balancer.tryRetry(1).kind, 'budget-exhausted');
+    assert.deepEqual(balancer.retryBudget(), { firstAttempts: 10, retries: 2, allowance: 2 });
+  });
+
+  test('does not withdraw from the budget when maxAttempts already says no', () => {
+    const { balancer } = setup({ policy: { retry: { minPerSecond: 0.1 } } });
+    assert.equal(balancer.tryRetry(5).kind, 'max-attempts');
+    assert.equal(balancer.retryBudget().retries, 0);
+  });
+
+  test('applies a new retry policy on update', () => {
+    const { balancer, update } = setup();
+    update({ retry: { maxAttempts: 1 } }, [endpoint('a')]);
+    assert.equal(balancer.tryRetry(1).kind, 'max-attempts');
+  });
+});
+
+describe('update', () => {
+  test('keeps EWMA, in-flight and breaker state by endpoint id', () => {
+    const { balancer, serve, repeat, pickOn, statusOf, update } = setup();
+    serve('a', OK, 100);
+    pickOn('a');
+    repeat(20, 'b', ERROR);
+    const before = statusOf('a').ewmaTtftMs;
+    update({}, [endpoint('b', { url: 'http://moved/v1' }), endpoint('a')]);
+    assert.deepEqual(
+      balancer.status().map((s) => s.id),
+      ['b', 'a'],
+    );
+    assert.equal(statusOf('a').ewmaTtftMs, before);
+    assert.equal(statusOf('a').inFlight, 1);
+    assert.equal(statusOf('b').breaker, 'open');
+    assert.equal(statusOf('b').url, 'http://moved/v1');
+  });
+
+  test('stops picking removed endpoints but lets their attempts finish harmlessly', () => {
+    const { balancer, pickOn, statusOf, update, events } = setup({ rng: middleRng() });
+    const leaving = Array.from({ length: 25 }, () => pickOn('c'));
+    update({}, [endpoint('a'), endpoint('b')]);
+    for (let i = 0; i < 30; i++)
+      assert.notEqual(picked(balancer.pick({})).attempt.endpoint.id, 'c');
+    for (const attempt of leaving) {
+      balancer.firstByte(attempt);
+      balancer.finish(attempt, ERROR);
+    }
+    assert.equal(events.length, 0);
+    assert.equal(balancer.status().length, 2);
+    assert.equal(statusOf('a').errors, 0);
+  });
+
+  test('starts an endpoint that left and came back from scratch', () => {
+    const { serve, statusOf, update } = setup();
+    serve('c', OK, 100);
+    serve('c', ERROR);
+    update({}, [endpoint('a'), endpoint('b')]);
+    update({}, [endpoint('a'), endpoint('b'), endpoint('c')]);
+    assert.equal(statusOf('c').errors, 0);
+    assert.equal(statusOf('c').ewmaSeeded, true);
+  });
+
+  test('drops a removed endpoint from the pool median', () => {
+    const { serve, statusOf, update } = setup({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 100); // 420
+    serve('b', OK, 2_500); // 836
+    assert.equal(statusOf('c').ewmaTtftMs, 628);
+    update({ defaultTtftMs: 500 }, [endpoint('a'), endpoint('c')]);
+    assert.equal(statusOf('c').ewmaTtftMs, 420);
+  });
+
+  test('keeps the first of duplicated ids', () => {
+    const { balancer } = setup({
+      endpoints: [endpoint('a', { url: 'http://one/v1' }), endpoint('a', { url: 'http://two/v1' })],
+    });
+    assert.deepEqual(
+      balancer.status().map((s) => s.url),
+      ['http://one/v1'],
+    );
+  });
+
+  test('restarts the health window when its length changes, and keeps it otherwise', () => {
+    const { repeat, statusOf, update } = setup();
+    repeat(5, 'a', ERROR);
+    update({ health: { openForMs: 1_000 } }, [endpoint('a')]);
+    assert.equal(statusOf('a').window.errors, 5);
+    update({ health: { windowMs: 20_000 } }, [endpoint('a')]);
+    assert.equal(statusOf('a').window.errors, 0);
+    assert.equal(statusOf('a').errors, 5);
+  });
+
+  test('switches between Balance and Failover', () => {
+    const endpoints = [endpoint('a'), endpoint('b', { tier: 1 })];
+    const { balancer, update } = setup({ endpoints, rng: seededRng(3) });
+    const seen = new Set<string>();
+    for (let i = 0; i < 50; i++) seen.add(picked(balancer.pick({})).attempt.endpoint.id);
+    assert.deepEqual([...seen].sort(), ['a', 'b']);
+    update({ mode: 'Failover' }, endpoints);
+    for (let i = 0; i < 50; i++) assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
+  });
+
+  test('applies new breaker settings at the next opening', () => {
+    const { repeat, update, breakerEvents } = setup({ rng: middleRng() });
+    update({ health: { openForMs: 5_000 } }, [endpoint('a')]);
+    repeat(20, 'a', ERROR);
+    assert.equal(breakerEvents()[0]!.openForMs, 5_000);
+  });
+});
+
+describe('status', () => {
+  test('describes every endpoint in list order', () => {
+    const endpoints = [
+      endpoint('x', { backend: 'in-cluster', tier: 0, costPerMTok: 0.2 }),
+      endpoint('y', { backend: 'provider', tier: 1, costPerMTok: 0.6, drifted: true }),
+    ];
+    const { balancer } = setup({ endpoints, policy: { defaultTtftMs: 700 } });
+    assert.deepEqual(balancer.status(), [
+      {
+        id: 'x',
+        backend: 'in-cluster',
+        url: 'http://x/v1',
+        tier: 0,
+        inFlight: 0,
+        ewmaTtftMs: 700,
+        ewmaSeeded: true,
+        breaker: 'closed',
+        slow: false,
+        drifted: false,
+        requests: 0,
+        errors: 0,
+        rateLimited: 0,
+        window: { requests: 0, errors: 0, rateLimited: 0 },
+        costPerMTok: 0.2,
+      },
+      {
+        id: 'y',
+        backend: 'provider',
+        url: 'http://y/v1',
+        tier: 1,
+        inFlight: 0,
+        ewmaTtftMs: 700,
+        ewmaSeeded: true,
+        breaker: 'closed',
+        slow: false,
+        drifted: true,
+        requests: 0,
+        errors: 0,
+        rateLimited: 0,
+        window: { requests: 0, errors: 0, rateLimited: 0 },
+        costPerMTok: 0.6,
+      },
+    ]);
+  });
+
+  test('shows an expired open breaker as half-open', () => {
+    const { repeat, clock, statusOf, breakerEvents } = setup({ rng: middleRng() });
+    repeat(20, 'a', ERROR);
+    clock.advance(30_000);
+    assert.equal(statusOf('a').breaker, 'half-open');
+    assert.equal(breakerEvents().at(-1)!.reason, 'open-expired');
+  });
+
+  test('counts lifetime totals and window totals separately', () => {
+    const { repeat, statusOf, clock } = setup();
+    repeat(3, 'a', OK);
+    repeat(2, 'a', ERROR);
+    repeat(1, 'a', LIMITED);
+    clock.advance(20_000);
+    const s = statusOf('a');
+    assert.deepEqual([s.requests, s.errors, s.rateLimited], [6, 2, 1]);
+    assert.deepEqual(s.window, { requests: 0, errors: 0, rateLimited: 0 });
+  });
+});
+
+describe('robustness', () => {
+  test('survives a clock going backwards without negative counts or samples', () => {
+    const { balancer, pickOn, serve, statusOf, clock } = setup();
+    clock.set(100_000);
+    serve('a', ERROR);
+    const attempt = pickOn('a');
+    clock.set(50_000);
+    balancer.firstByte(attempt);
+    balancer.finish(attempt, OK);
+    serve('a', ERROR);
+    const s = statusOf('a');
+    assert.equal(s.inFlight, 0);
+    assert.equal(s.ewmaSeeded, true);
+    assert.deepEqual(s.window, { requests: 3, errors: 2, rateLimited: 0 });
+  });
+
+  test('uses the last good reading when the clock returns NaN or Infinity', () => {
+    let now = 0;
+    const clock = { nowMs: () => now };
+    const events: PolicyEvent[] = [];
+    const balancer = new Balancer(testPolicy({ health: { minRequests: 1 } }), [endpoint('a')], {
+      clock,
+      rng: middleRng(),
+      onEvent: (e) => events.push(e),
+    });
+    now = 1_000;
+    const attempt = picked(balancer.pick({})).attempt;
+    now = Number.NaN;
+    balancer.finish(attempt, ERROR); // opens at the last good time, 1 000
+    now = Infinity;
+    assert.equal(shedAfter(balancer.pick({})), 30_000);
+    now = 31_000;
+    assert.equal(picked(balancer.pick({})).attempt.probe, true);
+  });
+
+  test('treats an unknown outcome kind as neutral', () => {
+    const { balancer, pickOn, statusOf } = setup();
+    balancer.finish(pickOn('a'), { kind: 'mystery' } as unknown as Outcome);
+    balancer.finish(pickOn('a'), undefined as unknown as Outcome);
+    assert.equal(statusOf('a').requests, 0);
+    assert.equal(statusOf('a').inFlight, 0);
+  });
+
+  test('survives NaN prices and weights by routing on latency', () => {
+    const endpoints = [
+      endpoint('a', { costPerMTok: Number.NaN }),
+      endpoint('b', { costPerMTok: 1 }),
+    ];
+    const { balancer } = setup({
+      endpoints,
+      policy: { costWeightPerMs: Number.NaN },
+      rng: scriptedRng([0, 0]),
+    });
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
+  });
+
+  test('defaults the pick request when the shell passes none', () => {
+    const { balancer } = setup({ endpoints: [endpoint('a')] });
+    assert.equal(picked(balancer.pick()).attempt.endpoint.id, 'a');
+  });
+});

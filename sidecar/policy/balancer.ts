@@ -1,0 +1,432 @@
+/**
+ * The routing policy of one pool, composed from the pure pieces of this folder:
+ *
+ *   candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
+ *     → tier (Failover: the first tier with a candidate; Balance: all)
+ *     → affinity (rendezvous-sticky endpoint unless broken or slow)
+ *     → P2C on score
+ *     → breaker probe slot, in-flight +1
+ *
+ * and, as attempts end, the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
+ * health window, breakers, cooldowns, and the retry budget.
+ *
+ * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
+ * half-open the first time the balancer looks at it after its period (pick, finish, status).
+ */
+import { AFFINITY_MAX_SLOWDOWN, rendezvousPick } from './affinity.ts';
+import { Breaker, type BreakerTransition } from './breaker.ts';
+import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
+import { median } from './median.ts';
+import { pickTwoChoices } from './p2c.ts';
+import { RetryBudget } from './retry-budget.ts';
+import { score } from './score.ts';
+import { SlidingWindow } from './sliding-window.ts';
+import type {
+  AffinityResult,
+  Attempt,
+  Clock,
+  EndpointSpec,
+  EndpointStatus,
+  Outcome,
+  PickRequest,
+  PickResult,
+  PolicyEvent,
+  PoolBalancer,
+  PoolPolicy,
+  RetryDecision,
+  Rng,
+} from './types.ts';
+
+export { AFFINITY_MAX_SLOWDOWN } from './affinity.ts';
+
+/** `retryAfterMs` of a shed when no endpoint has a known time of return (drifted, probing). */
+export const DEFAULT_SHED_RETRY_AFTER_MS = 1000;
+
+/**
+ * An upstream's Retry-After is honoured for at most a minute. A provider that answers
+ * "Retry-After: 3600" (or a garbled date) must not take an endpoint out for an hour on one
+ * response; if it is still limiting after a minute, the next 429 extends the cooldown.
+ */
+export const MAX_RETRY_AFTER_COOLDOWN_MS = 60_000;
+
+export interface BalancerDeps {
+  clock: Clock;
+  rng: Rng;
+  /** Breaker changes and dropped cold samples, for logs and metrics. Must not throw. */
+  onEvent?: ((event: PolicyEvent) => void) | undefined;
+}
+
+type HealthCounter = 'requests' | 'errors' | 'rateLimited';
+const HEALTH_COUNTERS: readonly HealthCounter[] = ['requests', 'errors', 'rateLimited'];
+
+/** Everything the balancer remembers about one endpoint id. */
+interface EndpointState {
+  readonly id: string;
+  spec: EndpointSpec;
+  readonly breaker: Breaker;
+  window: SlidingWindow<HealthCounter>;
+  inFlight: number;
+  /** Lifetime counts of finished attempts that count toward health. */
+  requests: number;
+  errors: number;
+  rateLimited: number;
+  /** When the endpoint last finished an attempt, or was first seen: the start of idleness. */
+  lastActivityMs: number;
+  /** Set when an attempt starts on an idle endpoint: its next TTFT sample is a cold start. */
+  dropNextSample: boolean;
+  /** Not a candidate before this time (an upstream 429 with Retry-After); -Infinity for none. */
+  cooldownUntilMs: number;
+  /** Left the pool in an update; its attempts may still finish, without effect. */
+  removed: boolean;
+}
+
+/** What the balancer knows about an attempt it handed out. */
+interface AttemptRecord {
+  readonly state: EndpointState;
+  readonly probeToken: number | undefined;
+  ttftMs: number | undefined;
+  finished: boolean;
+}
+
+export class Balancer implements PoolBalancer {
+  #policy: PoolPolicy;
+  readonly #clock: Clock;
+  readonly #rng: Rng;
+  readonly #onEvent: ((event: PolicyEvent) => void) | undefined;
+  readonly #ewma: TtftEwmas;
+  readonly #budget: RetryBudget;
+  #states = new Map<string, EndpointState>();
+  /** Endpoints in the order of the last update (status order, P2C index order). */
+  #order: EndpointState[] = [];
+  /** The same endpoints grouped by tier, lowest tier (first choice) first. */
+  #tiers: EndpointState[][] = [];
+  /** Keyed by the Attempt object itself: the shell cannot forge or mutate this bookkeeping. */
+  readonly #attempts = new WeakMap<Attempt, AttemptRecord>();
+  #lastNowMs = 0;
+
+  constructor(policy: PoolPolicy, endpoints: readonly EndpointSpec[], deps: BalancerDeps) {
+    this.#policy = policy;
+    this.#clock = deps.clock;
+    this.#rng = deps.rng;
+    this.#onEvent = deps.onEvent;
+    this.#ewma = new TtftEwmas(policy.defaultTtftMs);
+    this.#budget = new RetryBudget(policy.retry, deps.clock);
+    this.#setEndpoints(endpoints, false);
+  }
+
+  update(policy: PoolPolicy, endpoints: readonly EndpointSpec[]): void {
+    const windowChanged = !Object.is(policy.health.windowMs, this.#policy.health.windowMs);
+    this.#policy = policy;
+    this.#ewma.setDefault(policy.defaultTtftMs);
+    this.#budget.setPolicy(policy.retry);
+    this.#setEndpoints(endpoints, windowChanged);
+  }
+
+  pick(request: PickRequest = {}): PickResult {
+    const now = this.#now();
+    this.#advanceBreakers(now);
+    const exclude = request.exclude;
+    const isCandidate = (s: EndpointState): boolean =>
+      !(exclude?.has(s.id) ?? false) && s.breaker.admits() && !(s.cooldownUntilMs > now);
+
+    // `pool` is the tier set affinity hashes over: every non-drifted endpoint of the chosen tier
+    // (Failover) or of the pool (Balance), live or not, so that a key keeps its endpoint while
+    // others come and go, and "its endpoint is down" is visible as 'unavailable'.
+    let pool: EndpointState[] = [];
+    let candidates: EndpointState[] = [];
+    const groups = this.#policy.mode === 'Failover' ? this.#tiers : [this.#order];
+    for (const group of groups) {
+      pool = group.filter((s) => s.spec.drifted !== true);
+      candidates = pool.filter(isCandidate);
+      if (candidates.length > 0) break;
+    }
+    if (candidates.length === 0) {
+      return { kind: 'shed', retryAfterMs: this.#retryAfterMs(now, exclude) };
+    }
+
+    const sticky = this.#sticky(request.affinityKey, pool, candidates);
+    const chosen = sticky.endpoint ?? pickTwoChoices(candidates, this.#rng, (s) => this.#score(s));
+    return { kind: 'picked', attempt: this.#start(chosen, now), affinity: sticky.result };
+  }
+
+  firstByte(attempt: Attempt): void {
+    const record = this.#attempts.get(attempt);
+    if (record === undefined || record.finished || record.ttftMs !== undefined) return;
+    record.ttftMs = this.#now() - attempt.startedAtMs;
+  }
+
+  finish(attempt: Attempt, outcome: Outcome): void {
+    const record = this.#attempts.get(attempt);
+    if (record === undefined || record.finished) return;
+    record.finished = true;
+    const state = record.state;
+    state.inFlight = Math.max(0, state.inFlight - 1);
+    if (state.removed) return;
+
+    const now = this.#now();
+    state.lastActivityMs = now;
+    this.#emit(state, state.breaker.advance(now));
+
+    // An unknown kind (a JS caller) is treated as neutral: it says nothing about health.
+    const kind = (outcome as Partial<Outcome> | undefined)?.kind;
+    if (kind === 'success') {
+      this.#count(state, now, 'requests');
+      // Only streamed first tokens are TTFTs: a non-streamed body's first byte arrives after the
+      // whole generation and would make long answers look like a slow endpoint (docs/policy.md).
+      if ((outcome as { streamed?: unknown }).streamed === true && record.ttftMs !== undefined) {
+        this.#feedEwma(state, record.ttftMs);
+      }
+    } else if (kind === 'error') {
+      this.#count(state, now, 'errors');
+    } else if (kind === 'rate-limited') {
+      this.#count(state, now, 'rateLimited');
+      this.#coolDown(state, now, (outcome as { retryAfterMs?: unknown }).retryAfterMs);
+    }
+
+    if (record.probeToken !== undefined) {
+      const verdict =
+        kind === 'success'
+          ? 'succeeded'
+          : kind === 'error' || kind === 'rate-limited'
+            ? 'failed'
+            : 'released';
+      const settled = state.breaker.settleProbe(record.probeToken, verdict, now, this.#rng);
+      if (settled?.to === 'closed') state.window.clear(); // a clean slate after recovery
+      this.#emit(state, settled);
+    }
+    const reading = { ...state.window.totals(now), slow: this.#isSlow(state) };
+    this.#emit(state, state.breaker.evaluate(now, reading, this.#rng));
+  }
+
+  recordRequest(): void {
+    this.#budget.recordRequest();
+  }
+
+  tryRetry(attemptsSoFar: number): RetryDecision {
+    if (!(attemptsSoFar < this.#policy.retry.maxAttempts)) return { kind: 'max-attempts' };
+    return this.#budget.tryWithdraw() ? { kind: 'retry' } : { kind: 'budget-exhausted' };
+  }
+
+  /** The retry budget's window, for a metrics gauge (not part of PoolBalancer). */
+  retryBudget(): { firstAttempts: number; retries: number; allowance: number } {
+    return this.#budget.snapshot();
+  }
+
+  status(): EndpointStatus[] {
+    const now = this.#now();
+    this.#advanceBreakers(now);
+    return this.#order.map((s) => {
+      const window = s.window.totals(now);
+      return {
+        id: s.id,
+        backend: s.spec.backend,
+        url: s.spec.url,
+        tier: s.spec.tier,
+        inFlight: s.inFlight,
+        ewmaTtftMs: this.#ewma.valueMs(s.id),
+        ewmaSeeded: !this.#ewma.hasSamples(s.id),
+        breaker: s.breaker.state,
+        slow: this.#isSlow(s),
+        drifted: s.spec.drifted === true,
+        requests: s.requests,
+        errors: s.errors,
+        rateLimited: s.rateLimited,
+        window: {
+          requests: window.requests,
+          errors: window.errors,
+          rateLimited: window.rateLimited,
+        },
+        costPerMTok: s.spec.costPerMTok,
+      };
+    });
+  }
+
+  /**
+   * The clock's reading, or the last finite one when it returns NaN or ±Infinity: a broken clock
+   * must not leave a breaker open forever (NaN never compares ≥) or poison the window.
+   */
+  #now(): number {
+    const reading = this.#clock.nowMs();
+    if (Number.isFinite(reading)) this.#lastNowMs = reading;
+    return this.#lastNowMs;
+  }
+
+  #setEndpoints(endpoints: readonly EndpointSpec[], windowChanged: boolean): void {
+    const now = this.#now();
+    const health = this.#policy.health;
+    const next = new Map<string, EndpointState>();
+    for (const spec of endpoints) {
+      if (next.has(spec.id)) continue; // ids are unique by contract; the first one wins
+      let state = this.#states.get(spec.id);
+      if (state === undefined) {
+        state = {
+          id: spec.id,
+          spec,
+          breaker: new Breaker(health),
+          window: new SlidingWindow(health.windowMs, HEALTH_COUNTERS),
+          inFlight: 0,
+          requests: 0,
+          errors: 0,
+          rateLimited: 0,
+          lastActivityMs: now,
+          dropNextSample: false,
+          cooldownUntilMs: -Infinity,
+          removed: false,
+        };
+      } else {
+        state.spec = spec;
+        state.breaker.setPolicy(health);
+        // A window of another length cannot be resized bucket by bucket: start it afresh.
+        if (windowChanged) state.window = new SlidingWindow(health.windowMs, HEALTH_COUNTERS);
+      }
+      next.set(spec.id, state);
+    }
+    for (const [id, state] of this.#states) {
+      if (next.has(id)) continue;
+      state.removed = true;
+      this.#ewma.forget(id);
+    }
+    this.#states = next;
+    this.#order = [...next.values()];
+    const tiers = new Map<number, EndpointState[]>();
+    for (const state of this.#order) {
+      const group = tiers.get(state.spec.tier);
+      if (group === undefined) tiers.set(state.spec.tier, [state]);
+      else group.push(state);
+    }
+    this.#tiers = [...tiers.entries()].sort(([a], [b]) => a - b).map(([, group]) => group);
+  }
+
+  #advanceBreakers(now: number): void {
+    for (const state of this.#order) this.#emit(state, state.breaker.advance(now));
+  }
+
+  /**
+   * The affinity decision. The rendezvous winner over the whole tier set is the key's home; it
+   * is kept when it is a closed candidate no slower than maxSlowdown × the candidates' median.
+   * When the home is down, excluded or probing, the request is balanced ('unavailable') rather
+   * than sent to a runner-up: HRW spreads those keys evenly anyway, and this stays simple.
+   */
+  #sticky(
+    key: string | undefined,
+    pool: readonly EndpointState[],
+    candidates: readonly EndpointState[],
+  ): { endpoint?: EndpointState; result: AffinityResult } {
+    if (key === undefined || key === '' || this.#policy.affinity.key === 'None') {
+      return { result: 'none' };
+    }
+    const home = rendezvousPick(key, pool) as EndpointState; // pool ⊇ candidates ≠ ∅
+    if (!candidates.includes(home) || home.breaker.state !== 'closed') {
+      return { result: 'unavailable' };
+    }
+    const configured = this.#policy.affinity.maxSlowdown;
+    const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
+    const reference = median(candidates.map((s) => this.#ewma.valueMs(s.id))) as number;
+    if (this.#ewma.valueMs(home.id) > maxSlowdown * reference) return { result: 'slow' };
+    return { endpoint: home, result: 'hit' };
+  }
+
+  #score(state: EndpointState): number {
+    return score(
+      {
+        inFlight: state.inFlight,
+        ewmaTtftMs: this.#ewma.valueMs(state.id),
+        costPerMTok: state.spec.costPerMTok,
+      },
+      this.#policy.costWeightPerMs,
+    );
+  }
+
+  #start(state: EndpointState, now: number): Attempt {
+    const idleAfterMs = this.#policy.coldStart.idleAfterMs;
+    // Idle = nothing in flight and nothing finished for idleAfterMs. Checked when the attempt
+    // starts, not when it ends, so that a long stream is not mistaken for idleness.
+    if (state.inFlight === 0 && idleAfterMs > 0 && now - state.lastActivityMs >= idleAfterMs) {
+      state.dropNextSample = true;
+    }
+    const probeToken = state.breaker.takeProbe();
+    const attempt: Attempt = Object.freeze({
+      endpoint: state.spec,
+      startedAtMs: now,
+      probe: probeToken !== undefined,
+    });
+    state.inFlight += 1;
+    this.#attempts.set(attempt, { state, probeToken, ttftMs: undefined, finished: false });
+    return attempt;
+  }
+
+  #count(state: EndpointState, now: number, counter: HealthCounter): void {
+    state.window.add(now, 'requests');
+    state.requests += 1;
+    if (counter === 'errors') {
+      state.window.add(now, 'errors');
+      state.errors += 1;
+    } else if (counter === 'rateLimited') {
+      state.window.add(now, 'rateLimited');
+      state.rateLimited += 1;
+    }
+  }
+
+  #coolDown(state: EndpointState, now: number, retryAfterMs: unknown): void {
+    if (typeof retryAfterMs !== 'number' || !(retryAfterMs > 0)) return;
+    const until = now + Math.min(retryAfterMs, MAX_RETRY_AFTER_COOLDOWN_MS);
+    state.cooldownUntilMs = Math.max(state.cooldownUntilMs, until);
+  }
+
+  #feedEwma(state: EndpointState, ttftMs: number): void {
+    if (!isUsableTtftSample(ttftMs)) return; // a garbage sample must not use up the cold drop
+    if (state.dropNextSample) {
+      state.dropNextSample = false;
+      this.#onEvent?.({ kind: 'cold-sample-dropped', endpointId: state.id });
+      return;
+    }
+    this.#ewma.observe(state.id, ttftMs);
+  }
+
+  /**
+   * Slow: own EWMA above maxTtftSlowdown × the median EWMA of the other endpoints that have
+   * samples. "Others" are the endpoints that compete for the same traffic: the whole pool in
+   * Balance mode, the endpoint's own tier in Failover mode (a backup tier is often a slower
+   * provider by design, and must not be ejected for being slower than the primary it replaces).
+   * Drifted endpoints are no reference. An endpoint without samples is never slow.
+   */
+  #isSlow(state: EndpointState): boolean {
+    if (!this.#ewma.hasSamples(state.id)) return false;
+    const peers = this.#order.filter(
+      (p) =>
+        p.spec.drifted !== true &&
+        (this.#policy.mode !== 'Failover' || p.spec.tier === state.spec.tier),
+    );
+    const reference = this.#ewma.medianOfPeersMs(
+      state.id,
+      peers.map((p) => p.id),
+    );
+    return (
+      reference !== undefined &&
+      this.#ewma.valueMs(state.id) > this.#policy.health.maxTtftSlowdown * reference
+    );
+  }
+
+  #retryAfterMs(now: number, exclude: ReadonlySet<string> | undefined): number {
+    let soonest = Infinity;
+    for (const state of this.#order) {
+      if (state.spec.drifted === true || (exclude?.has(state.id) ?? false)) continue;
+      const readyAt = Math.max(state.breaker.availableAtMs(now), state.cooldownUntilMs);
+      if (readyAt > now && readyAt < soonest) soonest = readyAt;
+    }
+    return Number.isFinite(soonest) ? soonest - now : DEFAULT_SHED_RETRY_AFTER_MS;
+  }
+
+  #emit(state: EndpointState, transition: BreakerTransition | undefined): void {
+    if (transition === undefined || this.#onEvent === undefined) return;
+    const event: PolicyEvent = {
+      kind: 'breaker',
+      endpointId: state.id,
+      from: transition.from,
+      to: transition.to,
+      reason: transition.reason,
+    };
+    if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
+    this.#onEvent(event);
+  }
+}

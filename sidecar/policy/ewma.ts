@@ -1,0 +1,117 @@
+/**
+ * Exponentially weighted moving average of time-to-first-token, per endpoint.
+ *
+ * TTFT is the latency signal of LLM serving: it grows with the endpoint's queue and prefill load
+ * long before errors appear. An EWMA damps single outliers (one long prompt) so that the score
+ * does not flap and herd traffic back and forth between endpoints.
+ */
+import { median } from './median.ts';
+
+/**
+ * Weight of the newest sample: value ← 0.8·value + 0.2·sample. About the last ten samples
+ * matter (0.8^10 ≈ 0.1), which follows a real slowdown within a few seconds of traffic while one
+ * outlier moves the estimate by at most a fifth of its excess.
+ */
+export const EWMA_NEW_SAMPLE_WEIGHT = 0.2;
+
+/**
+ * Accepted samples are raised to at least this. A TTFT of 0 ms only comes from a coarse clock,
+ * and an EWMA that decays to 0 would make the score `(inFlight + 1) · ewma` zero at any queue
+ * depth: the endpoint would take all traffic (the herd).
+ */
+export const MIN_TTFT_MS = 1;
+
+/**
+ * Used in place of `policy.defaultTtftMs` when that is not a positive finite number, so that a
+ * seed is never 0, negative or NaN. The schema is expected to reject such policies anyway.
+ */
+export const FALLBACK_DEFAULT_TTFT_MS = 1000;
+
+/** A measured TTFT can be used when it is a finite, non-negative number of milliseconds. */
+export function isUsableTtftSample(sampleMs: number): boolean {
+  return Number.isFinite(sampleMs) && sampleMs >= 0;
+}
+
+/** One EWMA step with EWMA_NEW_SAMPLE_WEIGHT on the new sample. */
+export function blendEwma(previousMs: number, sampleMs: number): number {
+  return (1 - EWMA_NEW_SAMPLE_WEIGHT) * previousMs + EWMA_NEW_SAMPLE_WEIGHT * sampleMs;
+}
+
+/**
+ * The EWMA TTFT of every endpoint of a pool, keyed by endpoint id.
+ *
+ * An endpoint without samples of its own is "seeded": it reads as the pool median of the
+ * endpoints that do have samples, or `defaultTtftMs` while none has. Starting at 0 would make a
+ * new endpoint look infinitely fast and herd every sidecar onto it at once; starting at the
+ * median makes it an average choice that P2C tries at its fair rate. The seed is not frozen at
+ * creation time: until the endpoint's first sample it follows the pool median, so an endpoint
+ * that stays unpicked for a while does not keep a stale guess. Its first sample is blended into
+ * the seed like any other sample (the seed is the prior).
+ */
+export class TtftEwmas {
+  readonly #own = new Map<string, number>();
+  #defaultTtftMs: number;
+  #seedCache: number | undefined;
+
+  constructor(defaultTtftMs: number) {
+    this.#defaultTtftMs = sanitizeDefault(defaultTtftMs);
+  }
+
+  setDefault(defaultTtftMs: number): void {
+    this.#defaultTtftMs = sanitizeDefault(defaultTtftMs);
+    this.#seedCache = undefined;
+  }
+
+  /**
+   * Feeds one TTFT sample. Non-finite or negative samples are ignored (a clock that went
+   * backwards, a NaN from a broken timer): returns false then, true when the sample was used.
+   */
+  observe(id: string, sampleMs: number): boolean {
+    if (!isUsableTtftSample(sampleMs)) return false;
+    const previous = this.#own.get(id) ?? this.seedMs();
+    this.#own.set(id, blendEwma(previous, Math.max(sampleMs, MIN_TTFT_MS)));
+    this.#seedCache = undefined;
+    return true;
+  }
+
+  /** The endpoint's EWMA, or the seed while it has no sample of its own. */
+  valueMs(id: string): number {
+    return this.#own.get(id) ?? this.seedMs();
+  }
+
+  /** True once the endpoint has at least one sample of its own. */
+  hasSamples(id: string): boolean {
+    return this.#own.has(id);
+  }
+
+  /** The value a seeded endpoint reads as: the median over endpoints with samples, or the default. */
+  seedMs(): number {
+    this.#seedCache ??= median(this.#own.values()) ?? this.#defaultTtftMs;
+    return this.#seedCache;
+  }
+
+  /**
+   * Median EWMA of those `peerIds` other than `id` that have samples of their own; undefined
+   * when none has (then nobody can be called slow relative to them).
+   */
+  medianOfPeersMs(id: string, peerIds: Iterable<string>): number | undefined {
+    const values: number[] = [];
+    for (const peer of peerIds) {
+      if (peer === id) continue;
+      const v = this.#own.get(peer);
+      if (v !== undefined) values.push(v);
+    }
+    return median(values);
+  }
+
+  /** Drops a removed endpoint, so that its last value no longer moves the pool median. */
+  forget(id: string): void {
+    if (this.#own.delete(id)) this.#seedCache = undefined;
+  }
+}
+
+function sanitizeDefault(defaultTtftMs: number): number {
+  return Number.isFinite(defaultTtftMs) && defaultTtftMs > 0
+    ? defaultTtftMs
+    : FALLBACK_DEFAULT_TTFT_MS;
+}

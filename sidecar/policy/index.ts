@@ -1,0 +1,40 @@
+/** The public API of the routing policy core. The proxy shell imports from here only. */
+export type * from './types.ts';
+export {
+  AFFINITY_MAX_SLOWDOWN,
+  MIN_PREFIX_CHARS_FOR_AFFINITY,
+  affinityKeyFor,
+  rendezvousPick,
+  stablePromptText,
+  type AffinityRequest,
+} from './affinity.ts';
+export {
+  Balancer,
+  DEFAULT_SHED_RETRY_AFTER_MS,
+  MAX_RETRY_AFTER_COOLDOWN_MS,
+  type BalancerDeps,
+} from './balancer.ts';
+export {
+  Breaker,
+  OPEN_JITTER_FRACTION,
+  openDurationMs,
+  tripReason,
+  type BreakerTransition,
+  type HealthReading,
+  type TripReason,
+} from './breaker.ts';
+export {
+  EWMA_NEW_SAMPLE_WEIGHT,
+  FALLBACK_DEFAULT_TTFT_MS,
+  MIN_TTFT_MS,
+  TtftEwmas,
+  blendEwma,
+  isUsableTtftSample,
+} from './ewma.ts';
+export { fnv1a64, toHex64, type Hash64 } from './hash.ts';
+export { median } from './median.ts';
+export { pickTwoChoices } from './p2c.ts';
+export { RETRY_BUDGET_WINDOW_MS, RetryBudget, retryAllowance } from './retry-budget.ts';
+export { sampleTwoDistinct, seededRng } from './rng.ts';
+export { costTermMs, score, type ScoreInputs } from './score.ts';
+export { DEFAULT_BUCKET_COUNT, SlidingWindow } from './sliding-window.ts';

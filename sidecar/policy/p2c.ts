@@ -1,0 +1,32 @@
+/**
+ * Power of two choices: draw two distinct candidates at random and take the one with the lower
+ * score. Picking the global minimum instead would send every sidecar to the same endpoint
+ * between two updates of its score (the herd); two random choices already get exponentially
+ * close to the best possible spread (Mitzenmacher), and the worst endpoint is never chosen.
+ */
+import { sampleTwoDistinct } from './rng.ts';
+import type { Rng } from './types.ts';
+
+/**
+ * The P2C choice among `candidates`: the only one when there is one (no draw), else the
+ * lower-scored of two distinct random ones, the first drawn on a tie. A NaN score counts as the
+ * worst possible, so a broken estimate can only lose.
+ *
+ * @throws RangeError for no candidates: the caller sheds before it gets here.
+ */
+export function pickTwoChoices<T>(
+  candidates: readonly T[],
+  rng: Rng,
+  scoreOf: (candidate: T) => number,
+): T {
+  if (candidates.length === 0) throw new RangeError('pickTwoChoices needs a candidate');
+  if (candidates.length === 1) return candidates[0] as T;
+  const [i, j] = sampleTwoDistinct(rng, candidates.length);
+  const a = candidates[i] as T;
+  const b = candidates[j] as T;
+  return worstIfNaN(scoreOf(b)) < worstIfNaN(scoreOf(a)) ? b : a;
+}
+
+function worstIfNaN(value: number): number {
+  return Number.isNaN(value) ? Infinity : value;
+}
