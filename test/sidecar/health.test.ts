@@ -233,7 +233,7 @@ describe('passive health through a real sidecar', () => {
       });
       assert.equal(res.status, 200);
       assert.match(res.headers.get('x-switchyard-backend') ?? '', /^dies\//);
-      const reader = res.body!.getReader();
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
       const first = await reader.read();
       assert.ok(first.value !== undefined && first.value.length > 0);
       await pool.sims[0]!.kill(); // the backend dies mid-stream
