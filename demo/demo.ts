@@ -125,7 +125,7 @@ async function runPhase(
           (lastFrame ? `\x1b[${lastFrame.split('\n').length - 1}A\x1b[J` : '') + frame,
         );
         lastFrame = frame;
-      } else if (elapsed - lastPlain >= 5_000) {
+      } else if (elapsed < durationMs && elapsed - lastPlain >= 5_000) {
         lastPlain = elapsed;
         process.stdout.write(frame + '\n');
       }

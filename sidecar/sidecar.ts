@@ -149,7 +149,9 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
 
   const proxyUrl = await listen(proxy.server, options.listen);
   const adminUrl = await listen(admin, options.admin);
-  logger.info({ url: proxyUrl, admin: adminUrl, pool: first.pool.name }, 'sidecar listening');
+  // Always announced (unless silent): scripts and tests wait for this line to learn the ports.
+  const announcer = logger.level === 'silent' ? logger : logger.child({}, { level: 'info' });
+  announcer.info({ url: proxyUrl, admin: adminUrl, pool: first.pool.name }, 'sidecar listening');
 
   let shutdownPromise: Promise<void> | undefined;
   const shutdown = (): Promise<void> => {

@@ -466,7 +466,9 @@ describe('affinity', () => {
 
 describe('EWMA of time to first token', () => {
   test('feeds streamed successes into the EWMA with weight 0.2', () => {
-    const { serve, statusOf } = setup({ policy: { defaultTtftMs: 500 } });
+    const { serve, statusOf } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
     assert.equal(statusOf('a').ewmaTtftMs, 500);
     assert.equal(statusOf('a').ewmaSeeded, true);
     serve('a', OK, 100);
@@ -475,11 +477,18 @@ describe('EWMA of time to first token', () => {
   });
 
   test('starts endpoints without samples at the pool median, never at zero', () => {
-    const { serve, statusOf, update } = setup({ policy: { defaultTtftMs: 500 } });
+    const { serve, statusOf, update } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
     serve('a', OK, 100); // 420
     serve('b', OK, 1_000); // seeded at 420 → 536
     assert.equal(statusOf('c').ewmaTtftMs, 478);
-    update({ defaultTtftMs: 500 }, [endpoint('a'), endpoint('b'), endpoint('c'), endpoint('new')]);
+    update({ defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } }, [
+      endpoint('a'),
+      endpoint('b'),
+      endpoint('c'),
+      endpoint('new'),
+    ]);
     assert.equal(statusOf('new').ewmaTtftMs, 478);
     assert.equal(statusOf('new').ewmaSeeded, true);
   });
@@ -506,7 +515,9 @@ describe('EWMA of time to first token', () => {
   });
 
   test('keeps the first first-byte time and ignores first bytes after the finish', () => {
-    const { balancer, pickOn, clock, statusOf } = setup({ policy: { defaultTtftMs: 500 } });
+    const { balancer, pickOn, clock, statusOf } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
     const attempt = pickOn('a');
     clock.advance(100);
     balancer.firstByte(attempt);
@@ -521,39 +532,45 @@ describe('EWMA of time to first token', () => {
 describe('cold starts', () => {
   test('drops the first sample after the endpoint was idle for idleAfterMs, and keeps the next', () => {
     const { serve, statusOf, clock, events } = setup({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 5_000); // a new endpoint: cold
     serve('a', OK, 100);
     assert.equal(statusOf('a').ewmaTtftMs, 420);
     clock.advance(60_000);
     serve('a', OK, 5_000);
     assert.equal(statusOf('a').ewmaTtftMs, 420);
-    assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
+    assert.deepEqual(events, [
+      { kind: 'cold-sample-dropped', endpointId: 'a' },
+      { kind: 'cold-sample-dropped', endpointId: 'a' },
+    ]);
     serve('a', OK, 100);
     assert.equal(statusOf('a').ewmaTtftMs, 0.8 * 420 + 0.2 * 100);
   });
 
   test('keeps the sample of an endpoint idle for less than idleAfterMs', () => {
     const { serve, statusOf, clock, events } = setup({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 5_000); // a new endpoint: cold
     serve('a', OK, 100);
     clock.advance(59_899);
     serve('a', OK, 100);
-    assert.equal(events.length, 0);
+    assert.equal(events.length, 1);
     assert.ok(statusOf('a').ewmaTtftMs < 420);
   });
 
-  test('counts an endpoint as idle from when it joined the pool', () => {
-    const { serve, clock, events } = setup();
-    clock.advance(60_000);
-    serve('a', OK, 100);
+  test('treats a new endpoint as cold: its first sample is dropped', () => {
+    const { serve, statusOf, events } = setup({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 4_000);
     assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
+    assert.equal(statusOf('a').ewmaSeeded, true);
   });
 
   test('does not mistake a long stream in flight for idleness', () => {
     const { balancer, pickOn, serve, clock, events } = setup();
+    serve('a', OK, 100); // warm-up: a new endpoint's first sample is dropped
     const longStream = pickOn('a');
     clock.advance(120_000);
     serve('a', OK, 100);
     balancer.finish(longStream, OK);
-    assert.equal(events.length, 0);
+    assert.equal(events.length, 1);
   });
 
   test('drops only one sample when several attempts start after the idle period', () => {
@@ -954,11 +971,13 @@ describe('update', () => {
   });
 
   test('drops a removed endpoint from the pool median', () => {
-    const { serve, statusOf, update } = setup({ policy: { defaultTtftMs: 500 } });
+    const { serve, statusOf, update } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
     serve('a', OK, 100); // 420
     serve('b', OK, 2_500); // 836
     assert.equal(statusOf('c').ewmaTtftMs, 628);
-    update({ defaultTtftMs: 500 }, [endpoint('a'), endpoint('c')]);
+    update({ defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } }, [endpoint('a'), endpoint('c')]);
     assert.equal(statusOf('c').ewmaTtftMs, 420);
   });
 

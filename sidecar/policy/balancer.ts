@@ -70,7 +70,10 @@ interface EndpointState {
   requests: number;
   errors: number;
   rateLimited: number;
-  /** When the endpoint last finished an attempt, or was first seen: the start of idleness. */
+  /**
+   * When the endpoint last finished an attempt; -Infinity for a new endpoint, whose first sample
+   * is a cold start too (a new pod: model loading, empty prefix cache, no warmed kernels).
+   */
   lastActivityMs: number;
   /** Set when an attempt starts on an idle endpoint: its next TTFT sample is a cold start. */
   dropNextSample: boolean;
@@ -268,7 +271,7 @@ export class Balancer implements PoolBalancer {
           requests: 0,
           errors: 0,
           rateLimited: 0,
-          lastActivityMs: now,
+          lastActivityMs: -Infinity,
           dropNextSample: false,
           cooldownUntilMs: -Infinity,
           removed: false,
