@@ -3,7 +3,7 @@ import type { HostPort } from '../sidecar/sidecar.ts';
 
 /** `127.0.0.1:8080`, `[::1]:8080`, `:8080` or `8080` (host defaults to loopback: never all interfaces by accident). */
 export function parseHostPort(value: string): HostPort {
-  const match = /^(?:\[([^\]]+)\]|([^:]*))?:?(\d+)$/.exec(value.trim());
+  const match = /^(?:(?:\[([^\]]+)\]|([^:[\]]*)):)?(\d+)$/.exec(value.trim());
   const port = Number(match?.[3]);
   if (match === null || !Number.isInteger(port) || port < 0 || port > 65535) {
     throw new InvalidArgumentError(

@@ -6,13 +6,8 @@
 import { fmix32, fnv1a64, toHex64 } from './hash.ts';
 import type { AffinityPolicy } from './types.ts';
 
-/**
- * Default of `policy.affinity.maxSlowdown`: the sticky endpoint is given up once its EWMA TTFT
- * exceeds 2.5 × the candidates' median. A prefix-cache hit saves the prefill, which is typically
- * well under half of a cold TTFT; beyond 2.5× the queue costs more than the cache saves.
- * The schema in `crds/` uses this constant as its default.
- */
-export const AFFINITY_MAX_SLOWDOWN = 2.5;
+/** The default of `affinity.maxSlowdown`; defined with the schema's other defaults. */
+export { AFFINITY_MAX_SLOWDOWN } from '../../crds/policy-defaults.ts';
 
 /**
  * Prompts whose stable prefix is shorter than this get no affinity key and are load-balanced.

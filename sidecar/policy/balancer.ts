@@ -255,7 +255,7 @@ export class Balancer implements PoolBalancer {
   }
 
   #setEndpoints(endpoints: readonly EndpointSpec[], windowChanged: boolean): void {
-    const now = this.#now();
+    this.#now(); // keep the last finite clock reading current for the new state
     const health = this.#policy.health;
     const next = new Map<string, EndpointState>();
     for (const spec of endpoints) {

@@ -1,0 +1,637 @@
+/**
+ * The InferencePool API (`switchyard.dev/v1alpha1`): the one source of truth.
+ *
+ * From these TypeBox schemas come
+ * - the CustomResourceDefinition (`crds/crd.ts` renders it, `npm run generate` writes it):
+ *   descriptions become `kubectl explain` text, `x-kubernetes-validations` become CEL rules;
+ * - the TypeScript types (`Static<>`, below);
+ * - the runtime validation of a standalone pool file (`crds/validate.ts`).
+ *
+ * Kubernetes wants a structural schema: a type on every node, no `$ref`, no `oneOf`, no
+ * `additionalProperties: false` (the API server prunes unknown fields instead). The schemas below
+ * keep `additionalProperties: false` for the pool-file validator (a typo like `helth` must be an
+ * error there); the CRD renderer leaves it out. Two shapes are special:
+ * - a port is an integer or a name (`x-kubernetes-int-or-string`): a union here, rendered as the
+ *   int-or-string form with both sets of limits on the node itself;
+ * - an enum is a union of string literals here, `type: string` with `enum` in the CRD.
+ *
+ * Fields that have a `default` are not optional in the TypeScript types: `validatePool` returns
+ * the pool with every default applied, as the API server stores it. The CRD lists as `required`
+ * only the fields without a default.
+ *
+ * Custom keywords (left out of the CRD): `errorMessage` (what a failed pattern or union means to
+ * a person) and `x-switchyard-format` (`duration` or `url`: a deeper check in `semantic.ts`).
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import { AFFINITY_MAX_SLOWDOWN } from './policy-defaults.ts';
+import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
+import { BACKEND_RULES, BACKENDS_RULES, HEALTH_RULES, celValidations } from './semantic.ts';
+
+export const GROUP = 'switchyard.dev';
+export const VERSION = 'v1alpha1';
+export const API_VERSION = `${GROUP}/${VERSION}`;
+export const KIND = 'InferencePool';
+
+/**
+ * Default of `spec.affinity.maxSlowdown`: the policy's named constant, so the CRD default, the
+ * pool-file default and the balancer's fallback are one number.
+ */
+export { AFFINITY_MAX_SLOWDOWN };
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks
+// ---------------------------------------------------------------------------------------------
+
+const DNS_LABEL = '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$';
+const DNS_1035_LABEL = '^[a-z]([-a-z0-9]*[a-z0-9])?$';
+const DNS_SUBDOMAIN = '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$';
+/** IANA service name: lower-case letters, digits and single inner hyphens, at least one letter. */
+const PORT_NAME = '^([a-z0-9]+-)*[a-z0-9]*[a-z][a-z0-9]*(-[a-z0-9]+)*$';
+const SECRET_KEY = '^[-._a-zA-Z0-9]+$';
+const ENV_NAME = '^[A-Za-z_][A-Za-z0-9_]*$';
+/** An HTTP header name (RFC 9110 token). */
+const HEADER_NAME = "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
+/** The syntax of a backend URL; `checkUrl` in semantic.ts parses it for real. */
+const BASE_URL = '^https?://[^\\s/?#@]+(/[^\\s?#]*)?$';
+
+function duration(description: string, defaultValue?: string) {
+  return Type.String({
+    description,
+    pattern: DURATION_PATTERN,
+    minLength: DURATION_MIN_LENGTH,
+    maxLength: DURATION_MAX_LENGTH,
+    'x-switchyard-format': 'duration',
+    ...(defaultValue === undefined ? {} : { default: defaultValue }),
+  });
+}
+
+const DURATION_SYNTAX =
+  'A duration: whole numbers with units h, m, s or ms, largest first (500ms, 5s, 10m, 1h30m).';
+
+function url(description: string) {
+  return Type.String({
+    description,
+    pattern: BASE_URL,
+    maxLength: 2048,
+    'x-switchyard-format': 'url',
+    errorMessage:
+      'must be an http or https URL like https://api.example.com/v1, with no spaces, user, ' +
+      '?query or #fragment',
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// spec.backends[]
+// ---------------------------------------------------------------------------------------------
+
+export const ServiceRefSchema = Type.Object(
+  {
+    name: Type.String({
+      description:
+        'Name of a Service in the pool\'s namespace. Required. A DNS label: lower-case letters, digits and "-", starting with a letter, at most 63 characters.',
+      minLength: 1,
+      maxLength: 63,
+      pattern: DNS_1035_LABEL,
+      errorMessage:
+        'must be a Service name: lower-case letters, digits and "-", starting with a letter and ending with a letter or digit',
+    }),
+    port: Type.Union(
+      [
+        Type.Integer({ minimum: 1, maximum: 65535 }),
+        Type.String({ minLength: 1, maxLength: 15, pattern: PORT_NAME }),
+      ],
+      {
+        description:
+          'Port of the Service: its number (1 to 65535) or the name of one of its ports (up to 15 lower-case letters, digits and "-", with at least one letter). Required.',
+        'x-kubernetes-int-or-string': true,
+        errorMessage:
+          'must be a port number from 1 to 65535 or a port name (up to 15 lower-case letters, digits and "-", with at least one letter)',
+      },
+    ),
+  },
+  {
+    description:
+      "A Kubernetes Service in the pool's namespace: every ready endpoint of its EndpointSlices becomes an endpoint of this backend, reached over plain http. Needs the controller: a standalone pool file cannot use it.",
+    additionalProperties: false,
+  },
+);
+
+export const SecretKeyRefSchema = Type.Object(
+  {
+    name: Type.String({
+      description:
+        "Name of a Secret in the pool's namespace. Required. A DNS subdomain, at most 253 characters.",
+      minLength: 1,
+      maxLength: 253,
+      pattern: DNS_SUBDOMAIN,
+      errorMessage:
+        'must be a Secret name: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
+    }),
+    key: Type.String({
+      description:
+        'Key within the Secret whose value is the API key. Required. Letters, digits, "-", "_" and ".", at most 253 characters.',
+      minLength: 1,
+      maxLength: 253,
+      pattern: SECRET_KEY,
+      errorMessage: 'must be a Secret key: letters, digits, "-", "_" and "."',
+    }),
+  },
+  {
+    description:
+      "API key of this backend, read by the controller from a Secret in the pool's namespace and sent as `Authorization: Bearer <key>`. Needs the controller: a standalone pool file uses apiKeyEnv instead. At most one of apiKeySecretRef and apiKeyEnv. On a service backend it needs allowInsecureApiKey: true, and so does an http:// url other than localhost, 127.0.0.1 or [::1].",
+    additionalProperties: false,
+  },
+);
+
+export const BackendSchema = Type.Object(
+  {
+    name: Type.String({
+      description:
+        'Name of the backend, unique within the pool. Required. Shows in metrics, logs, the x-switchyard-backend response header and endpoint ids (`<name>/<host>:<port>`). A DNS label: lower-case letters, digits and "-", starting and ending with a letter or digit, at most 63 characters.',
+      minLength: 1,
+      maxLength: 63,
+      pattern: DNS_LABEL,
+      errorMessage:
+        'must be a name of lower-case letters, digits and "-", starting and ending with a letter or digit, like in-cluster or provider-2',
+    }),
+    service: Type.Optional(ServiceRefSchema),
+    url: Type.Optional(
+      url(
+        'Base URL of one endpoint, including the API prefix, e.g. `https://api.example.com/v1` or `http://10.0.0.7:8000/v1`; requests go to `<url>/chat/completions` and so on. http or https, no user, query or fragment; a trailing "/" is ignored. Set exactly one of service, url or urls.',
+      ),
+    ),
+    urls: Type.Optional(
+      Type.Array(
+        url(
+          'Base URL of one endpoint of this backend, including the API prefix. http or https, no user, query or fragment.',
+        ),
+        {
+          description:
+            'Base URLs of several endpoints that make up this one backend (one model served by several replicas): 1 to 64 distinct URLs, each like the url field. Set exactly one of service, url or urls.',
+          minItems: 1,
+          maxItems: 64,
+          'x-kubernetes-list-type': 'set',
+        },
+      ),
+    ),
+    costPerMTok: Type.Number({
+      description:
+        'Price of this backend in dollars per million tokens; with spec.costWeightPerMs it adds costPerMTok / costWeightPerMs milliseconds to the score of each of its endpoints. At least 0. Default: 0.',
+      minimum: 0,
+      default: 0,
+    }),
+    model: Type.Optional(
+      Type.String({
+        description:
+          'Model name to put into each request sent to this backend instead of the one the client asked for, e.g. when a provider calls the same model differently. Unset: the request is passed on as it is. 1 to 256 characters.',
+        minLength: 1,
+        maxLength: 256,
+      }),
+    ),
+    apiKeySecretRef: Type.Optional(SecretKeyRefSchema),
+    apiKeyEnv: Type.Optional(
+      Type.String({
+        description:
+          "Name of an environment variable of the sidecar that holds this backend's API key, sent as `Authorization: Bearer <key>`. Meant for standalone pool files; a missing or empty variable is an error when the pool is loaded. At most one of apiKeySecretRef and apiKeyEnv; an http:// url other than localhost, 127.0.0.1 or [::1] needs allowInsecureApiKey: true.",
+        minLength: 1,
+        maxLength: 128,
+        pattern: ENV_NAME,
+        errorMessage:
+          'must be an environment variable name: letters, digits and "_", not starting with a digit',
+      }),
+    ),
+    allowInsecureApiKey: Type.Boolean({
+      description:
+        "Accept that this backend's API key is sent over plain http: needed for apiKeySecretRef on a service backend (the sidecar reaches Service endpoints over http inside the cluster) and for a key on an http:// url other than localhost, 127.0.0.1 or [::1]. Default: false.",
+      default: false,
+    }),
+  },
+  {
+    description:
+      'One backend: a Service or one or more URLs serving the same model at the same price. Set exactly one of service, url or urls.',
+    additionalProperties: false,
+    'x-kubernetes-validations': celValidations(BACKEND_RULES),
+  },
+);
+
+// ---------------------------------------------------------------------------------------------
+// spec sections
+// ---------------------------------------------------------------------------------------------
+
+export const AffinitySchema = Type.Object(
+  {
+    key: Type.Union([Type.Literal('Prefix'), Type.Literal('Header'), Type.Literal('None')], {
+      description:
+        'Where the affinity key of a request comes from. Prefix: a hash of the stable start of the prompt (system prompt and leading messages, first prefixChars characters), so requests that share it meet the same prompt cache. Header: the value of the header named by header (a session id). None: no affinity, every request is balanced on its own. Default: Prefix.',
+      default: 'Prefix',
+    }),
+    header: Type.String({
+      description:
+        'Request header that carries the affinity key when key is Header; matched case-insensitively. An HTTP header name. Default: x-session-id.',
+      minLength: 1,
+      maxLength: 256,
+      pattern: HEADER_NAME,
+      default: 'x-session-id',
+      errorMessage: 'must be an HTTP header name like x-session-id (no spaces or ":")',
+    }),
+    prefixChars: Type.Integer({
+      description:
+        'How many characters of the stable prompt start are hashed when key is Prefix. An integer from 64 to 1000000. Default: 4096.',
+      minimum: 64,
+      maximum: 1_000_000,
+      default: 4096,
+    }),
+    maxSlowdown: Type.Number({
+      description: `The sticky endpoint of a key is kept unless its breaker is open or its EWMA time to first token exceeds this multiple of the pool median; then the request is balanced like any other. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
+      minimum: 1,
+      default: AFFINITY_MAX_SLOWDOWN,
+    }),
+  },
+  {
+    description:
+      'Cache affinity: requests with the same key go to the same endpoint (rendezvous hashing over the candidates), where its prompt prefix is likely cached.',
+    additionalProperties: false,
+    default: {},
+  },
+);
+
+export const HealthSchema = Type.Object(
+  {
+    window: duration(
+      `Length of the sliding window over which each endpoint's error and 429 rates are computed. ${DURATION_SYNTAX} Default: 10s.`,
+      '10s',
+    ),
+    minRequests: Type.Integer({
+      description:
+        'A breaker may open only when the window holds at least this many finished requests, so one early failure cannot eject an endpoint. An integer, at least 1. Default: 20.',
+      minimum: 1,
+      default: 20,
+    }),
+    maxErrorRate: Type.Number({
+      description:
+        'Open the breaker when errors (connect errors, resets, timeouts, 5xx) reach this fraction of the requests in the window. From 0 to 1. Default: 0.5.',
+      minimum: 0,
+      maximum: 1,
+      default: 0.5,
+    }),
+    max429Rate: Type.Number({
+      description:
+        'Open the breaker when 429 (rate limited) answers reach this fraction of the requests in the window. From 0 to 1. Default: 0.3.',
+      minimum: 0,
+      maximum: 1,
+      default: 0.3,
+    }),
+    maxTtftSlowdown: Type.Number({
+      description:
+        "Mark an endpoint slow (breaker open) when its EWMA time to first token exceeds this multiple of the median of the pool's other endpoints. At least 1. Default: 4.",
+      minimum: 1,
+      default: 4,
+    }),
+    openFor: duration(
+      `How long a breaker stays open the first time; then one probe request is let through (half-open). Each consecutive opening doubles it, up to maxOpenFor. ${DURATION_SYNTAX} Default: 30s.`,
+      '30s',
+    ),
+    maxOpenFor: duration(
+      `Longest open period of a breaker that keeps failing its probes. At least openFor. ${DURATION_SYNTAX} Default: 5m.`,
+      '5m',
+    ),
+  },
+  {
+    description:
+      'Passive health: each sidecar watches the outcomes of real traffic per endpoint and opens a breaker (stops sending) on too many errors, 429s or a much slower time to first token.',
+    additionalProperties: false,
+    default: {},
+    'x-kubernetes-validations': celValidations(HEALTH_RULES),
+  },
+);
+
+export const RetrySchema = Type.Object(
+  {
+    budgetPercent: Type.Number({
+      description:
+        'Retries may add at most this percentage of the recent first attempts (a retry budget shared by all requests, so a failing backend cannot cause a retry storm). From 0 to 100. Default: 20.',
+      minimum: 0,
+      maximum: 100,
+      default: 20,
+    }),
+    minPerSecond: Type.Number({
+      description:
+        'Retries per second allowed on top of the budget, so that low traffic can still retry. At least 0. Default: 10.',
+      minimum: 0,
+      default: 10,
+    }),
+    maxAttempts: Type.Integer({
+      description:
+        'Attempts per client request, the first one included; 1 turns retries off. A request is only retried (on another endpoint) while nothing has reached the client yet. An integer from 1 to 10. Default: 3.',
+      minimum: 1,
+      maximum: 10,
+      default: 3,
+    }),
+  },
+  {
+    description: 'Retries of failed attempts on another endpoint.',
+    additionalProperties: false,
+    default: {},
+  },
+);
+
+export const ColdStartSchema = Type.Object(
+  {
+    idleAfter: duration(
+      `An endpoint that finished no request for this long is cold: the time to first token of its next request is not fed into its EWMA (it would be a false signal). ${DURATION_SYNTAX} Default: 60s.`,
+      '60s',
+    ),
+  },
+  {
+    description: 'Cold starts: how the first sample after an idle period is treated.',
+    additionalProperties: false,
+    default: {},
+  },
+);
+
+export const TimeoutsSchema = Type.Object(
+  {
+    connect: duration(
+      `Time to open the connection to an endpoint; past it the attempt is an error (and may be retried). ${DURATION_SYNTAX} Default: 5s.`,
+      '5s',
+    ),
+    firstByte: duration(
+      `Time from sending the request to the first byte of the response body; a stall past it is an error (and may be retried while nothing has reached the client). ${DURATION_SYNTAX} Default: 60s.`,
+      '60s',
+    ),
+    idle: duration(
+      `Longest gap between two chunks of a response body; past it the response is cut off and counted as an error. ${DURATION_SYNTAX} Default: 5m.`,
+      '5m',
+    ),
+  },
+  {
+    description: 'Timeouts of each attempt to an endpoint.',
+    additionalProperties: false,
+    default: {},
+  },
+);
+
+export const DriftSchema = Type.Object(
+  {
+    probeEvery: Type.Optional(
+      duration(
+        `How often each endpoint is probed with the drift prompt to check what it really serves. Unset: no probing, drift detection is off. ${DURATION_SYNTAX}`,
+      ),
+    ),
+    expect: Type.String({
+      description:
+        'What a healthy answer looks like. Majority: the fingerprint most endpoints of the pool return. Anything else: that exact fingerprint. 1 to 256 characters. Default: Majority.',
+      minLength: 1,
+      maxLength: 256,
+      default: 'Majority',
+    }),
+    action: Type.Union([Type.Literal('Exclude'), Type.Literal('Warn')], {
+      description:
+        'What happens to an endpoint whose fingerprint differs. Exclude: it gets no traffic until it matches again. Warn: it is reported in status and metrics only. Default: Exclude.',
+      default: 'Exclude',
+    }),
+    prompt: Type.Optional(
+      Type.String({
+        description:
+          'The probe request sent to each endpoint; unset: a built-in prompt. At most 16384 characters.',
+        minLength: 1,
+        maxLength: 16384,
+      }),
+    ),
+  },
+  {
+    description:
+      'Quality drift detection: probe each endpoint (not each model name) for what it actually serves, and act on the ones that differ.',
+    additionalProperties: false,
+    default: {},
+  },
+);
+
+export const InferencePoolSpecSchema = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('Balance'), Type.Literal('Failover')], {
+      description:
+        'Balance: spread requests over the endpoints of all backends continuously. Failover: use the first backend (in list order) that has a live endpoint, and spread only over its endpoints. Default: Balance.',
+      default: 'Balance',
+    }),
+    costWeightPerMs: Type.Optional(
+      Type.Number({
+        description:
+          'The money/latency exchange rate: how many dollars per million tokens are worth one millisecond of time to first token. An endpoint scores (inFlight + 1) * ewmaTtftMs + costPerMTok / costWeightPerMs; a smaller value makes price matter more. Greater than 0. Unset: pure latency routing, prices are ignored.',
+        exclusiveMinimum: 0,
+      }),
+    ),
+    defaultTtft: duration(
+      `Time to first token assumed for an endpoint before the pool has any measurement (new endpoints otherwise start from the pool median). ${DURATION_SYNTAX} Default: 500ms.`,
+      '500ms',
+    ),
+    models: Type.Optional(
+      Type.Array(
+        Type.String({
+          description: 'A model name, as clients send it in the request. 1 to 256 characters.',
+          minLength: 1,
+          maxLength: 256,
+        }),
+        {
+          description:
+            'Models this pool serves; a request for another model gets a 404 at once. Unset or empty: any model is passed on. At most 128 distinct names.',
+          maxItems: 128,
+          'x-kubernetes-list-type': 'set',
+        },
+      ),
+    ),
+    backends: Type.Array(BackendSchema, {
+      description:
+        'The backends of the pool, 1 to 64, with unique names. The order matters: it is the failover order (first = preferred) in Failover mode.',
+      minItems: 1,
+      maxItems: 64,
+      'x-kubernetes-list-type': 'atomic',
+      'x-kubernetes-validations': celValidations(BACKENDS_RULES),
+    }),
+    affinity: AffinitySchema,
+    health: HealthSchema,
+    retry: RetrySchema,
+    coldStart: ColdStartSchema,
+    timeouts: TimeoutsSchema,
+    drift: DriftSchema,
+  },
+  {
+    description:
+      'Desired state of the pool: its backends in order and the routing policy every sidecar applies to them.',
+    additionalProperties: false,
+  },
+);
+
+// ---------------------------------------------------------------------------------------------
+// status (written by the controller; a skeleton for now)
+// ---------------------------------------------------------------------------------------------
+
+const count = (description: string) =>
+  Type.Optional(Type.Integer({ description, minimum: 0, format: 'int32' }));
+
+export const ConditionSchema = Type.Object(
+  {
+    type: Type.String({
+      description: 'Kind of condition: Accepted, ResolvedRefs or Ready.',
+      minLength: 1,
+      maxLength: 316,
+    }),
+    status: Type.Union([Type.Literal('True'), Type.Literal('False'), Type.Literal('Unknown')], {
+      description: 'True, False or Unknown.',
+    }),
+    observedGeneration: Type.Optional(
+      Type.Integer({
+        description: 'metadata.generation of the pool this condition was computed from.',
+        minimum: 0,
+        format: 'int64',
+      }),
+    ),
+    lastTransitionTime: Type.String({
+      description: 'When the condition last changed its status (RFC 3339).',
+      pattern:
+        '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$',
+      'x-crd-format': 'date-time',
+      errorMessage: 'must be an RFC 3339 time like 2025-01-31T12:00:00Z',
+    }),
+    reason: Type.String({
+      description: 'Why, in one CamelCase word, e.g. BackendsResolved.',
+      minLength: 1,
+      maxLength: 1024,
+      pattern: '^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$',
+      errorMessage: 'must be one CamelCase word like BackendsResolved',
+    }),
+    message: Type.String({
+      description: 'Why, for a person. At most 32768 characters.',
+      maxLength: 32768,
+    }),
+  },
+  {
+    description: 'One condition of the pool, in the standard Kubernetes shape.',
+    additionalProperties: false,
+  },
+);
+
+export const InferencePoolStatusSchema = Type.Object(
+  {
+    observedGeneration: Type.Optional(
+      Type.Integer({
+        description: 'metadata.generation of the spec this status describes.',
+        minimum: 0,
+        format: 'int64',
+      }),
+    ),
+    conditions: Type.Optional(
+      Type.Array(ConditionSchema, {
+        description:
+          'Accepted (the spec is valid), ResolvedRefs (Services and Secrets were found) and Ready (at least one endpoint is live), one of each type.',
+        maxItems: 16,
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['type'],
+      }),
+    ),
+    endpoints: Type.Optional(
+      Type.Object(
+        {
+          ready: count('Endpoints that are ready and not excluded by drift detection.'),
+          total: count('Endpoints of all backends.'),
+          drifted: count('Endpoints excluded or flagged by drift detection.'),
+        },
+        { description: 'Endpoint counts over all backends.', additionalProperties: false },
+      ),
+    ),
+    snapshot: Type.Optional(
+      Type.Object(
+        {
+          version: Type.Optional(
+            Type.Integer({
+              description: 'Version of the latest snapshot pushed to the sidecars.',
+              minimum: 0,
+              format: 'int64',
+            }),
+          ),
+          hash: Type.Optional(
+            Type.String({ description: 'Content hash of that snapshot.', maxLength: 128 }),
+          ),
+        },
+        {
+          description: 'The latest snapshot (policy and endpoints) the controller pushes.',
+          additionalProperties: false,
+        },
+      ),
+    ),
+    sidecars: Type.Optional(
+      Type.Object(
+        {
+          connected: count('Sidecars connected to the snapshot stream.'),
+          inSync: count('Connected sidecars that applied the latest snapshot.'),
+        },
+        { description: 'The sidecars that use this pool.', additionalProperties: false },
+      ),
+    ),
+  },
+  {
+    description: 'Observed state of the pool, written by the controller.',
+    additionalProperties: false,
+  },
+);
+
+// ---------------------------------------------------------------------------------------------
+// The whole resource / pool file
+// ---------------------------------------------------------------------------------------------
+
+export const MetadataSchema = Type.Object(
+  {
+    name: Type.String({
+      description:
+        'Name of the pool, unique in its namespace: a DNS subdomain, at most 253 characters.',
+      minLength: 1,
+      maxLength: 253,
+      pattern: DNS_SUBDOMAIN,
+      errorMessage:
+        'must be a name of lower-case letters, digits, "-" and ".", starting and ending with a letter or digit, like chat',
+    }),
+    namespace: Type.Optional(
+      Type.String({
+        description: 'Namespace of the pool. A pool file may leave it out.',
+        minLength: 1,
+        maxLength: 63,
+        pattern: DNS_LABEL,
+        errorMessage:
+          'must be a namespace name: lower-case letters, digits and "-", starting and ending with a letter or digit',
+      }),
+    ),
+  },
+  {
+    description:
+      'Standard object metadata. A pool file needs only name; other fields (labels, annotations, ...) are kept as they are.',
+  },
+);
+
+export const InferencePoolSchema = Type.Object(
+  {
+    apiVersion: Type.Literal(API_VERSION, {
+      description: `Versioned schema of this object: ${API_VERSION}.`,
+    }),
+    kind: Type.Literal(KIND, { description: `Kind of this object: ${KIND}.` }),
+    metadata: MetadataSchema,
+    spec: InferencePoolSpecSchema,
+    status: Type.Optional(InferencePoolStatusSchema),
+  },
+  {
+    description:
+      'InferencePool is a set of backends serving OpenAI-compatible LLM inference, and the policy with which the switchyard sidecar in every application pod balances, fails over and retries requests across them.',
+    additionalProperties: false,
+  },
+);
+
+export type InferencePool = Static<typeof InferencePoolSchema>;
+export type InferencePoolSpec = Static<typeof InferencePoolSpecSchema>;
+export type InferencePoolStatus = Static<typeof InferencePoolStatusSchema>;
+export type Backend = Static<typeof BackendSchema>;
+export type Affinity = Static<typeof AffinitySchema>;
+export type Health = Static<typeof HealthSchema>;
+export type Retry = Static<typeof RetrySchema>;
+export type ColdStart = Static<typeof ColdStartSchema>;
+export type Timeouts = Static<typeof TimeoutsSchema>;
+export type Drift = Static<typeof DriftSchema>;
+export type Condition = Static<typeof ConditionSchema>;

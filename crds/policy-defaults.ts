@@ -1,0 +1,12 @@
+/**
+ * Policy defaults that both the schema (as `default:` values users see in `kubectl explain`) and
+ * the sidecar's policy core use. Kept free of imports so the policy core can depend on it without
+ * pulling in the schema library.
+ */
+
+/**
+ * Prefix affinity keeps the sticky endpoint unless its EWMA time to first token exceeds this
+ * multiple of the pool median. 2.5× is where a cache hit (which saves the prefill of the shared
+ * prefix) stops paying for the queueing behind a clearly slower endpoint.
+ */
+export const AFFINITY_MAX_SLOWDOWN = 2.5;

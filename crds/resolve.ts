@@ -1,0 +1,225 @@
+/**
+ * Resolution of a validated pool into what the sidecar runs on: the `PoolPolicy` (every default
+ * applied, every duration in ms), the endpoint list, and the upstream timeouts.
+ *
+ * `resolvePool` is for a STANDALONE pool file: only `url`/`urls` backends can be resolved, and
+ * API keys come from the sidecar's environment (`apiKeyEnv`). `service` backends and
+ * `apiKeySecretRef` need the controller, which resolves them from EndpointSlices and Secrets with
+ * `resolvePolicy` and `urlEndpoints` from here.
+ *
+ * Pure: the environment is passed in. Expects a pool that `validatePool` accepted; problems that
+ * only show when resolving (a missing environment variable, two URLs that are the same endpoint)
+ * come back as errors in the same `{path, message}` shape.
+ */
+import type { EndpointSpec, PoolPolicy } from '../sidecar/policy/types.ts';
+import { parseDuration } from './duration.ts';
+import type { Backend, InferencePool, InferencePoolSpec } from './inference-pool.schema.ts';
+import { type PoolError, joinPath } from './path.ts';
+
+/** Upstream timeouts of every attempt, in ms (not part of PoolPolicy: the proxy applies them). */
+export interface PoolTimeouts {
+  connectMs: number;
+  firstByteMs: number;
+  idleMs: number;
+}
+
+export type PolicyResolution =
+  { ok: true; policy: PoolPolicy; timeouts: PoolTimeouts } | { ok: false; errors: PoolError[] };
+
+export type PoolResolution =
+  | { ok: true; policy: PoolPolicy; endpoints: EndpointSpec[]; timeouts: PoolTimeouts }
+  | { ok: false; errors: PoolError[] };
+
+export type Environment = Readonly<Record<string, string | undefined>>;
+
+/** Resolve a validated pool file: its policy, its url/urls endpoints with their API keys. */
+export function resolvePool(pool: InferencePool, env: Environment): PoolResolution {
+  const errors: PoolError[] = [];
+  const resolved = resolvePolicy(pool.spec);
+  if (!resolved.ok) errors.push(...resolved.errors);
+
+  const endpoints: EndpointSpec[] = [];
+  pool.spec.backends.forEach((backend, tier) => {
+    const path = joinPath('spec.backends', tier);
+    if (backend.service !== undefined) {
+      errors.push({
+        path: joinPath(path, 'service'),
+        message: 'needs Kubernetes; a standalone pool file can only use url or urls',
+      });
+    }
+    if (backend.apiKeySecretRef !== undefined) {
+      errors.push({
+        path: joinPath(path, 'apiKeySecretRef'),
+        message: 'needs Kubernetes; a standalone pool file can only use apiKeyEnv',
+      });
+    }
+    const key = apiKeyFromEnv(backend, path, env);
+    if (!key.ok) errors.push(key.error);
+    const result = urlEndpoints(backend, tier, key.ok ? key.apiKey : undefined);
+    if (result.ok) endpoints.push(...result.endpoints);
+    else errors.push(...result.errors);
+  });
+
+  if (errors.length > 0 || !resolved.ok) return { ok: false, errors };
+  return { ok: true, policy: resolved.policy, endpoints, timeouts: resolved.timeouts };
+}
+
+/** The policy and timeouts of a validated spec (every default is already in it). */
+export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
+  const errors: PoolError[] = [];
+  const ms = (section: string, field: string, value: string): number => {
+    const parsed = parseDuration(value);
+    if (parsed.ok) return parsed.ms;
+    errors.push({
+      path: `spec.${section === '' ? '' : `${section}.`}${field}`,
+      message: parsed.reason,
+    });
+    return NaN;
+  };
+  const { affinity, health, retry, coldStart, timeouts } = spec;
+  const policy: PoolPolicy = {
+    mode: spec.mode,
+    costWeightPerMs: spec.costWeightPerMs,
+    defaultTtftMs: ms('', 'defaultTtft', spec.defaultTtft),
+    models: [...(spec.models ?? [])],
+    affinity: {
+      key: affinity.key,
+      header: affinity.header.toLowerCase(),
+      prefixChars: affinity.prefixChars,
+      maxSlowdown: affinity.maxSlowdown,
+    },
+    health: {
+      windowMs: ms('health', 'window', health.window),
+      minRequests: health.minRequests,
+      maxErrorRate: health.maxErrorRate,
+      max429Rate: health.max429Rate,
+      maxTtftSlowdown: health.maxTtftSlowdown,
+      openForMs: ms('health', 'openFor', health.openFor),
+      maxOpenForMs: ms('health', 'maxOpenFor', health.maxOpenFor),
+    },
+    retry: {
+      budgetPercent: retry.budgetPercent,
+      minPerSecond: retry.minPerSecond,
+      maxAttempts: retry.maxAttempts,
+    },
+    coldStart: { idleAfterMs: ms('coldStart', 'idleAfter', coldStart.idleAfter) },
+  };
+  const resolvedTimeouts: PoolTimeouts = {
+    connectMs: ms('timeouts', 'connect', timeouts.connect),
+    firstByteMs: ms('timeouts', 'firstByte', timeouts.firstByte),
+    idleMs: ms('timeouts', 'idle', timeouts.idle),
+  };
+  if (errors.length > 0) return { ok: false, errors };
+  return { ok: true, policy, timeouts: resolvedTimeouts };
+}
+
+type KeyResult = { ok: true; apiKey: string | undefined } | { ok: false; error: PoolError };
+
+/** A character that cannot go into an HTTP header value: a control character other than tab. */
+function notInHeader(text: string): boolean {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if ((c < 0x20 && c !== 0x09) || c === 0x7f) return true;
+  }
+  return false;
+}
+
+function apiKeyFromEnv(backend: Backend, path: string, env: Environment): KeyResult {
+  const name = backend.apiKeyEnv;
+  if (name === undefined) return { ok: true, apiKey: undefined };
+  const at = joinPath(path, 'apiKeyEnv');
+  const raw = Object.prototype.hasOwnProperty.call(env, name) ? env[name] : undefined;
+  if (raw === undefined) {
+    return {
+      ok: false,
+      error: { path: at, message: `the environment variable ${name} is not set` },
+    };
+  }
+  const apiKey = raw.trim();
+  if (apiKey === '') {
+    return { ok: false, error: { path: at, message: `the environment variable ${name} is empty` } };
+  }
+  if (notInHeader(apiKey)) {
+    // Never echo the key itself.
+    return {
+      ok: false,
+      error: {
+        path: at,
+        message: `the environment variable ${name} holds characters that cannot go into an HTTP header`,
+      },
+    };
+  }
+  return { ok: true, apiKey };
+}
+
+export type EndpointResolution =
+  { ok: true; endpoints: EndpointSpec[] } | { ok: false; errors: PoolError[] };
+
+interface Located {
+  path: string;
+  url: string;
+  hostPort: string;
+  pathname: string;
+}
+
+/**
+ * The endpoints of a `url`/`urls` backend (none for a `service` backend): one per URL, in list
+ * order, with `tier` = the backend's index. The endpoint URL is the given one with a trailing "/"
+ * removed (and the host in lower case, a default port left out). The id is
+ * `<backend>/<host>:<port>`, plus the URL path when two URLs of the backend share host and port.
+ * Two URLs that are the same endpoint are an error.
+ */
+export function urlEndpoints(
+  backend: Backend,
+  tier: number,
+  apiKey: string | undefined,
+): EndpointResolution {
+  const path = joinPath('spec.backends', tier);
+  const given: { path: string; text: string }[] =
+    backend.url !== undefined
+      ? [{ path: joinPath(path, 'url'), text: backend.url }]
+      : (backend.urls ?? []).map((text, i) => ({
+          path: joinPath(joinPath(path, 'urls'), i),
+          text,
+        }));
+
+  const errors: PoolError[] = [];
+  const located: Located[] = [];
+  for (const { path: at, text } of given) {
+    const url = URL.parse(text);
+    if (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+      errors.push({ path: at, message: 'must be an http or https URL' });
+      continue;
+    }
+    const pathname = url.pathname.replace(/\/+$/, '');
+    const port = url.port !== '' ? url.port : url.protocol === 'https:' ? '443' : '80';
+    const base = `${url.protocol}//${url.host}${pathname}`;
+    const same = located.find((l) => l.url === base);
+    if (same !== undefined) {
+      errors.push({ path: at, message: `is the same endpoint as ${same.path} (${base})` });
+      continue;
+    }
+    located.push({ path: at, url: base, hostPort: `${url.hostname}:${port}`, pathname });
+  }
+  if (errors.length > 0) return { ok: false, errors };
+
+  // `<backend>/<host>:<port>`; plus the path where host and port are shared; the whole URL in
+  // the odd case that still collides (http and https on one port).
+  const short = located.map((l) => {
+    const shared = located.filter((o) => o.hostPort === l.hostPort).length > 1;
+    return `${backend.name}/${l.hostPort}${shared ? l.pathname || '/' : ''}`;
+  });
+  const endpoints = located.map((l, i): EndpointSpec => {
+    const id = short[i] ?? '';
+    return {
+      id: short.indexOf(id) === short.lastIndexOf(id) ? id : `${backend.name}/${l.url}`,
+      backend: backend.name,
+      tier,
+      url: l.url,
+      costPerMTok: backend.costPerMTok,
+      ...(backend.model === undefined ? {} : { model: backend.model }),
+      ...(apiKey === undefined ? {} : { apiKey }),
+    };
+  });
+  return { ok: true, endpoints };
+}
