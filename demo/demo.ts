@@ -162,6 +162,12 @@ async function runPhase(
 export async function runDemo(options: DemoOptions): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), 'switchyard-demo-'));
   const processes: RunningProcess[] = [];
+  const startedPids: number[] = [];
+  const track = <T extends RunningProcess>(started: T[]): T[] => {
+    startedPids.push(...started.map((p) => p.pid));
+    processes.push(...started);
+    return started;
+  };
   const onSignal = (): void => {
     void stopAll(processes).then(() => process.exit(130));
   };
@@ -175,8 +181,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     );
 
     // Phase 1: through the sidecar.
-    const sims = await startSims();
-    processes.push(...sims);
+    const sims = track(await startSims());
     const poolFile = join(dir, 'pool.yaml');
     await writeFile(poolFile, poolYaml(sims.map((s) => s.url)));
     const sidecar = await startSwitchyard([
@@ -190,7 +195,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       '--log-level',
       'warn',
     ]);
-    processes.push(sidecar);
+    track([sidecar]);
     const viaSidecar = await runPhase(
       '1/2 switchyard: P2C on in-flight x TTFT, prefix affinity, breakers, retries',
       options,
@@ -210,8 +215,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     await stopAll(processes.splice(0));
 
     // Phase 2: the same workload, round-robin straight to fresh backends (what a plain Service does).
-    const rrSims = await startSims();
-    processes.push(...rrSims);
+    const rrSims = track(await startSims());
     let next = 0;
     const inFlight = new Map<string, number>();
     const viaRoundRobin = await runPhase(
@@ -236,6 +240,10 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     await stopAll(processes.splice(0));
 
     process.stdout.write('\n' + renderComparison({ switchyard, 'round-robin': roundRobin }) + '\n');
+    if (!options.live)
+      process.stdout.write(
+        `\nstopped ${startedPids.length} child processes (pids ${startedPids.join(' ')})\n`,
+      );
     return 0;
   } catch (err) {
     process.stderr.write(`switchyard demo failed: ${(err as Error).message}\n`);
