@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
-import type { PoolPolicy } from '../sidecar/policy/types.ts';
+import type { PoolPolicy } from './policy-types.ts';
 import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from './examples.ts';
 import type { InferencePool } from './inference-pool.schema.ts';
 import { resolvePool, resolvePolicy, urlEndpoints } from './resolve.ts';

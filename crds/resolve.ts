@@ -11,7 +11,7 @@
  * only show when resolving (a missing environment variable, two URLs that are the same endpoint)
  * come back as errors in the same `{path, message}` shape.
  */
-import type { EndpointSpec, PoolPolicy } from '../sidecar/policy/types.ts';
+import type { EndpointSpec, PoolPolicy } from './policy-types.ts';
 import { parseDuration } from './duration.ts';
 import type { Backend, InferencePool, InferencePoolSpec } from './inference-pool.schema.ts';
 import { type PoolError, joinPath } from './path.ts';
