@@ -111,7 +111,7 @@ export const ServiceRefSchema = Type.Object(
   },
   {
     description:
-      "A Kubernetes Service in the pool's namespace: every ready endpoint of its EndpointSlices becomes an endpoint of this backend, reached over plain http. Needs the controller: a standalone pool file cannot use it.",
+      "A Kubernetes Service in the pool's namespace: every ready endpoint of its EndpointSlices becomes an endpoint of this backend, reached over http (https when the Service port's appProtocol or name is https). Needs the controller: a standalone pool file cannot use it.",
     additionalProperties: false,
   },
 );
@@ -202,7 +202,7 @@ export const BackendSchema = Type.Object(
     ),
     allowInsecureApiKey: Type.Boolean({
       description:
-        "Accept that this backend's API key is sent over plain http: needed for apiKeySecretRef on a service backend (the sidecar reaches Service endpoints over http inside the cluster) and for a key on an http:// url other than localhost, 127.0.0.1 or [::1]. Default: false.",
+        "Accept that this backend's API key is sent over plain http: needed for apiKeySecretRef on a service backend (a Service port is reached over plain http unless its appProtocol or name says https, which the schema cannot know) and for a key on an http:// url other than localhost, 127.0.0.1 or [::1]. Default: false.",
       default: false,
     }),
   },
@@ -566,6 +566,45 @@ export const InferencePoolStatusSchema = Type.Object(
           inSync: count('Connected sidecars that applied the latest snapshot.'),
         },
         { description: 'The sidecars that use this pool.', additionalProperties: false },
+      ),
+    ),
+    endpointHealth: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            id: Type.String({
+              description: 'Endpoint id: backend/host:port.',
+              minLength: 1,
+              maxLength: 512,
+            }),
+            breakerOpen: Type.Integer({
+              description: 'Connected sidecars that report its circuit breaker open.',
+              minimum: 0,
+              format: 'int32',
+            }),
+            halfOpen: Type.Integer({
+              description: 'Connected sidecars that report its breaker half-open (probing).',
+              minimum: 0,
+              format: 'int32',
+            }),
+            reporting: Type.Integer({
+              description: 'Connected sidecars that report on this endpoint at all.',
+              minimum: 0,
+              format: 'int32',
+            }),
+          },
+          {
+            description: 'One endpoint as the connected sidecars see it.',
+            additionalProperties: false,
+          },
+        ),
+        {
+          description:
+            'How the fleet of sidecars sees the endpoints: each endpoint that at least one connected sidecar reports with an open or half-open circuit breaker, worst first (at most 32). Empty when every sidecar sees every endpoint healthy.',
+          maxItems: 32,
+          'x-kubernetes-list-type': 'map',
+          'x-kubernetes-list-map-keys': ['id'],
+        },
       ),
     ),
   },

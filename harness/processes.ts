@@ -56,7 +56,10 @@ function announcement(line: string): Announcement | undefined {
   if (!line.startsWith('{')) return undefined;
   try {
     const entry = JSON.parse(line) as { msg?: string; url?: string; admin?: string };
-    if (entry.msg === 'sidecar listening' && typeof entry.url === 'string')
+    if (
+      (entry.msg === 'sidecar listening' || entry.msg === 'controller listening') &&
+      typeof entry.url === 'string'
+    )
       return { url: entry.url, adminUrl: entry.admin };
   } catch {
     // not a log line

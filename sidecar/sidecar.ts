@@ -4,6 +4,12 @@ import type { Logger } from 'pino';
 import { Balancer } from './policy/balancer.ts';
 import type { Clock, PolicyEvent, Rng } from './policy/types.ts';
 import { createAdminServer } from './admin-server.ts';
+import {
+  startControllerClient,
+  type ControllerClient,
+  type ControllerClientOptions,
+} from './controller-client.ts';
+import { endpointHealth } from './controller-report.ts';
 import { formatProblems, loadPoolFile, watchPoolFile, type LoadedPool } from './pool-file.ts';
 import type { ActivePool } from './pool-state.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
@@ -14,10 +20,18 @@ export interface HostPort {
   port: number;
 }
 
+/** Where the pool configuration comes from. */
+export type ConfigSource =
+  | { kind: 'file'; poolFile: string }
+  | ({ kind: 'controller' } & Omit<
+      ControllerClientOptions,
+      'logger' | 'onSnapshot' | 'currentEndpoints'
+    >);
+
 export interface SidecarOptions {
   listen: HostPort;
   admin: HostPort;
-  poolFile: string;
+  source: ConfigSource;
   logger: Logger;
   maxBodyBytes: number;
   shutdownGraceMs: number;
@@ -60,10 +74,16 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const { logger } = options;
   const clock = options.clock ?? systemClock;
   const rng = options.rng ?? systemRng;
-  const first = await loadPoolFile(options.poolFile, options.env);
-  if (!first.ok) throw new ConfigError(formatProblems(options.poolFile, first.problems));
+  const { source } = options;
+  let first: LoadedPool | undefined;
+  if (source.kind === 'file') {
+    const loaded = await loadPoolFile(source.poolFile, options.env);
+    if (!loaded.ok) throw new ConfigError(formatProblems(source.poolFile, loaded.problems));
+    first = loaded.pool;
+  }
+  const poolName = source.kind === 'file' ? first!.name : source.pool;
 
-  const metrics = new SidecarMetrics(first.pool.name);
+  const metrics = new SidecarMetrics(poolName);
   let active: ActivePool | undefined;
   let draining = false;
 
@@ -86,7 +106,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     }
   };
 
-  const apply = (loaded: LoadedPool): void => {
+  /** `version`: the controller's snapshot version; a file's configurations are simply counted. */
+  const apply = (loaded: LoadedPool, version?: number): void => {
     if (active !== undefined && active.hash === loaded.hash) return;
     if (active !== undefined && active.name !== loaded.name) {
       logger.warn(
@@ -99,7 +120,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     if (active !== undefined) balancer.update(loaded.policy, loaded.endpoints);
     active = {
       name: loaded.name,
-      version: (active?.version ?? 0) + 1,
+      version: version ?? (active?.version ?? 0) + 1,
       hash: loaded.hash,
       policy: loaded.policy,
       endpoints: loaded.endpoints,
@@ -119,7 +140,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       'pool configuration applied',
     );
   };
-  apply(first.pool);
+  if (first !== undefined) apply(first);
   metrics.readStatusFrom(() => active?.balancer.status() ?? []);
 
   const proxy = new SidecarProxy({
@@ -133,11 +154,12 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const admin = createAdminServer({ pool: () => active, metrics, isDraining: () => draining });
 
   const reload = async (): Promise<boolean> => {
-    const next = await loadPoolFile(options.poolFile, options.env);
+    if (source.kind !== 'file') return false;
+    const next = await loadPoolFile(source.poolFile, options.env);
     if (!next.ok) {
       metrics.configRejected.inc();
       logger.error(
-        { file: options.poolFile, problems: next.problems },
+        { file: source.poolFile, problems: next.problems },
         'pool file change rejected; the last good configuration stays in force',
       );
       return false;
@@ -145,19 +167,41 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     apply(next.pool);
     return true;
   };
-  const watcher = watchPoolFile(options.poolFile, () => void reload());
+  const watcher =
+    source.kind === 'file' ? watchPoolFile(source.poolFile, () => void reload()) : undefined;
+  let client: ControllerClient | undefined;
+  if (source.kind === 'controller') {
+    const { kind: _kind, ...clientOptions } = source;
+    client = startControllerClient({
+      ...clientOptions,
+      logger,
+      onSnapshot: (snapshot, from) => {
+        if (snapshot.pool.name !== source.pool || snapshot.pool.namespace !== source.namespace) {
+          throw new Error(
+            `snapshot of ${snapshot.pool.namespace}/${snapshot.pool.name} on the stream of ${source.namespace}/${source.pool}`,
+          );
+        }
+        logger.info({ from, version: snapshot.version }, 'snapshot received');
+        const { policy, endpoints, timeouts, hash } = snapshot;
+        apply({ name: snapshot.pool.name, hash, policy, endpoints, timeouts }, snapshot.version);
+      },
+      currentEndpoints: () => endpointHealth(active?.balancer.status() ?? []),
+    });
+    await client.ready;
+  }
 
   const proxyUrl = await listen(proxy.server, options.listen);
   const adminUrl = await listen(admin, options.admin);
   // Always announced (unless silent): scripts and tests wait for this line to learn the ports.
   const announcer = logger.level === 'silent' ? logger : logger.child({}, { level: 'info' });
-  announcer.info({ url: proxyUrl, admin: adminUrl, pool: first.pool.name }, 'sidecar listening');
+  announcer.info({ url: proxyUrl, admin: adminUrl, pool: poolName }, 'sidecar listening');
 
   let shutdownPromise: Promise<void> | undefined;
   const shutdown = (): Promise<void> => {
     shutdownPromise ??= (async () => {
       draining = true;
-      watcher.close();
+      watcher?.close();
+      await client?.close();
       logger.info(
         { inProgress: proxy.inProgress, graceMs: options.shutdownGraceMs },
         'draining: no new connections, waiting for requests in progress',

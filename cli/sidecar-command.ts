@@ -1,0 +1,151 @@
+import { hostname } from 'node:os';
+import { Option, type Command } from 'commander';
+import { pino } from 'pino';
+import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
+import { ConfigError, startSidecar, type ConfigSource, type HostPort } from '../sidecar/sidecar.ts';
+
+interface SidecarFlags {
+  poolFile?: string;
+  controller?: string;
+  namespace?: string;
+  pool?: string;
+  tokenFile: string;
+  caFile?: string;
+  cacheFile?: string;
+  sidecarId: string;
+  listen: HostPort;
+  admin: HostPort;
+  maxBodyBytes: number;
+  shutdownGrace: number;
+  logLevel: (typeof LOG_LEVELS)[number];
+}
+
+function configSource(flags: SidecarFlags): ConfigSource | string {
+  if (flags.poolFile !== undefined && flags.controller !== undefined)
+    return 'give either --pool-file or --controller, not both';
+  if (flags.poolFile !== undefined) return { kind: 'file', poolFile: flags.poolFile };
+  if (flags.controller === undefined)
+    return 'give --pool-file (standalone) or --controller with --pool (in Kubernetes)';
+  if (flags.pool === undefined) return '--controller needs --pool <name>';
+  return {
+    kind: 'controller',
+    controllerUrl: flags.controller,
+    namespace: flags.namespace ?? process.env.POD_NAMESPACE ?? 'default',
+    pool: flags.pool,
+    tokenFile: flags.tokenFile,
+    caFile: flags.caFile,
+    cacheFile: flags.cacheFile,
+    sidecarId: flags.sidecarId,
+  };
+}
+
+/** `switchyard sidecar`: the routing proxy, from a pool file or from the controller's stream. */
+export function addSidecarCommand(program: Command): void {
+  program
+    .command('sidecar')
+    .description(
+      'Run the routing proxy for one pool: standalone from a pool file, or fed by the controller.',
+    )
+    .option(
+      '--pool-file <path>',
+      'standalone: an InferencePool manifest whose backends are URLs; watched, a valid change applies live',
+    )
+    .option(
+      '--controller <url>',
+      'in Kubernetes: the controller’s snapshot stream, e.g. https://switchyard-controller.switchyard.svc:8443',
+    )
+    .option('--pool <name>', 'with --controller: the InferencePool to route for')
+    .addOption(
+      new Option('--namespace <ns>', 'with --controller: the pool’s namespace').default(
+        undefined,
+        '$POD_NAMESPACE or default',
+      ),
+    )
+    .option(
+      '--token-file <path>',
+      'with --controller: projected ServiceAccount token (audience switchyard)',
+      '/var/run/secrets/switchyard/token',
+    )
+    .option('--ca-file <path>', 'with --controller: CA bundle of the controller’s certificate')
+    .option(
+      '--cache-file <path>',
+      'with --controller: keep the last snapshot here and serve from it after a restart',
+    )
+    .addOption(
+      new Option('--sidecar-id <id>', 'with --controller: this sidecar in reports').default(
+        process.env.POD_NAME ?? hostname(),
+        '$POD_NAME or the hostname',
+      ),
+    )
+    .addOption(
+      new Option('--listen <host:port>', 'proxy address the app calls')
+        .default(parseHostPort('127.0.0.1:8080'), '127.0.0.1:8080')
+        .argParser(parseHostPort),
+    )
+    .addOption(
+      new Option('--admin <host:port>', 'admin address: /metrics /healthz /readyz /debug/backends')
+        .default(parseHostPort('127.0.0.1:9090'), '127.0.0.1:9090')
+        .argParser(parseHostPort),
+    )
+    .addOption(
+      new Option('--max-body-bytes <n>', 'largest request body accepted (413 past it)')
+        .default(16 * 1024 * 1024, '16 MiB')
+        .argParser(parsePositiveInt),
+    )
+    .addOption(
+      new Option(
+        '--shutdown-grace <duration>',
+        'on SIGTERM, how long streams in progress may finish',
+      )
+        .default(30_000, '30s')
+        .argParser(parseDurationMs),
+    )
+    .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
+    .addHelpText(
+      'after',
+      '\nExamples:\n  switchyard sidecar --pool-file pool.yaml\n' +
+        `  switchyard sidecar --controller https://switchyard-controller.switchyard.svc:8443 --pool chat --ca-file /var/run/secrets/switchyard/ca.crt\n` +
+        '  curl http://127.0.0.1:8080/v1/chat/completions -d \'{"model":"m","messages":[{"role":"user","content":"hi"}]}\'',
+    )
+    .action(async (flags: SidecarFlags) => {
+      const source = configSource(flags);
+      if (typeof source === 'string') {
+        process.stderr.write(`switchyard sidecar: ${source}\n`);
+        process.exit(2);
+      }
+      const logger = pino({ level: flags.logLevel, base: { component: 'sidecar' } });
+      try {
+        const sidecar = await startSidecar({
+          source,
+          listen: flags.listen,
+          admin: flags.admin,
+          logger,
+          maxBodyBytes: flags.maxBodyBytes,
+          shutdownGraceMs: flags.shutdownGrace,
+          env: process.env,
+        });
+        const stop = (signal: string): void => {
+          logger.info({ signal }, 'shutdown requested');
+          sidecar.shutdown().then(
+            () => process.exit(0),
+            () => process.exit(1),
+          );
+        };
+        process.once('SIGTERM', () => stop('SIGTERM'));
+        process.once('SIGINT', () => stop('SIGINT'));
+      } catch (err) {
+        if (err instanceof ConfigError) {
+          process.stderr.write(`switchyard sidecar: ${err.message}\n`);
+          process.exit(2);
+        }
+        const e = err as NodeJS.ErrnoException;
+        if (e.code === 'EADDRINUSE') {
+          process.stderr.write(
+            `switchyard sidecar: address in use (${e.message}); pick another with --listen/--admin\n`,
+          );
+          process.exit(2);
+        }
+        throw err;
+      }
+    });
+}

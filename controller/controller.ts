@@ -1,0 +1,515 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import {
+  AuthenticationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  DiscoveryV1Api,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+} from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { InferencePool, InferencePoolStatus } from '../crds/inference-pool.schema.ts';
+import type { PoolSnapshot } from '../crds/snapshot.ts';
+import { desiredSnapshot, type ReconcileResult } from './core/desired-snapshot.ts';
+import {
+  SERVICE_NAME_LABEL,
+  type EndpointSlice,
+  type Secret,
+  type Service,
+} from './core/objects.ts';
+import { PoolIndex } from './core/pool-index.ts';
+import { poolStatus, statusEqual, type SidecarState as SidecarStatusView } from './core/status.ts';
+import { WorkQueue } from './core/work-queue.ts';
+import { KubeApiError, KubeRaw } from './kube-raw.ts';
+import { LeaderElector } from './leader.ts';
+import { ControllerMetrics } from './metrics.ts';
+import { SnapshotServer, type PoolKey } from './snapshot-server.ts';
+import { SupervisedInformer } from './supervised-informer.ts';
+import { TokenAuthenticator } from './token-auth.ts';
+
+export const GROUP = 'switchyard.dev';
+export const VERSION = 'v1alpha1';
+export const PLURAL = 'inferencepools';
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export interface ControllerOptions {
+  kubeConfig: KubeConfig;
+  logger: Logger;
+  /** Address of the snapshot stream (HTTPS when `tls` is given). */
+  listen: HostPort;
+  /** Address of /metrics, /healthz, /readyz. */
+  admin: HostPort;
+  tls: { cert: string; key: string } | undefined;
+  heartbeatMs: number;
+  lease: {
+    namespace: string;
+    name: string;
+    identity: string;
+    durationMs: number;
+    renewEveryMs: number;
+  };
+  /** A sidecar that neither streams nor reports for this long no longer counts as connected. */
+  sidecarStaleAfterMs: number;
+  /** How often the leader refreshes status from sidecar reports (changes only are written). */
+  statusEveryMs: number;
+}
+
+export interface RunningController {
+  streamUrl: string;
+  adminUrl: string;
+  isLeader(): boolean;
+  stop(): Promise<void>;
+}
+
+interface PoolState {
+  result: ReconcileResult;
+  version: number;
+  hash: string;
+  generation: number;
+  lastStatus: InferencePoolStatus | undefined;
+}
+
+function listen(server: http.Server, at: HostPort, scheme: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(at.port, at.host, () => {
+      server.off('error', reject);
+      const a = server.address() as AddressInfo;
+      resolve(`${scheme}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`);
+    });
+  });
+}
+
+const keyOf = (o: KubernetesObject): PoolKey =>
+  `${o.metadata?.namespace ?? ''}/${o.metadata?.name ?? ''}`;
+
+/**
+ * The controller: informers feed a de-duplicating key queue (events carry no payload: the
+ * reconciler re-reads the caches, level-triggered); reconcile computes the desired snapshot with a
+ * pure function and publishes it only when its hash changed. Every replica serves streams; the
+ * lease holder writes status and Events.
+ */
+export async function startController(options: ControllerOptions): Promise<RunningController> {
+  const { kubeConfig, logger } = options;
+  const core = kubeConfig.makeApiClient(CoreV1Api);
+  const discovery = kubeConfig.makeApiClient(DiscoveryV1Api);
+  const custom = kubeConfig.makeApiClient(CustomObjectsApi);
+  const raw = new KubeRaw(kubeConfig);
+  const queue = new WorkQueue<PoolKey>();
+  const index = new PoolIndex();
+  const states = new Map<PoolKey, PoolState>();
+  const firstSeenMs = new Map<PoolKey, number>();
+  let stopping = false;
+
+  let wake: (() => void) | undefined;
+  const enqueue = (key: PoolKey, delayMs = 0): void => {
+    if (!firstSeenMs.has(key)) firstSeenMs.set(key, performance.now());
+    if (delayMs > 0) queue.addAfter(key, delayMs, performance.now());
+    else queue.add(key);
+    wake?.();
+  };
+  const enqueueAll = (): void => {
+    for (const pool of pools.list()) enqueue(keyOf(pool));
+  };
+
+  const leader = new LeaderElector({
+    raw,
+    ...options.lease,
+    leaseDurationMs: options.lease.durationMs,
+    logger,
+    onChange: (isLeader) => {
+      if (isLeader) {
+        // A new leader owns status now: write every pool's current view.
+        for (const s of states.values()) s.lastStatus = undefined;
+        enqueueAll();
+      }
+    },
+  });
+  const metrics: ControllerMetrics = new ControllerMetrics({
+    queueDepth: () => queue.len(),
+    connectedSidecars: () => stream.connectedCount(),
+    isLeader: () => leader.isLeader() ?? false,
+  });
+
+  const informer = <T extends KubernetesObject>(
+    name: string,
+    path: string,
+    list: () => Promise<KubernetesListObject<T>>,
+    onChange: (o: T) => void,
+    extra: { labelSelector?: string; fieldSelector?: string } = {},
+  ): SupervisedInformer<T> =>
+    new SupervisedInformer<T>({
+      name,
+      kubeConfig,
+      path,
+      list,
+      logger,
+      onChange,
+      ...extra,
+      onRestart: (reason) => metrics.informerRestarts.inc({ informer: name, reason }),
+      onSynced: enqueueAll,
+    });
+
+  const pools = informer<InferencePool & KubernetesObject>(
+    'inferencepools',
+    `/apis/${GROUP}/${VERSION}/${PLURAL}`,
+    () =>
+      custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL }) as Promise<
+        KubernetesListObject<InferencePool & KubernetesObject>
+      >,
+    (pool) => enqueue(keyOf(pool)),
+  );
+  const services = informer<Service & KubernetesObject>(
+    'services',
+    '/api/v1/services',
+    () => core.listServiceForAllNamespaces(),
+    (svc) => {
+      for (const key of index.poolsForService(
+        svc.metadata?.namespace ?? '',
+        svc.metadata?.name ?? '',
+      ))
+        enqueue(key);
+    },
+  );
+  const slices = informer<EndpointSlice & KubernetesObject>(
+    'endpointslices',
+    '/apis/discovery.k8s.io/v1/endpointslices',
+    () => discovery.listEndpointSliceForAllNamespaces({ labelSelector: SERVICE_NAME_LABEL }),
+    (slice) => {
+      const service = slice.metadata?.labels?.[SERVICE_NAME_LABEL];
+      if (service === undefined) return;
+      for (const key of index.poolsForService(slice.metadata?.namespace ?? '', service))
+        enqueue(key);
+    },
+    { labelSelector: SERVICE_NAME_LABEL },
+  );
+
+  // Secrets: one small watch per *referenced* Secret (a field selector on its name), so the
+  // controller never lists or caches Secrets no pool uses.
+  const secretInformers = new Map<string, SupervisedInformer<Secret & KubernetesObject>>();
+  const ensureSecretInformers = (): void => {
+    const wanted = new Set(index.referencedSecrets());
+    for (const [ref, inf] of secretInformers) {
+      if (wanted.has(ref)) continue;
+      secretInformers.delete(ref);
+      void inf.stop();
+    }
+    for (const ref of wanted) {
+      if (secretInformers.has(ref)) continue;
+      const [namespace, name] = ref.split('/') as [string, string];
+      const inf = informer<Secret & KubernetesObject>(
+        `secret ${ref}`,
+        `/api/v1/namespaces/${namespace}/secrets`,
+        () =>
+          core.listNamespacedSecret({
+            namespace,
+            fieldSelector: `metadata.name=${name}`,
+          }),
+        () => {
+          for (const key of index.poolsForSecret(namespace, name)) enqueue(key);
+        },
+        { fieldSelector: `metadata.name=${name}` },
+      );
+      secretInformers.set(ref, inf);
+      void inf.start();
+    }
+  };
+
+  const writeStatus = async (
+    key: PoolKey,
+    pool: InferencePool & KubernetesObject,
+    state: PoolState,
+  ): Promise<void> => {
+    if (leader.isLeader() !== true) return;
+    const reports = new Map<string, SidecarStatusView>();
+    for (const [id, sc] of stream.sidecars(key)) {
+      reports.set(id, {
+        streaming: sc.streams > 0,
+        lastSeenMs: sc.lastSeenMs,
+        appliedVersion: sc.report?.appliedVersion,
+        appliedHash: sc.report?.appliedHash,
+        endpoints: sc.report?.endpoints,
+      });
+    }
+    const status = poolStatus({
+      generation: state.generation,
+      result: state.result,
+      snapshot:
+        state.result.snapshot === undefined
+          ? undefined
+          : { version: state.version, hash: state.hash },
+      sidecars: { reports, nowMs: performance.now(), staleAfterMs: options.sidecarStaleAfterMs },
+      previous: state.lastStatus ?? pool.status,
+      now: new Date().toISOString(),
+    });
+    if (state.lastStatus !== undefined && statusEqual(state.lastStatus, status)) return;
+    const [namespace, name] = key.split('/') as [string, string];
+    try {
+      await raw.request(
+        'PATCH',
+        `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}/${name}/status`,
+        { status },
+        'application/merge-patch+json',
+      );
+      state.lastStatus = status;
+      metrics.statusWrites.inc({ result: 'ok' });
+    } catch (err) {
+      metrics.statusWrites.inc({
+        result: err instanceof KubeApiError && err.status === 404 ? 'gone' : 'error',
+      });
+      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+    }
+  };
+
+  const recordEvents = async (
+    pool: InferencePool & KubernetesObject,
+    result: ReconcileResult,
+  ): Promise<void> => {
+    if (leader.isLeader() !== true) return;
+    const namespace = pool.metadata?.namespace ?? 'default';
+    for (const e of result.events) {
+      const now = new Date().toISOString();
+      await raw
+        .request('POST', `/api/v1/namespaces/${namespace}/events`, {
+          apiVersion: 'v1',
+          kind: 'Event',
+          metadata: { generateName: `${pool.metadata?.name ?? 'pool'}.`, namespace },
+          involvedObject: {
+            apiVersion: `${GROUP}/${VERSION}`,
+            kind: 'InferencePool',
+            name: pool.metadata?.name,
+            namespace,
+            uid: pool.metadata?.uid,
+          },
+          type: e.type,
+          reason: e.reason,
+          message: e.message,
+          firstTimestamp: now,
+          lastTimestamp: now,
+          count: 1,
+          source: { component: 'switchyard-controller' },
+          reportingComponent: 'switchyard.dev/controller',
+          reportingInstance: options.lease.identity,
+        })
+        .catch((err: unknown) =>
+          logger.warn({ err: (err as Error).message }, 'could not record an Event'),
+        );
+    }
+  };
+
+  const reconcile = async (key: PoolKey): Promise<void> => {
+    const started = performance.now();
+    const [namespace, name] = key.split('/') as [string, string];
+    const pool = pools.get(name, namespace);
+    if (pool === undefined) {
+      index.deletePool(key);
+      states.delete(key);
+      stream.remove(key);
+      firstSeenMs.delete(key);
+      ensureSecretInformers();
+      metrics.reconciles.inc({ result: 'deleted' });
+      return;
+    }
+    index.setPool(key, pool);
+    ensureSecretInformers();
+    const secretRefs = index.secretNamesOf(key).map((secret) => `${namespace}/${secret}`);
+    if (secretRefs.some((ref) => secretInformers.get(ref)?.hasSynced !== true)) {
+      // Never publish a snapshot without a backend's key just because its Secret is not read yet.
+      enqueue(key, 100);
+      return;
+    }
+    const serviceNames = index.serviceNamesOf(key);
+    const serviceMap = new Map<string, Service>();
+    const slicesByService = new Map<string, EndpointSlice[]>();
+    for (const svc of serviceNames) {
+      const s = services.get(svc, namespace);
+      if (s !== undefined) serviceMap.set(svc, s);
+      slicesByService.set(
+        svc,
+        slices.list(namespace).filter((sl) => sl.metadata?.labels?.[SERVICE_NAME_LABEL] === svc),
+      );
+    }
+    const secretMap = new Map<string, Secret>();
+    for (const ref of secretRefs) {
+      const secretName = ref.split('/')[1]!;
+      const secret = secretInformers.get(ref)?.get(secretName, namespace);
+      if (secret !== undefined) secretMap.set(secretName, secret);
+    }
+    const previous = states.get(key);
+    const result = desiredSnapshot({
+      pool,
+      services: serviceMap,
+      slicesByService,
+      secrets: secretMap,
+      previous: previous?.result,
+    });
+    let version = previous?.version ?? 0;
+    let hash = previous?.hash ?? '';
+    if (result.snapshot !== undefined && result.hash !== previous?.hash) {
+      // Continue the version sequence recorded in status, so versions survive controller restarts
+      // and every replica numbers the same content the same way.
+      const recorded = pool.status?.snapshot;
+      version =
+        recorded !== undefined && recorded.hash === result.hash && recorded.version !== undefined
+          ? recorded.version
+          : Math.max(recorded?.version ?? 0, previous?.version ?? 0) + 1;
+      hash = result.hash;
+      const snapshot: PoolSnapshot = { ...result.snapshot, version };
+      stream.publish(key, snapshot, firstSeenMs.get(key) ?? started);
+      metrics.snapshotsPublished.inc();
+      metrics.reconciles.inc({ result: 'changed' });
+      logger.info(
+        { pool: key, version, hash, endpoints: snapshot.endpoints.length },
+        'snapshot published',
+      );
+    } else {
+      metrics.reconciles.inc({ result: 'unchanged' });
+    }
+    firstSeenMs.delete(key);
+    const state: PoolState = {
+      result,
+      version,
+      hash,
+      generation: pool.metadata?.generation ?? 0,
+      lastStatus: previous?.lastStatus,
+    };
+    states.set(key, state);
+    metrics.reconcileDuration.observe((performance.now() - started) / 1000);
+    await recordEvents(pool, result);
+    await writeStatus(key, pool, state);
+  };
+
+  const authenticator = new TokenAuthenticator(kubeConfig.makeApiClient(AuthenticationV1Api));
+  const stream: SnapshotServer = new SnapshotServer({
+    authenticator,
+    logger,
+    metrics,
+    heartbeatMs: options.heartbeatMs,
+    tls: options.tls,
+    poolExists: (key) => {
+      const [namespace, name] = key.split('/') as [string, string];
+      return pools.get(name, namespace) !== undefined;
+    },
+    onSidecarChange: (key) => statusDirty.add(key),
+  });
+
+  // Sidecar connects and reports change status counts; the leader folds them in periodically
+  // rather than on every report, so a fleet of sidecars does not turn into a write storm.
+  const statusDirty = new Set<PoolKey>();
+  const statusTimer = setInterval(() => {
+    if (leader.isLeader() !== true) return;
+    for (const key of statusDirty) {
+      statusDirty.delete(key);
+      const state = states.get(key);
+      const [namespace, name] = key.split('/') as [string, string];
+      const pool = pools.get(name, namespace);
+      if (state === undefined || pool === undefined) continue;
+      writeStatus(key, pool, state).catch((err: unknown) =>
+        logger.warn({ pool: key, err: (err as Error).message }, 'status write failed'),
+      );
+    }
+  }, options.statusEveryMs);
+  statusTimer.unref();
+
+  // The worker: one key at a time, never the same key twice at once (the queue guarantees it).
+  const worker = (async () => {
+    await Promise.all([pools.waitForSync(), services.waitForSync(), slices.waitForSync()]);
+    logger.info({ pools: pools.list().length }, 'caches synced; reconciling');
+    while (!stopping) {
+      const key = queue.get(performance.now());
+      if (key === undefined) {
+        const dueAt = queue.nextDueAt();
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          if (dueAt !== undefined)
+            setTimeout(resolve, Math.max(0, dueAt - performance.now())).unref();
+        });
+        wake = undefined;
+        continue;
+      }
+      try {
+        await reconcile(key);
+        queue.forget(key);
+      } catch (err) {
+        metrics.reconciles.inc({ result: 'error' });
+        logger.warn(
+          { pool: key, err: (err as Error).message },
+          'reconcile failed; retrying with backoff',
+        );
+        queue.retry(key, performance.now());
+      } finally {
+        queue.done(key);
+      }
+    }
+  })();
+
+  const admin = http.createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path === '/metrics') {
+      metrics.registry.metrics().then(
+        (text: string) => {
+          res.writeHead(200, { 'content-type': metrics.registry.contentType });
+          res.end(text);
+        },
+        () => {
+          res.writeHead(500);
+          res.end();
+        },
+      );
+      return;
+    }
+    const synced = pools.hasSynced && services.hasSynced && slices.hasSynced;
+    const body = (status: number, value: unknown): void => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(value));
+    };
+    if (path === '/healthz') body(200, { status: 'ok' });
+    else if (path === '/readyz')
+      body(synced ? 200 : 503, { synced, leader: leader.isLeader() ?? false });
+    else body(404, { error: { code: 'unknown_url', message: 'try /metrics, /healthz, /readyz' } });
+  });
+
+  await Promise.all([pools.start(), services.start(), slices.start()]);
+  leader.start();
+  const streamUrl = await listen(
+    stream.server,
+    options.listen,
+    options.tls === undefined ? 'http' : 'https',
+  );
+  const adminUrl = await listen(admin, options.admin, 'http');
+  // Always announced (unless silent): scripts and tests wait for this line to learn the ports.
+  const announcer = logger.level === 'silent' ? logger : logger.child({}, { level: 'info' });
+  announcer.info(
+    { url: streamUrl, admin: adminUrl, identity: options.lease.identity },
+    'controller listening',
+  );
+
+  return {
+    streamUrl,
+    adminUrl,
+    isLeader: () => leader.isLeader() ?? false,
+    async stop() {
+      stopping = true;
+      wake?.();
+      clearInterval(statusTimer);
+      stream.close();
+      admin.closeAllConnections();
+      admin.close();
+      await leader.stop();
+      await Promise.all([
+        pools.stop(),
+        services.stop(),
+        slices.stop(),
+        ...[...secretInformers.values()].map((i) => i.stop()),
+      ]);
+      await worker.catch(() => undefined);
+      raw.close();
+    },
+  };
+}

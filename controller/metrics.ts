@@ -1,0 +1,87 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** The controller's Prometheus metrics (admin port, /metrics). */
+export class ControllerMetrics {
+  readonly registry = new Registry();
+  readonly reconciles: Counter<'result'>;
+  readonly reconcileDuration: Histogram;
+  readonly pushLatency: Histogram;
+  readonly authFailures: Counter<'reason'>;
+  readonly informerRestarts: Counter<'informer' | 'reason'>;
+  readonly statusWrites: Counter<'result'>;
+  readonly snapshotsPublished: Counter;
+
+  constructor(read: {
+    queueDepth: () => number;
+    connectedSidecars: () => number;
+    isLeader: () => boolean;
+  }) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_controller_process_' });
+    this.reconciles = new Counter({
+      name: 'switchyard_controller_reconciles_total',
+      help: 'Pool reconciles, by result: changed (a new snapshot), unchanged, deleted, error.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.reconcileDuration = new Histogram({
+      name: 'switchyard_controller_reconcile_duration_seconds',
+      help: 'Time to compute a pool snapshot and publish it.',
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+      registers,
+    });
+    this.pushLatency = new Histogram({
+      name: 'switchyard_controller_push_latency_seconds',
+      help: 'From seeing a change (an informer event) to writing the new snapshot to subscribed sidecars.',
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    });
+    this.authFailures = new Counter({
+      name: 'switchyard_controller_stream_auth_failures_total',
+      help: 'Snapshot stream requests refused: unauthenticated (401) or forbidden (403).',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.informerRestarts = new Counter({
+      name: 'switchyard_controller_informer_restarts_total',
+      help: 'Informers restarted by their supervisor, after an error or a silent watch.',
+      labelNames: ['informer', 'reason'],
+      registers,
+    });
+    this.statusWrites = new Counter({
+      name: 'switchyard_controller_status_writes_total',
+      help: 'InferencePool status writes by the leader, by result.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.snapshotsPublished = new Counter({
+      name: 'switchyard_controller_snapshots_published_total',
+      help: 'New pool snapshots published to the stream.',
+      registers,
+    });
+    new Gauge({
+      name: 'switchyard_controller_queue_depth',
+      help: 'Pool keys waiting to be reconciled.',
+      registers,
+      collect() {
+        this.set(read.queueDepth());
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_connected_sidecars',
+      help: 'Snapshot streams open on this replica.',
+      registers,
+      collect() {
+        this.set(read.connectedSidecars());
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_leader',
+      help: '1 on the replica that holds the lease and writes status.',
+      registers,
+      collect() {
+        this.set(read.isLeader() ? 1 : 0);
+      },
+    });
+  }
+}
