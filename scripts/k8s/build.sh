@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd from the Go module proxy, once per version, for test/k8s/.
+#
+#   scripts/k8s/build.sh [kubernetes-version]     e.g. v1.37.2 (default: $SWITCHYARD_K8S_VERSION
+#                                                  or the pinned version below)
+#
+# Prints progress on stderr and, as the last line on stdout, the folder that holds the two
+# binaries: $HOME/.cache/switchyard/k8s/<kubernetes-version>/{kube-apiserver,etcd}.
+# When KUBEBUILDER_ASSETS is set, builds nothing and prints that folder (it must hold both).
+#
+# Idempotent and safe to run concurrently: a flock on <cache>/<version>.lock serialises builds;
+# a binary is moved into place only once it is complete, next to a stamp naming what it is.
+#
+# Why not `go install k8s.io/kubernetes/cmd/kube-apiserver@vX`: k8s.io/kubernetes requires its
+# staging modules (k8s.io/api, k8s.io/apiserver, ...) at v0.0.0 and points them at ./staging with
+# replace directives, which `go install` ignores. So we make a throw-away module that requires
+# k8s.io/kubernetes and replaces every staging module with its published v0.<minor>.<patch>
+# version; the list of staging modules is read from k8s.io/kubernetes's own go.mod. etcd's server
+# module has replace directives too, so it is built from a throw-away module as well.
+set -euo pipefail
+
+K8S_VERSION="${1:-${SWITCHYARD_K8S_VERSION:-v1.37.2}}"
+ETCD_VERSION="${SWITCHYARD_ETCD_VERSION:-v3.6.16}"
+
+log() { printf '[k8s-build] %s\n' "$*" >&2; }
+die() {
+  log "error: $*"
+  exit 1
+}
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+  for b in kube-apiserver etcd; do
+    [[ -x "$KUBEBUILDER_ASSETS/$b" ]] || die "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"
+  done
+  log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+  printf '%s\n' "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
+
+[[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || die "kubernetes version must look like v1.34.4, got '$K8S_VERSION'"
+K8S_MINOR="${BASH_REMATCH[1]}"
+K8S_PATCH="${BASH_REMATCH[2]}"
+[[ "$ETCD_VERSION" =~ ^v3\.[0-9]+\.[0-9]+$ ]] || die "etcd version must look like v3.6.16, got '$ETCD_VERSION'"
+command -v go >/dev/null || die "Go is needed to build kube-apiserver and etcd (or set KUBEBUILDER_ASSETS)"
+command -v flock >/dev/null || die "flock (util-linux) is needed"
+
+CACHE_ROOT="${SWITCHYARD_CACHE_DIR:-$HOME/.cache/switchyard}/k8s"
+OUT="$CACHE_ROOT/$K8S_VERSION"
+mkdir -p "$OUT"
+
+# Use the Go that is installed; never fetch another toolchain. Module mode regardless of the
+# caller's environment.
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod GO111MODULE=on CGO_ENABLED=0
+
+APISERVER_STAMP="kube-apiserver $K8S_VERSION $(go env GOVERSION)"
+ETCD_STAMP="etcd $ETCD_VERSION $(go env GOVERSION)"
+is_built() { [[ -x "$OUT/$1" && -f "$OUT/$1.stamp" && "$(cat "$OUT/$1.stamp")" == "$2" ]]; }
+
+if is_built kube-apiserver "$APISERVER_STAMP" && is_built etcd "$ETCD_STAMP"; then
+  printf '%s\n' "$OUT"
+  exit 0
+fi
+
+exec 9>"$CACHE_ROOT/$K8S_VERSION.lock"
+if ! flock -n 9; then
+  log "another build of $K8S_VERSION is running; waiting for it ($CACHE_ROOT/$K8S_VERSION.lock)"
+  flock 9
+fi
+
+# Work dirs of builds that were killed (we hold the lock, so no build is using them).
+rm -rf "$OUT"/build.*
+WORK="$(mktemp -d "$OUT/build.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+seconds() { date +%s; }
+
+# go.mod lines of k8s.io/kubernetes that must be copied: the godebug line or block.
+copy_godebug() {
+  awk '
+    /^godebug[ \t]*\(/ { inblock = 1; print; next }
+    inblock { print; if ($0 ~ /^\)/) inblock = 0; next }
+    /^godebug[ \t]/ { print }
+  ' "$1"
+}
+
+build_apiserver() {
+  local start dir gomod staging ldflags v
+  start=$(seconds)
+  dir="$WORK/kube-apiserver"
+  mkdir -p "$dir"
+  log "kube-apiserver $K8S_VERSION: resolving k8s.io/kubernetes's go.mod"
+  gomod="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+  [[ -f "$gomod" ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION's go.mod"
+  staging="$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*#\1#p' "$gomod")"
+  [[ -n "$staging" ]] || die "no ./staging replace directives found in $gomod"
+  log "kube-apiserver $K8S_VERSION: $(wc -w <<<"$staging") staging modules, replaced by v0.$K8S_MINOR.$K8S_PATCH"
+  {
+    echo "module switchyard.local/kube-apiserver-build"
+    echo
+    grep -E '^go [0-9]' "$gomod"
+    echo
+    copy_godebug "$gomod"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    for m in $staging; do
+      echo "	$m => $m v0.$K8S_MINOR.$K8S_PATCH"
+    done
+    echo ")"
+  } >"$dir/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' >"$dir/tools.go"
+  log "kube-apiserver $K8S_VERSION: go mod tidy (downloads modules on a cold module cache)"
+  (cd "$dir" && go mod tidy) >&2
+  ldflags="-s -w"
+  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$K8S_MINOR"
+    ldflags+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+  done
+  log "kube-apiserver $K8S_VERSION: go build (several minutes on a cold build cache)"
+  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$dir/kube-apiserver.bin" k8s.io/kubernetes/cmd/kube-apiserver) >&2
+  "$dir/kube-apiserver.bin" --version >&2
+  mv -f "$dir/kube-apiserver.bin" "$OUT/kube-apiserver"
+  printf '%s' "$APISERVER_STAMP" >"$OUT/kube-apiserver.stamp"
+  log "kube-apiserver $K8S_VERSION: built in $(($(seconds) - start)) s, $(du -h "$OUT/kube-apiserver" | cut -f1)"
+}
+
+build_etcd() {
+  local start dir
+  start=$(seconds)
+  dir="$WORK/etcd"
+  mkdir -p "$dir"
+  {
+    echo "module switchyard.local/etcd-build"
+    echo
+    echo "go $(go env GOVERSION | sed 's/^go//')"
+    echo
+    echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+  } >"$dir/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$dir/tools.go"
+  log "etcd $ETCD_VERSION: go mod tidy"
+  (cd "$dir" && go mod tidy) >&2
+  log "etcd $ETCD_VERSION: go build"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$dir/etcd.bin" go.etcd.io/etcd/server/v3) >&2
+  "$dir/etcd.bin" --version >&2
+  mv -f "$dir/etcd.bin" "$OUT/etcd"
+  printf '%s' "$ETCD_STAMP" >"$OUT/etcd.stamp"
+  log "etcd $ETCD_VERSION: built in $(($(seconds) - start)) s, $(du -h "$OUT/etcd" | cut -f1)"
+}
+
+is_built etcd "$ETCD_STAMP" || build_etcd
+is_built kube-apiserver "$APISERVER_STAMP" || build_apiserver
+printf '%s\n' "$OUT"

@@ -1,0 +1,67 @@
+/**
+ * Finds (and on first use builds) the kube-apiserver and etcd binaries the test cluster runs.
+ * The build is scripts/k8s/build.sh: from the Go module proxy, cached per version under
+ * ~/.cache/switchyard/k8s/<version>/, or taken from $KUBEBUILDER_ASSETS when that is set.
+ */
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const BUILD_SCRIPT = fileURLToPath(new URL('../../scripts/k8s/build.sh', import.meta.url));
+
+export interface K8sBinaries {
+  /** The folder that holds both binaries. */
+  dir: string;
+  kubeApiserver: string;
+  etcd: string;
+}
+
+const pending = new Map<string, Promise<K8sBinaries>>();
+
+/**
+ * Runs scripts/k8s/build.sh (a no-op once built; it takes a lock, so concurrent test files wait
+ * for one build) and returns the binaries' paths. Its progress goes to this process's stderr.
+ * `version` defaults to $SWITCHYARD_K8S_VERSION, then to the version pinned in build.sh.
+ */
+export function k8sBinaries(version?: string): Promise<K8sBinaries> {
+  const key = version ?? '';
+  let result = pending.get(key);
+  if (result === undefined) {
+    result = runBuild(version);
+    pending.set(key, result);
+    result.catch(() => pending.delete(key));
+  }
+  return result;
+}
+
+function runBuild(version: string | undefined): Promise<K8sBinaries> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('bash', [BUILD_SCRIPT, ...(version === undefined ? [] : [version])], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (text: string) => (stdout += text));
+    child.stderr.setEncoding('utf8').on('data', (text: string) => {
+      stderr += text;
+      if (stderr.length > 200_000) stderr = stderr.slice(-100_000);
+      // Progress lines only (go's "downloading" lines are too many to be useful).
+      for (const line of text.split('\n')) {
+        if (line.startsWith('[k8s-build]')) process.stderr.write(line + '\n');
+      }
+    });
+    child.once('error', reject);
+    child.once('close', (code) => {
+      const dir = stdout.trim().split('\n').pop() ?? '';
+      if (code !== 0 || dir === '') {
+        reject(
+          new Error(
+            `${BUILD_SCRIPT} failed (exit ${code}):\n${stderr.split('\n').slice(-60).join('\n')}`,
+          ),
+        );
+        return;
+      }
+      resolve({ dir, kubeApiserver: join(dir, 'kube-apiserver'), etcd: join(dir, 'etcd') });
+    });
+  });
+}

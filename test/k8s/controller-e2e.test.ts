@@ -1,0 +1,466 @@
+/**
+ * The controller end to end, on a real kube-apiserver + etcd (test/k8s/cluster.ts), with real
+ * processes: `switchyard controller`, two `switchyard sidecar --controller …`, and simulated
+ * backends on network-namespace test hosts (EndpointSlices refuse loopback addresses).
+ *
+ * SWITCHYARD_K8S_TESTS=0 skips it (e.g. on a machine without Go).
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import { freePorts, startCluster, waitFor, type Cluster } from './cluster.ts';
+import {
+  assertTestAddress,
+  createTestHost,
+  startSwitchyardIn,
+  type TestHost,
+} from './test-hosts.ts';
+
+const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
+const CRD_FILE = fileURLToPath(
+  new URL('../../crds/switchyard.dev_inferencepools.yaml', import.meta.url),
+);
+const NS = 'apps';
+const POOLS = `/apis/switchyard.dev/v1alpha1/namespaces/${NS}/inferencepools`;
+const SLICES = `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`;
+const SIM_FLAGS = ['--prefill-ms-per-token', '0.01', '--decode-ms-per-token', '1', '--slots', '16'];
+
+interface DebugBackends {
+  snapshotVersion: number | null;
+  endpoints: { id: string; url: string }[];
+}
+
+/** A CA and a serving certificate for 127.0.0.1, made with the openssl CLI. */
+function makeTls(dir: string): { caFile: string; certFile: string; keyFile: string } {
+  const run = (args: string[]): void => {
+    execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+  };
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  run([
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+    '-days',
+    '1',
+    '-subj',
+    '/CN=switchyard-test-ca',
+  ]);
+  run([
+    'req',
+    ...ec,
+    '-keyout',
+    'tls.key',
+    '-out',
+    'tls.csr',
+    '-subj',
+    '/CN=switchyard-controller',
+  ]);
+  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  run([
+    'x509',
+    '-req',
+    '-in',
+    'tls.csr',
+    '-CA',
+    'ca.crt',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'tls.crt',
+    '-days',
+    '1',
+    '-extfile',
+    'san.ext',
+  ]);
+  return {
+    caFile: join(dir, 'ca.crt'),
+    certFile: join(dir, 'tls.crt'),
+    keyFile: join(dir, 'tls.key'),
+  };
+}
+
+function slice(name: string, endpoints: { ip: string; ready: boolean }[]): unknown {
+  for (const e of endpoints) assertTestAddress(e.ip);
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: { name, namespace: NS, labels: { 'kubernetes.io/service-name': 'vllm' } },
+    addressType: 'IPv4',
+    endpoints: endpoints.map((e) => ({ addresses: [e.ip], conditions: { ready: e.ready } })),
+    ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
+  };
+}
+
+async function getJson<T>(url: string): Promise<T> {
+  return (await (await fetch(url)).json()) as T;
+}
+
+/** GET on the controller's stream port with the test CA; returns status and body (streams are cut after the head). */
+function streamRequest(
+  url: string,
+  ca: string,
+  token: string | undefined,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = https.get(
+      url,
+      { ca, headers: token === undefined ? {} : { authorization: `Bearer ${token}` } },
+      (res) => {
+        if (res.statusCode === 200) {
+          resolve({ status: 200, body: '' });
+          req.destroy();
+          return;
+        }
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      },
+    );
+    req.on('error', reject);
+  });
+}
+
+describe(
+  'controller end to end on a real API server',
+  { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
+  () => {
+    let cluster: Cluster;
+    let dir: string;
+    let tls: ReturnType<typeof makeTls>;
+    const hosts: TestHost[] = [];
+    const sims: { stop(): Promise<unknown> }[] = [];
+    let controller: RunningProcess | undefined;
+    const sidecars: RunningProcess[] = [];
+    let tokenFile: string;
+    /** Fixed, so sidecars find a restarted controller at the same address (as through a Service). */
+    let controllerPort: number;
+
+    const controllerArgs = (): string[] => [
+      'controller',
+      '--kubeconfig',
+      cluster.kubeconfigPath,
+      '--listen',
+      `127.0.0.1:${controllerPort}`,
+      '--admin',
+      '127.0.0.1:0',
+      '--tls-cert-file',
+      tls.certFile,
+      '--tls-key-file',
+      tls.keyFile,
+      '--lease-namespace',
+      'switchyard',
+      '--identity',
+      'controller-0',
+      '--heartbeat',
+      '1s',
+    ];
+
+    const startSidecar = (id: string, controllerUrl: string): Promise<RunningProcess> =>
+      startSwitchyard([
+        'sidecar',
+        '--controller',
+        controllerUrl,
+        '--pool',
+        'chat',
+        '--namespace',
+        NS,
+        '--token-file',
+        tokenFile,
+        '--ca-file',
+        tls.caFile,
+        '--cache-file',
+        join(dir, `${id}.snapshot.json`),
+        '--sidecar-id',
+        id,
+        '--listen',
+        '127.0.0.1:0',
+        '--admin',
+        '127.0.0.1:0',
+      ]);
+
+    const endpointsOf = async (sidecar: RunningProcess): Promise<string[]> =>
+      (await getJson<DebugBackends>(`${sidecar.adminUrl}/debug/backends`)).endpoints
+        .map((e) => e.id)
+        .sort();
+
+    /** Waits until every sidecar routes to exactly `ids`; returns how long that took. */
+    const untilSidecarsSee = async (ids: string[], what: string): Promise<number> => {
+      const started = performance.now();
+      await waitFor(
+        what,
+        async () => {
+          for (const s of sidecars)
+            if ((await endpointsOf(s)).join() !== [...ids].sort().join()) return false;
+          return true;
+        },
+        { timeoutMs: 30_000, intervalMs: 20 },
+      );
+      return performance.now() - started;
+    };
+
+    const chat = async (sidecar: RunningProcess): Promise<Response> =>
+      fetch(`${sidecar.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'm',
+          max_tokens: 3,
+          messages: [{ role: 'user', content: 'hello' }],
+        }),
+      });
+
+    const id = (host: TestHost): string => `in-cluster/${host.ip}:8000`;
+
+    before(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'switchyard-e2e-'));
+      tls = makeTls(dir);
+      cluster = await startCluster();
+      await cluster.applyYaml(readFileSync(CRD_FILE, 'utf8'));
+      await waitFor('the CRD to be established', async () => {
+        const res = await cluster.request<{
+          status?: { conditions?: { type: string; status: string }[] };
+        }>(
+          'GET',
+          '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.switchyard.dev',
+        );
+        return res.body.status?.conditions?.some(
+          (c) => c.type === 'Established' && c.status === 'True',
+        );
+      });
+      for (const name of [NS, 'switchyard', 'other'])
+        await cluster.request('POST', '/api/v1/namespaces', {
+          apiVersion: 'v1',
+          kind: 'Namespace',
+          metadata: { name },
+        });
+      for (const label of ['h1', 'h2']) {
+        const host = await createTestHost(label);
+        hosts.push(host);
+        sims.push(
+          await startSwitchyardIn(host, ['sim', '--port', '8000', '--name', label, ...SIM_FLAGS]),
+        );
+      }
+      await cluster.applyYaml(
+        `apiVersion: v1
+kind: Service
+metadata: {name: vllm, namespace: ${NS}}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8000}]
+`,
+      );
+      await cluster.request('POST', SLICES, slice('vllm-1', [{ ip: hosts[0]!.ip, ready: true }]));
+      await cluster.applyYaml(
+        `apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: chat, namespace: ${NS}}
+spec:
+  backends:
+  - name: in-cluster
+    service: {name: vllm, port: http}
+  health: {minRequests: 1000}
+`,
+      );
+      const token = await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' });
+      tokenFile = join(dir, 'token');
+      writeFileSync(tokenFile, token.token);
+      [controllerPort] = (await freePorts(1)) as [number];
+      controller = await startSwitchyard(controllerArgs());
+      for (const sidecarId of ['app-1', 'app-2'])
+        sidecars.push(await startSidecar(sidecarId, controller.url));
+    });
+
+    after(async () => {
+      await stopAll([...sidecars, controller]);
+      await Promise.all(sims.map((s) => s.stop()));
+      await Promise.all(hosts.map((h) => h.remove()));
+      await cluster?.stop();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('routes through both sidecars to the Service endpoints on a test host', async () => {
+      await untilSidecarsSee([id(hosts[0]!)], 'the first snapshot on both sidecars');
+      for (const s of sidecars) {
+        const res = await chat(s);
+        assert.equal(res.status, 200);
+        assert.equal(res.headers.get('x-switchyard-backend'), id(hosts[0]!));
+      }
+    });
+
+    it('carries EndpointSlice changes to every sidecar: added, not ready, removed', async (t) => {
+      const [h1, h2] = [hosts[0]!, hosts[1]!];
+      await cluster.request(
+        'PUT',
+        `${SLICES}/vllm-1`,
+        slice('vllm-1', [
+          { ip: h1.ip, ready: true },
+          { ip: h2.ip, ready: true },
+        ]),
+      );
+      const addedMs = await untilSidecarsSee([id(h1), id(h2)], 'the added endpoint');
+      await cluster.request(
+        'PUT',
+        `${SLICES}/vllm-1`,
+        slice('vllm-1', [
+          { ip: h1.ip, ready: false },
+          { ip: h2.ip, ready: true },
+        ]),
+      );
+      const notReadyMs = await untilSidecarsSee([id(h2)], 'the not-ready endpoint to leave');
+      await cluster.request(
+        'PUT',
+        `${SLICES}/vllm-1`,
+        slice('vllm-1', [{ ip: h2.ip, ready: true }]),
+      );
+      await untilSidecarsSee([id(h2)], 'the removed endpoint to stay gone');
+      await cluster.request(
+        'PUT',
+        `${SLICES}/vllm-1`,
+        slice('vllm-1', [
+          { ip: h1.ip, ready: true },
+          { ip: h2.ip, ready: true },
+        ]),
+      );
+      const backMs = await untilSidecarsSee([id(h1), id(h2)], 'both endpoints again');
+      t.diagnostic(
+        `EndpointSlice write → both sidecars: added ${addedMs.toFixed(0)} ms, not ready ${notReadyMs.toFixed(0)} ms, re-added ${backMs.toFixed(0)} ms`,
+      );
+      const res = await chat(sidecars[0]!);
+      assert.equal(res.status, 200);
+    });
+
+    it('shows in status that both sidecars are connected and in sync', async () => {
+      type Status = {
+        status?: {
+          sidecars?: { connected?: number; inSync?: number };
+          conditions?: { type: string; status: string }[];
+          endpoints?: { ready?: number; total?: number };
+          snapshot?: { version?: number };
+        };
+      };
+      const status = await waitFor(
+        'two sidecars in sync in status',
+        async () => {
+          const res = await cluster.request<Status>('GET', `${POOLS}/chat`);
+          const s = res.body.status;
+          return s?.sidecars?.connected === 2 && s.sidecars.inSync === 2 ? s : undefined;
+        },
+        { timeoutMs: 30_000 },
+      );
+      assert.equal(status.conditions?.find((c) => c.type === 'Ready')?.status, 'True');
+      assert.equal(status.conditions?.find((c) => c.type === 'ResolvedRefs')?.status, 'True');
+      assert.equal(status.endpoints?.ready, 2);
+      assert.ok((status.snapshot?.version ?? 0) >= 1);
+    });
+
+    it('names a missing Service and a missing Secret in status', async () => {
+      await cluster.applyYaml(
+        `apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: broken, namespace: ${NS}}
+spec:
+  backends:
+  - {name: gone, service: {name: no-such-service, port: 8000}}
+  - {name: provider, url: 'http://127.0.0.1:9/v1', apiKeySecretRef: {name: no-such-secret, key: apiKey}}
+`,
+      );
+      type Status = {
+        status?: { conditions?: { type: string; status: string; message: string }[] };
+      };
+      const refs = await waitFor('ResolvedRefs=False on the broken pool', async () => {
+        const res = await cluster.request<Status>('GET', `${POOLS}/broken`);
+        const c = res.body.status?.conditions?.find((x) => x.type === 'ResolvedRefs');
+        return c?.status === 'False' ? c : undefined;
+      });
+      assert.match(refs.message, /no-such-service/);
+      assert.match(refs.message, /no-such-secret/);
+    });
+
+    it('refuses stream requests without a valid token of the pool namespace, and shows no pool data', async () => {
+      const ca = readFileSync(tls.caFile, 'utf8');
+      const url = `${controller!.url}/v1/namespaces/${NS}/pools/chat/snapshots`;
+      const none = await streamRequest(url, ca, undefined);
+      assert.equal(none.status, 401);
+      const apiAudience = await cluster.createServiceAccountToken(NS, 'app', {
+        audience: cluster.apiAudience,
+      });
+      const wrongAudience = await streamRequest(url, ca, apiAudience.token);
+      assert.equal(wrongAudience.status, 401);
+      const other = await cluster.createServiceAccountToken('other', 'app', {
+        audience: 'switchyard',
+      });
+      const forbidden = await streamRequest(url, ca, other.token);
+      assert.equal(forbidden.status, 403);
+      for (const r of [none, wrongAudience, forbidden])
+        assert.doesNotMatch(r.body, /in-cluster|10\.77\./);
+      const good = await streamRequest(url, ca, readFileSync(tokenFile, 'utf8'));
+      assert.equal(good.status, 200);
+    });
+
+    it('keeps routing with zero failed requests while the controller is killed, and resyncs after its restart', async (t) => {
+      let failures = 0;
+      let sent = 0;
+      let running = true;
+      const traffic = (async () => {
+        while (running) {
+          for (const s of sidecars) {
+            sent++;
+            const res = await chat(s).catch(() => undefined);
+            if (res?.status !== 200) failures++;
+          }
+        }
+      })();
+      await controller!.kill(); // kill -9 mid-traffic
+      await new Promise((r) => setTimeout(r, 2_000)); // sidecars route on their last snapshot meanwhile
+      const restartedAt = performance.now();
+      controller = await startSwitchyard(controllerArgs());
+      const h1 = hosts[0]!;
+      const h2 = hosts[1]!;
+      await cluster.request(
+        'PUT',
+        `${SLICES}/vllm-1`,
+        slice('vllm-1', [{ ip: h2.ip, ready: true }]),
+      );
+      await untilSidecarsSee([id(h2)], 'a change after the restart');
+      t.diagnostic(
+        `resync after controller restart: ${(performance.now() - restartedAt).toFixed(0)} ms`,
+      );
+      running = false;
+      await traffic;
+      assert.equal(failures, 0, `${failures} of ${sent} requests failed`);
+      await cluster.request(
+        'PUT',
+        `${SLICES}/vllm-1`,
+        slice('vllm-1', [
+          { ip: h1.ip, ready: true },
+          { ip: h2.ip, ready: true },
+        ]),
+      );
+      await untilSidecarsSee([id(h1), id(h2)], 'both endpoints again');
+    });
+
+    it('recovers after the API server restarts', async (t) => {
+      await cluster.restartApiServer();
+      const started = performance.now();
+      await cluster.request(
+        'PUT',
+        `${SLICES}/vllm-1`,
+        slice('vllm-1', [{ ip: hosts[0]!.ip, ready: true }]),
+      );
+      await untilSidecarsSee([id(hosts[0]!)], 'a change after the API server restart');
+      t.diagnostic(
+        `change seen ${(performance.now() - started).toFixed(0)} ms after the API server came back`,
+      );
+    });
+  },
+);
