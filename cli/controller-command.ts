@@ -1,10 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { KubeConfig } from '@kubernetes/client-node';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
-import { startController } from '../controller/controller.ts';
 
 interface ControllerFlags {
   kubeconfig?: string;
@@ -72,6 +70,9 @@ export function addControllerCommand(program: Command): void {
         process.stderr.write(`switchyard controller: ${message}\n`);
         process.exit(2);
       };
+      // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
+      const { KubeConfig } = await import('@kubernetes/client-node');
+      const { startController } = await import('../controller/controller.ts');
       const kubeConfig = new KubeConfig();
       try {
         if (flags.kubeconfig !== undefined) kubeConfig.loadFromFile(flags.kubeconfig);

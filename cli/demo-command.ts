@@ -1,6 +1,5 @@
 import { Option, type Command } from 'commander';
 import { parseDurationMs } from './args.ts';
-import { runDemo } from '../demo/demo.ts';
 
 export function addDemoCommand(program: Command): void {
   program
@@ -28,6 +27,7 @@ export function addDemoCommand(program: Command): void {
       ),
     )
     .action(async (flags: { duration: number; rate: number; seed: number; plain?: boolean }) => {
+      const { runDemo } = await import('../demo/demo.ts');
       const code = await runDemo({
         durationMs: flags.duration,
         ratePerSec: flags.rate,

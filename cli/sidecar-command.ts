@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
-import { ConfigError, startSidecar, type ConfigSource, type HostPort } from '../sidecar/sidecar.ts';
+import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
 
 interface SidecarFlags {
   poolFile?: string;
@@ -113,6 +113,7 @@ export function addSidecarCommand(program: Command): void {
         process.stderr.write(`switchyard sidecar: ${source}\n`);
         process.exit(2);
       }
+      const { ConfigError, startSidecar } = await import('../sidecar/sidecar.ts');
       const logger = pino({ level: flags.logLevel, base: { component: 'sidecar' } });
       try {
         const sidecar = await startSidecar({

@@ -1,6 +1,5 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { SIM_OPTION_SPECS, type SimOptions, type SimOptionSpec } from '../sim/options.ts';
-import { runSimFromOptions } from '../sim/main.ts';
 
 function parserFor(spec: SimOptionSpec): (value: string) => number | string {
   if (spec.type === 'string') return (value) => value;
@@ -46,6 +45,7 @@ export function addSimCommand(program: Command): void {
     command.addOption(option);
   }
   command.action(async (flags: Partial<SimOptions>) => {
+    const { runSimFromOptions } = await import('../sim/main.ts');
     await runSimFromOptions(flags);
   });
 }
