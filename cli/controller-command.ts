@@ -113,6 +113,7 @@ export function addControllerCommand(program: Command): void {
         },
         sidecarStaleAfterMs: 60_000,
         statusEveryMs: 1_000,
+        replicaSummaryEveryMs: 5_000,
       });
       const stop = (signal: string): void => {
         logger.info({ signal }, 'shutdown requested');

@@ -24,6 +24,7 @@ import { poolStatus, statusEqual, type SidecarState as SidecarStatusView } from 
 import { WorkQueue } from './core/work-queue.ts';
 import { KubeApiError, KubeRaw } from './kube-raw.ts';
 import { LeaderElector } from './leader.ts';
+import { ReplicaSummaries } from './replica-summary.ts';
 import { ControllerMetrics } from './metrics.ts';
 import { SnapshotServer, type PoolKey } from './snapshot-server.ts';
 import { SupervisedInformer } from './supervised-informer.ts';
@@ -58,6 +59,8 @@ export interface ControllerOptions {
   sidecarStaleAfterMs: number;
   /** How often the leader refreshes status from sidecar reports (changes only are written). */
   statusEveryMs: number;
+  /** How often each replica publishes its sidecars for the leader (a per-replica Lease). */
+  replicaSummaryEveryMs: number;
 }
 
 export interface RunningController {
@@ -221,12 +224,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
     }
   };
 
-  const writeStatus = async (
-    key: PoolKey,
-    pool: InferencePool & KubernetesObject,
-    state: PoolState,
-  ): Promise<void> => {
-    if (leader.isLeader() !== true) return;
+  /** This replica's sidecars of one pool, as the status core sees them. */
+  const localSidecars = (key: PoolKey): Map<string, SidecarStatusView> => {
     const reports = new Map<string, SidecarStatusView>();
     for (const [id, sc] of stream.sidecars(key)) {
       reports.set(id, {
@@ -237,6 +236,19 @@ export async function startController(options: ControllerOptions): Promise<Runni
         endpoints: sc.report?.endpoints,
       });
     }
+    return reports;
+  };
+
+  const writeStatus = async (
+    key: PoolKey,
+    pool: InferencePool & KubernetesObject,
+    state: PoolState,
+  ): Promise<void> => {
+    if (leader.isLeader() !== true) return;
+    const reports = localSidecars(key);
+    // Sidecars connected to other replicas, as those replicas published them.
+    for (const [id, remote] of summaries.remoteSidecars(key))
+      if (!reports.has(id)) reports.set(id, remote);
     const status = poolStatus({
       generation: state.generation,
       result: state.result,
@@ -399,6 +411,18 @@ export async function startController(options: ControllerOptions): Promise<Runni
     onSidecarChange: (key) => statusDirty.add(key),
   });
 
+  const summaries = new ReplicaSummaries({
+    raw,
+    namespace: options.lease.namespace,
+    identity: options.lease.identity,
+    publishEveryMs: options.replicaSummaryEveryMs,
+    logger,
+    local: () => new Map(stream.poolKeys().map((key) => [key, localSidecars(key)])),
+    onRemoteChange: (keys) => {
+      for (const key of keys) statusDirty.add(key);
+    },
+  });
+
   // Sidecar connects and reports change status counts; the leader folds them in periodically
   // rather than on every report, so a fleet of sidecars does not turn into a write storm.
   const statusDirty = new Set<PoolKey>();
@@ -477,6 +501,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
 
   await Promise.all([pools.start(), services.start(), slices.start()]);
   leader.start();
+  summaries.start();
   const streamUrl = await listen(
     stream.server,
     options.listen,
@@ -498,6 +523,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       stopping = true;
       wake?.();
       clearInterval(statusTimer);
+      summaries.stop();
       stream.close();
       admin.closeAllConnections();
       admin.close();

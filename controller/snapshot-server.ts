@@ -127,6 +127,11 @@ export class SnapshotServer {
     return this.channels.get(key)?.sidecars ?? new Map();
   }
 
+  /** Pools with known sidecars on this replica. */
+  poolKeys(): PoolKey[] {
+    return [...this.channels.keys()];
+  }
+
   connectedCount(): number {
     let n = 0;
     for (const c of this.channels.values()) n += c.subscribers.size;

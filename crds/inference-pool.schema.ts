@@ -588,7 +588,7 @@ export const InferencePoolStatusSchema = Type.Object(
               format: 'int32',
             }),
             reporting: Type.Integer({
-              description: 'Connected sidecars that report on this endpoint at all.',
+              description: 'Connected sidecars that sent a health report (the denominator of breakerOpen).',
               minimum: 0,
               format: 'int32',
             }),

@@ -189,8 +189,9 @@ describe('fleetHealth', () => {
         silent: sidecar({ endpoints: undefined }),
       }),
     );
+    // reporting: a, b and c sent reports; gone is stale, silent sent none.
     assert.deepEqual(health, [
-      { id: 'x/1', breakerOpen: 2, halfOpen: 0, reporting: 2 },
+      { id: 'x/1', breakerOpen: 2, halfOpen: 0, reporting: 3 },
       { id: 'x/3', breakerOpen: 1, halfOpen: 1, reporting: 3 },
     ]);
   });

@@ -123,17 +123,21 @@ export function fleetHealth(
 ): EndpointFleetHealth[] {
   const { endpointIds, limit = FLEET_HEALTH_LIMIT } = options;
   const byId = new Map<string, EndpointFleetHealth>();
-  for (const sidecar of connectedSidecars(sidecars)) {
+  // Sidecars on other replicas publish only their non-closed breakers (controller/replica-summary.ts),
+  // so `reporting` counts the connected sidecars that sent a health report at all.
+  const connected = connectedSidecars(sidecars);
+  const reporting = connected.filter((s) => s.endpoints !== undefined).length;
+  for (const sidecar of connected) {
     for (const { id, breaker } of sidecar.endpoints ?? []) {
       if (endpointIds !== undefined && !endpointIds.has(id)) continue;
+      if (breaker === 'closed') continue;
       let entry = byId.get(id);
       if (entry === undefined) {
-        entry = { id, breakerOpen: 0, halfOpen: 0, reporting: 0 };
+        entry = { id, breakerOpen: 0, halfOpen: 0, reporting };
         byId.set(id, entry);
       }
-      entry.reporting += 1;
       if (breaker === 'open') entry.breakerOpen += 1;
-      else if (breaker === 'half-open') entry.halfOpen += 1;
+      else entry.halfOpen += 1;
     }
   }
   return [...byId.values()]

@@ -363,6 +363,41 @@ spec:
       assert.ok((status.snapshot?.version ?? 0) >= 1);
     });
 
+    it('counts the sidecars of every replica in status, written by one leader', async () => {
+      const [port2] = (await freePorts(1)) as [number];
+      const args = controllerArgs().map((a) =>
+        a === `127.0.0.1:${controllerPort}`
+          ? `127.0.0.1:${port2}`
+          : a === 'controller-0'
+            ? 'controller-1'
+            : a,
+      );
+      const replica = await startSwitchyard(args);
+      const third = await startSidecar('app-3', replica.url);
+      try {
+        type Status = { status?: { sidecars?: { connected?: number; inSync?: number } } };
+        await waitFor(
+          'three sidecars (two on the leader, one on the second replica) in status',
+          async () => {
+            const s = (await cluster.request<Status>('GET', `${POOLS}/chat`)).body.status?.sidecars;
+            return s?.connected === 3 && s.inSync === 3;
+          },
+          { timeoutMs: 30_000 },
+        );
+        const leaders = await Promise.all(
+          [controller!, replica].map(async (c) =>
+            /^switchyard_controller_leader 1$/m.test(
+              await (await fetch(`${c.adminUrl}/metrics`)).text(),
+            ),
+          ),
+        );
+        assert.deepEqual(leaders, [true, false], 'exactly one replica leads');
+      } finally {
+        await third.stop();
+        await replica.stop();
+      }
+    });
+
     it('names a missing Service and a missing Secret in status', async () => {
       await cluster.applyYaml(
         `apiVersion: switchyard.dev/v1alpha1
