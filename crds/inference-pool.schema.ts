@@ -588,7 +588,8 @@ export const InferencePoolStatusSchema = Type.Object(
               format: 'int32',
             }),
             reporting: Type.Integer({
-              description: 'Connected sidecars that sent a health report (the denominator of breakerOpen).',
+              description:
+                'Connected sidecars that sent a health report (the denominator of breakerOpen).',
               minimum: 0,
               format: 'int32',
             }),
