@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { writeFile, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { BALANCE_EXAMPLE as EXAMPLE_BALANCE, FAILOVER_EXAMPLE as EXAMPLE_FAILOVER } from '../../crds/examples.ts';
 import { startSwitchyard } from '../../harness/processes.ts';
 import {
   balancePool,
@@ -13,31 +14,6 @@ import {
   startPool,
   startSim,
 } from '../helpers.ts';
-
-const EXAMPLE_BALANCE = `apiVersion: switchyard.dev/v1alpha1
-kind: InferencePool
-metadata: {name: chat}
-spec:
-  mode: Balance
-  backends:
-  - {name: a, url: http://127.0.0.1:9101/v1}
-  - {name: b, url: http://127.0.0.1:9102/v1}
-  - {name: c, url: http://127.0.0.1:9103/v1}
-  health: {window: 5s, minRequests: 10, maxErrorRate: 0.5, openFor: 30s}
-`;
-
-const EXAMPLE_FAILOVER = `apiVersion: switchyard.dev/v1alpha1
-kind: InferencePool
-metadata: {name: chat}
-spec:
-  mode: Failover
-  costWeightPerMs: 0.001
-  backends:
-  - {name: primary, url: http://127.0.0.1:9101/v1, costPerMTok: 0.2}
-  - {name: secondary, url: http://127.0.0.1:9102/v1, costPerMTok: 0.6, model: other-model}
-  affinity: {key: Prefix, prefixChars: 4096, maxSlowdown: 2.5}
-  retry: {budgetPercent: 20, minPerSecond: 10, maxAttempts: 3}
-`;
 
 describe('standalone pool file', () => {
   for (const [name, text] of [
