@@ -421,6 +421,90 @@ spec:
       assert.match(refs.message, /no-such-secret/);
     });
 
+    it('delivers a Secret’s API key to the sidecars on the stream only, and a rotated key too', async () => {
+      const key1 = 'sk-e2e-first-3c1d9a';
+      const key2 = 'sk-e2e-second-77b2e0';
+      const secret = (value: string): unknown => ({
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: 'provider-key', namespace: NS },
+        data: { apiKey: Buffer.from(value).toString('base64') },
+      });
+      await cluster.request('POST', `/api/v1/namespaces/${NS}/secrets`, secret(key1));
+      assertTestAddress(hosts[0]!.ip);
+      await cluster.applyYaml(
+        `apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: keyed, namespace: ${NS}}
+spec:
+  backends:
+  - name: provider
+    url: 'http://${hosts[0]!.ip}:8000/v1'
+    apiKeySecretRef: {name: provider-key, key: apiKey}
+    allowInsecureApiKey: true
+`,
+      );
+      const cacheFile = join(dir, 'keyed.snapshot.json');
+      const keyedSidecar = await startSwitchyard([
+        'sidecar',
+        '--controller',
+        controller!.url,
+        '--pool',
+        'keyed',
+        '--namespace',
+        NS,
+        '--token-file',
+        tokenFile,
+        '--ca-file',
+        tls.caFile,
+        '--cache-file',
+        cacheFile,
+        '--sidecar-id',
+        'keyed-1',
+        '--listen',
+        '127.0.0.1:0',
+        '--admin',
+        '127.0.0.1:0',
+      ]);
+      try {
+        await waitFor(
+          'the keyed snapshot',
+          async () => (await endpointsOf(keyedSidecar)).length === 1,
+        );
+        assert.equal((await chat(keyedSidecar)).status, 200);
+        assert.match(
+          readFileSync(cacheFile, 'utf8'),
+          new RegExp(key1),
+          'the sidecar holds the key',
+        );
+        await cluster.request('PUT', `/api/v1/namespaces/${NS}/secrets/provider-key`, secret(key2));
+        await waitFor(
+          'the rotated key on the sidecar',
+          () => readFileSync(cacheFile, 'utf8').includes(key2),
+          { timeoutMs: 15_000 },
+        );
+        const status = (await cluster.request('GET', `${POOLS}/keyed`)).text;
+        const events = (await cluster.request('GET', `/api/v1/namespaces/${NS}/events`)).text;
+        const debug = JSON.stringify(await getJson(`${keyedSidecar.adminUrl}/debug/backends`));
+        const metrics =
+          (await (await fetch(`${keyedSidecar.adminUrl}/metrics`)).text()) +
+          (await (await fetch(`${controller!.adminUrl}/metrics`)).text());
+        for (const [where, text] of Object.entries({
+          status,
+          events,
+          debug,
+          metrics,
+          controllerLog: controller!.output(),
+          sidecarLog: keyedSidecar.output(),
+        })) {
+          for (const key of [key1, key2])
+            assert.ok(!text.includes(key), `the key leaked into ${where}`);
+        }
+      } finally {
+        await keyedSidecar.stop();
+      }
+    });
+
     it('refuses stream requests without a valid token of the pool namespace, and shows no pool data', async () => {
       const ca = readFileSync(tls.caFile, 'utf8');
       const url = `${controller!.url}/v1/namespaces/${NS}/pools/chat/snapshots`;
