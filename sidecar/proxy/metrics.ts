@@ -39,7 +39,8 @@ export class SidecarMetrics {
   readonly retries: { inc(): void };
   readonly retryBudgetExhausted: { inc(): void };
   readonly shed: { inc(): void };
-  readonly responses: Counter<'pool' | 'code'>;
+  private readonly responses: Counter<'pool' | 'code'>;
+  private readonly responsesByCode = new Map<number, { inc(): void }>();
   readonly configApplied: { inc(): void };
   readonly configRejected: { inc(): void };
   private statusSource: () => EndpointStatus[] = () => [];
@@ -163,6 +164,16 @@ export class SidecarMetrics {
       registers,
     });
     this.configRejected = rejected.labels({ pool });
+  }
+
+  /** Counts a response the client saw; children are bound once per status code. */
+  response(status: number): void {
+    let child = this.responsesByCode.get(status);
+    if (child === undefined) {
+      child = this.responses.labels({ pool: this.pool, code: String(status) });
+      this.responsesByCode.set(status, child);
+    }
+    child.inc();
   }
 
   /** Gauges are read from the balancer at scrape time: nothing to update per request. */

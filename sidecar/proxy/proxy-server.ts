@@ -62,6 +62,22 @@ interface AttemptState {
   abandoned: boolean;
 }
 
+/**
+ * Parsed upstream URLs per endpoint and route: http-proxy-3 skips its own URL parsing when given a
+ * URL object, and there are only a handful of distinct ones. Bounded, because endpoints come and go.
+ */
+const targetCache = new Map<string, URL>();
+function targetUrl(endpointUrl: string, path: string): URL {
+  const key = endpointUrl + path.slice(3);
+  let url = targetCache.get(key);
+  if (url === undefined) {
+    if (targetCache.size >= 4096) targetCache.clear();
+    url = new URL(key);
+    targetCache.set(key, url);
+  }
+  return url;
+}
+
 /** A body source that http-proxy-3 can `pipe` into the upstream request without a stream per request. */
 function bufferSource(body: Buffer): Stream {
   return {
@@ -139,10 +155,6 @@ export class SidecarProxy {
     this.server.headersTimeout = 30_000;
   }
 
-  agentFor(url: string): http.Agent {
-    return url.startsWith('https:') ? this.httpsAgent : this.httpAgent;
-  }
-
   /** Resolves when no client request is in progress (for graceful shutdown). */
   whenIdle(): Promise<void> {
     if (this.activeExchanges === 0) return Promise.resolve();
@@ -162,7 +174,9 @@ export class SidecarProxy {
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const { metrics } = this.options;
     this.activeExchanges++;
+    // One listener per response: in-progress accounting, and the status the client saw.
     res.once('close', () => {
+      if (res.writableFinished) metrics.response(res.statusCode);
       this.activeExchanges--;
       if (this.activeExchanges === 0) {
         const waiters = this.idleWaiters;
@@ -170,12 +184,6 @@ export class SidecarProxy {
         for (const w of waiters) w();
       }
     });
-    res.once('finish', () =>
-      metrics.responses.inc({
-        pool: this.options.pool()?.name ?? '',
-        code: String(res.statusCode),
-      }),
-    );
     const rawUrl = req.url ?? '/';
     const q = rawUrl.indexOf('?');
     const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
@@ -339,7 +347,7 @@ export class SidecarProxy {
     state: AttemptState,
     req: IncomingMessage,
     res: ServerResponse,
-    target: string,
+    target: URL,
     body: Buffer,
     headers: Record<string, string>,
     timeouts: ActivePool['timeouts'],
@@ -350,7 +358,7 @@ export class SidecarProxy {
       changeOrigin: true,
       selfHandleResponse: true,
       xfwd: false,
-      agent: this.agentFor(target),
+      agent: target.protocol === 'https:' ? this.httpsAgent : this.httpAgent,
       connectTimeout: timeouts.connectMs,
       buffer: bufferSource(body),
       headers,
@@ -414,11 +422,13 @@ class Exchange {
   }
 
   start(): void {
-    // Forward the client's end-to-end headers; hop-by-hop ones and our own are dropped once.
-    const headers = this.req.headers;
-    for (const name of Object.keys(headers)) {
-      if (HOP_BY_HOP.has(name) || name.startsWith('x-switchyard-')) delete headers[name];
+    // Forward the client's end-to-end headers; hop-by-hop ones and our own are dropped once,
+    // into a fresh object (deleting keys would turn the original into a slow dictionary).
+    const forwarded: IncomingMessage['headers'] = {};
+    for (const [name, value] of Object.entries(this.req.headers)) {
+      if (!HOP_BY_HOP.has(name) && !name.startsWith('x-switchyard-')) forwarded[name] = value;
     }
+    this.req.headers = forwarded;
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.clientGone = true;
@@ -479,7 +489,10 @@ class Exchange {
       this.pool.timeouts.firstByteMs,
     );
     // The client asked for /v1/<route>; the endpoint URL already ends in its API prefix.
-    const target = endpoint.url + this.path.slice(3) + this.query;
+    const target =
+      this.query === ''
+        ? targetUrl(endpoint.url, this.path)
+        : new URL(endpoint.url + this.path.slice(3) + this.query);
     this.proxy.dispatch(state, this.req, this.res, target, body, headers, this.pool.timeouts);
   }
 
