@@ -2,7 +2,10 @@ import assert from 'node:assert/strict';
 import { writeFile, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { BALANCE_EXAMPLE as EXAMPLE_BALANCE, FAILOVER_EXAMPLE as EXAMPLE_FAILOVER } from '../../crds/examples.ts';
+import {
+  BALANCE_EXAMPLE as EXAMPLE_BALANCE,
+  FAILOVER_EXAMPLE as EXAMPLE_FAILOVER,
+} from '../../crds/examples.ts';
 import { startSwitchyard } from '../../harness/processes.ts';
 import {
   balancePool,
