@@ -1,0 +1,386 @@
+/**
+ * The overhead benchmark's child processes: the zero-latency backend, the bare http-proxy-3
+ * passthrough, HAProxy and nginx (each optional), plus /proc readings (RSS, CPU time) by PID.
+ * Every child is stopped by its PID; nothing system-wide is touched.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { accessSync, constants, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+export interface Child {
+  name: string;
+  pid: number;
+  /** Base URL, without `/v1`. */
+  url: string;
+  output(): string;
+  exited: Promise<number | string>;
+  /** SIGTERM, then SIGKILL after `graceMs`. */
+  stop(graceMs?: number): Promise<number | string>;
+}
+
+const live = new Set<ChildProcess>();
+const tempDirs: string[] = [];
+let hooked = false;
+function hook(): void {
+  if (hooked) return;
+  hooked = true;
+  process.once('exit', () => {
+    for (const child of live) {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+    for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  });
+}
+
+/** A fresh directory under the system temp dir, removed when this process exits. */
+export function tempDir(name: string): string {
+  hook();
+  const dir = mkdtempSync(join(tmpdir(), `switchyard-bench-${name}-`));
+  tempDirs.push(dir);
+  return dir;
+}
+
+function track(child: ChildProcess): {
+  exited: Promise<number | string>;
+  output: () => string;
+  stop: (graceMs?: number) => Promise<number | string>;
+} {
+  hook();
+  live.add(child);
+  let log = '';
+  const keep = (text: string): void => {
+    log += text;
+    if (log.length > 100_000) log = log.slice(-50_000);
+  };
+  child.stderr?.setEncoding('utf8');
+  child.stderr?.on('data', keep);
+  const exited = new Promise<number | string>((resolve) => {
+    child.once('exit', (code, signal) => {
+      live.delete(child);
+      resolve(code ?? signal ?? 'unknown');
+    });
+  });
+  const stop = async (graceMs = 5_000): Promise<number | string> => {
+    if (child.exitCode !== null || child.signalCode !== null) return exited;
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    const result = await exited;
+    clearTimeout(timer);
+    return result;
+  };
+  return { exited, output: () => log, stop };
+}
+
+/** Runs `node [nodeArgs] <script> [args]` and waits for the URL line it prints. */
+export function startNodeScript(
+  name: string,
+  script: string,
+  args: string[],
+  options: { nodeArgs?: string[]; timeoutMs?: number } = {},
+): Promise<Child> {
+  const path = fileURLToPath(new URL(script, import.meta.url));
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), path, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const t = track(child);
+  return new Promise((resolve, reject) => {
+    let done = false;
+    const timer = setTimeout(() => {
+      if (done) return;
+      done = true;
+      void t.stop(0);
+      reject(
+        new Error(`${name} did not start within ${options.timeoutMs ?? 10_000} ms:\n${t.output()}`),
+      );
+    }, options.timeoutMs ?? 10_000);
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      if (done || !/^https?:\/\/\S+$/.test(line.trim())) return;
+      done = true;
+      clearTimeout(timer);
+      resolve({ name, pid: child.pid!, url: line.trim(), ...t });
+    });
+    void t.exited.then((code) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      reject(new Error(`${name} exited (${code}) before it was ready:\n${t.output()}`));
+    });
+  });
+}
+
+/** A free loopback port (for peers that cannot announce a port they picked themselves). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitForPort(port: number, timeoutMs: number, alive: () => boolean): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (!alive()) throw new Error('exited');
+    const ok = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`port ${port} did not open within ${timeoutMs} ms`);
+}
+
+/** The path of an executable, or undefined (`command -v`, then a few usual places). */
+export function which(command: string): string | undefined {
+  const found = spawnSync('sh', ['-c', `command -v ${command}`], { encoding: 'utf8' });
+  const path = found.stdout.trim();
+  if (found.status === 0 && path !== '') return path;
+  for (const dir of ['/usr/sbin', '/usr/local/sbin', '/sbin']) {
+    const candidate = join(dir, command);
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not there
+    }
+  }
+  return undefined;
+}
+
+/** `<name> <version>` from `binary flag` (e.g. `HAProxy 2.6.12-1+deb12u4`, `nginx 1.22.1`). */
+export function versionOf(name: string, binary: string, flag: string): string {
+  const out = spawnSync(binary, [flag], { encoding: 'utf8' });
+  const text = `${out.stdout ?? ''}${out.stderr ?? ''}`;
+  const line = text.split('\n').find((l) => /version/i.test(l)) ?? text.split('\n')[0] ?? '';
+  const version = /version:?\s+(?:\S+\/)?(\d[\w.+~-]*)/i.exec(line)?.[1];
+  return version === undefined ? line.trim() : `${name} ${version}`;
+}
+
+/**
+ * HAProxy in front of `backendUrl`: mode http, server-side keep-alive shared across clients,
+ * http-no-delay (streaming), its default thread count (one per core).
+ */
+export async function startHaproxy(binary: string, backendUrl: string): Promise<Child> {
+  const dir = tempDir('haproxy');
+  const port = await freePort();
+  const backend = new URL(backendUrl);
+  const config = join(dir, 'haproxy.cfg');
+  writeFileSync(
+    config,
+    [
+      'global',
+      '  maxconn 8192',
+      '',
+      'defaults',
+      '  mode http',
+      '  timeout connect 5s',
+      '  timeout client 120s',
+      '  timeout server 120s',
+      '  timeout http-keep-alive 65s',
+      '  option http-keep-alive',
+      '  http-reuse always',
+      // Forward each SSE chunk at once instead of waiting to fill a packet (MSG_MORE): without
+      // it HAProxy holds streamed chunks for 100-200 ms.
+      '  option http-no-delay',
+      '',
+      'frontend bench',
+      `  bind 127.0.0.1:${port}`,
+      '  default_backend zero',
+      '',
+      'backend zero',
+      '  http-reuse always',
+      `  server zero ${backend.hostname}:${backend.port} maxconn 4096`,
+      '',
+    ].join('\n'),
+  );
+  const child = spawn(binary, ['-f', config, '-db'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout?.resume();
+  const t = track(child);
+  try {
+    await waitForPort(port, 10_000, () => child.exitCode === null && child.signalCode === null);
+  } catch (err) {
+    await t.stop(0);
+    throw new Error(`haproxy did not start: ${(err as Error).message}\n${t.output()}`, {
+      cause: err,
+    });
+  }
+  return { name: 'haproxy', pid: child.pid!, url: `http://127.0.0.1:${port}`, ...t };
+}
+
+/** nginx in front of `backendUrl`: an upstream keep-alive pool, no response buffering (SSE). */
+export async function startNginx(binary: string, backendUrl: string): Promise<Child> {
+  const dir = tempDir('nginx');
+  const port = await freePort();
+  const backend = new URL(backendUrl);
+  const config = join(dir, 'nginx.conf');
+  writeFileSync(
+    config,
+    [
+      'daemon off;',
+      'master_process off;',
+      'worker_processes 1;',
+      `pid ${join(dir, 'nginx.pid')};`,
+      `error_log ${join(dir, 'error.log')} warn;`,
+      'worker_rlimit_nofile 8192;',
+      'events { worker_connections 8192; }',
+      'http {',
+      '  access_log off;',
+      `  client_body_temp_path ${join(dir, 'body')};`,
+      `  proxy_temp_path ${join(dir, 'proxy')};`,
+      `  fastcgi_temp_path ${join(dir, 'fastcgi')};`,
+      `  uwsgi_temp_path ${join(dir, 'uwsgi')};`,
+      `  scgi_temp_path ${join(dir, 'scgi')};`,
+      '  keepalive_timeout 65s;',
+      '  keepalive_requests 1000000;',
+      `  upstream zero { server ${backend.hostname}:${backend.port}; keepalive 512; keepalive_requests 1000000; }`,
+      '  server {',
+      `    listen 127.0.0.1:${port};`,
+      '    location / {',
+      '      proxy_pass http://zero;',
+      '      proxy_http_version 1.1;',
+      '      proxy_set_header Connection "";',
+      '      proxy_buffering off;',
+      '      proxy_read_timeout 120s;',
+      '    }',
+      '  }',
+      '}',
+      '',
+    ].join('\n'),
+  );
+  const child = spawn(binary, ['-c', config, '-p', dir, '-e', join(dir, 'error.log')], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout?.resume();
+  const t = track(child);
+  try {
+    await waitForPort(port, 10_000, () => child.exitCode === null && child.signalCode === null);
+  } catch (err) {
+    await t.stop(0);
+    let log = '';
+    try {
+      log = readFileSync(join(dir, 'error.log'), 'utf8');
+    } catch {
+      // none
+    }
+    throw new Error(`nginx did not start: ${(err as Error).message}\n${t.output()}${log}`, {
+      cause: err,
+    });
+  }
+  return { name: 'nginx', pid: child.pid!, url: `http://127.0.0.1:${port}`, ...t };
+}
+
+/** VmRSS of a process in MB (MiB), or undefined when it cannot be read. */
+export function rssMb(pid: number): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+    return match === null ? undefined : Number(match[1]) / 1024;
+  } catch {
+    return undefined;
+  }
+}
+
+const CLOCK_TICKS = (() => {
+  const out = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
+  const n = Number(out.stdout.trim());
+  return Number.isFinite(n) && n > 0 ? n : 100;
+})();
+
+/** user+system CPU seconds a process used so far (from /proc/<pid>/stat), or undefined. */
+export function cpuSeconds(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(rest[11]) + Number(rest[12])) / CLOCK_TICKS;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * CPU seconds the whole machine spent so far (all cores, from /proc/stat): `tasks` is time in
+ * processes (user, nice, system, steal), `irq` the kernel's interrupt and softirq work, which
+ * on loopback is much of the TCP stack and is charged to no process.
+ */
+export function machineCpuSeconds(): { tasks: number; irq: number } | undefined {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!;
+    const [, user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).map(Number);
+    return {
+      tasks: ((user ?? 0) + (nice ?? 0) + (system ?? 0) + (steal ?? 0)) / CLOCK_TICKS,
+      irq: ((irq ?? 0) + (softirq ?? 0)) / CLOCK_TICKS,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+export interface WrkResult {
+  concurrency: number;
+  rps: number;
+  p50Ms?: number | undefined;
+  p99Ms?: number | undefined;
+}
+
+function wrkMs(value: string | undefined, unit: string | undefined): number | undefined {
+  if (value === undefined || unit === undefined) return undefined;
+  const scale: Record<string, number> = { us: 0.001, ms: 1, s: 1000, m: 60_000 };
+  return Math.round(Number(value) * (scale[unit] ?? NaN) * 1000) / 1000;
+}
+
+/** A closed loop by `wrk` (one thread), POSTing `body` to `url`: the C client cross-check. */
+export function runWrk(
+  binary: string,
+  url: string,
+  body: Buffer,
+  concurrency: number,
+  seconds: number,
+): Promise<WrkResult> {
+  const dir = tempDir('wrk');
+  const script = join(dir, 'post.lua');
+  writeFileSync(
+    script,
+    [
+      'wrk.method = "POST"',
+      `wrk.body = ${JSON.stringify(body.toString('utf8'))}`,
+      'wrk.headers["Content-Type"] = "application/json"',
+      '',
+    ].join('\n'),
+  );
+  const child = spawn(
+    binary,
+    ['-t1', `-c${concurrency}`, `-d${seconds}s`, '--latency', '-s', script, url],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const t = track(child);
+  let out = '';
+  child.stdout?.setEncoding('utf8');
+  child.stdout?.on('data', (text: string) => (out += text));
+  const timer = setTimeout(() => void t.stop(1000), (seconds + 15) * 1000);
+  return t.exited.then((code) => {
+    clearTimeout(timer);
+    const rps = /Requests\/sec:\s+([\d.]+)/.exec(out);
+    if (code !== 0 || rps === null) throw new Error(`wrk failed (${code}): ${out}${t.output()}`);
+    const p50 = /^\s+50%\s+([\d.]+)(us|ms|s|m)\s*$/m.exec(out);
+    const p99 = /^\s+99%\s+([\d.]+)(us|ms|s|m)\s*$/m.exec(out);
+    return {
+      concurrency,
+      rps: Math.round(Number(rps[1])),
+      p50Ms: wrkMs(p50?.[1], p50?.[2]),
+      p99Ms: wrkMs(p99?.[1], p99?.[2]),
+    };
+  });
+}
