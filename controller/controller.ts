@@ -1,7 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
-  AuthenticationV1Api,
   CoreV1Api,
   CustomObjectsApi,
   DiscoveryV1Api,
@@ -33,6 +32,9 @@ import { TokenAuthenticator } from './token-auth.ts';
 export const GROUP = 'switchyard.dev';
 export const VERSION = 'v1alpha1';
 export const PLURAL = 'inferencepools';
+
+/** Status writes in flight at once (they share a small pool of API connections). */
+const STATUS_WRITE_CONCURRENCY = 4;
 
 export interface HostPort {
   host: string;
@@ -315,7 +317,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
     }
   };
 
-  const reconcile = async (key: PoolKey): Promise<void> => {
+  const reconcile = (key: PoolKey): void => {
     const started = performance.now();
     const [namespace, name] = key.split('/') as [string, string];
     const pool = pools.get(name, namespace);
@@ -393,11 +395,12 @@ export async function startController(options: ControllerOptions): Promise<Runni
     };
     states.set(key, state);
     metrics.reconcileDuration.observe((performance.now() - started) / 1000);
-    await recordEvents(pool, result);
-    await writeStatus(key, pool, state);
+    void recordEvents(pool, result);
+    statusDirty.add(key);
+    void flushStatus();
   };
 
-  const authenticator = new TokenAuthenticator(kubeConfig.makeApiClient(AuthenticationV1Api));
+  const authenticator = new TokenAuthenticator(raw);
   const stream: SnapshotServer = new SnapshotServer({
     authenticator,
     logger,
@@ -426,19 +429,36 @@ export async function startController(options: ControllerOptions): Promise<Runni
   // Sidecar connects and reports change status counts; the leader folds them in periodically
   // rather than on every report, so a fleet of sidecars does not turn into a write storm.
   const statusDirty = new Set<PoolKey>();
-  const statusTimer = setInterval(() => {
-    if (leader.isLeader() !== true) return;
-    for (const key of statusDirty) {
-      statusDirty.delete(key);
-      const state = states.get(key);
-      const [namespace, name] = key.split('/') as [string, string];
-      const pool = pools.get(name, namespace);
-      if (state === undefined || pool === undefined) continue;
-      writeStatus(key, pool, state).catch((err: unknown) =>
-        logger.warn({ pool: key, err: (err as Error).message }, 'status write failed'),
-      );
+  // Status writes run beside the worker, a few at a time: a reconcile only marks its pool dirty,
+  // so publishing the next pool's snapshot never waits for an API round trip.
+  let statusWriting = false;
+  const flushStatus = async (): Promise<void> => {
+    if (statusWriting || !leader.isLeader()) return;
+    statusWriting = true;
+    try {
+      while (statusDirty.size > 0 && leader.isLeader() && !stopping) {
+        const batch = [...statusDirty].slice(0, STATUS_WRITE_CONCURRENCY);
+        for (const key of batch) statusDirty.delete(key);
+        await Promise.all(
+          batch.map(async (key) => {
+            const state = states.get(key);
+            const [namespace, name] = key.split('/') as [string, string];
+            const pool = pools.get(name, namespace);
+            if (state === undefined || pool === undefined) return;
+            try {
+              await writeStatus(key, pool, state);
+            } catch (err) {
+              statusDirty.add(key); // try again on the next pass
+              logger.warn({ pool: key, err: (err as Error).message }, 'status write failed');
+            }
+          }),
+        );
+      }
+    } finally {
+      statusWriting = false;
     }
-  }, options.statusEveryMs);
+  };
+  const statusTimer = setInterval(() => void flushStatus(), options.statusEveryMs);
   statusTimer.unref();
 
   // The worker: one key at a time, never the same key twice at once (the queue guarantees it).
@@ -458,7 +478,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
         continue;
       }
       try {
-        await reconcile(key);
+        reconcile(key);
         queue.forget(key);
       } catch (err) {
         metrics.reconciles.inc({ result: 'error' });
@@ -470,6 +490,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
       } finally {
         queue.done(key);
       }
+      // Let stream writes, heartbeats and status writes run between two reconciles.
+      await new Promise<void>((resolve) => setImmediate(resolve));
     }
   })();
 

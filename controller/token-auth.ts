@@ -1,5 +1,12 @@
 import { createHash } from 'node:crypto';
-import type { AuthenticationV1Api } from '@kubernetes/client-node';
+import type { KubeRaw } from './kube-raw.ts';
+
+interface TokenReviewStatus {
+  authenticated?: boolean;
+  error?: string;
+  audiences?: string[];
+  user?: { username?: string; extra?: Record<string, string[]> };
+}
 
 /** The audience sidecar tokens must carry: a token minted for the API server is refused. */
 export const SIDECAR_TOKEN_AUDIENCE = 'switchyard';
@@ -40,11 +47,13 @@ function tokenExpiryMs(token: string): number | undefined {
  * existing); answers are cached by a hash of the token, never the token itself.
  */
 export class TokenAuthenticator {
-  private readonly api: AuthenticationV1Api;
+  private readonly raw: KubeRaw;
   private readonly cache = new Map<string, { result: AuthResult; untilMs: number }>();
+  /** Reviews in progress: sidecars sharing a token that connect at once cost one TokenReview. */
+  private readonly inFlight = new Map<string, Promise<AuthResult>>();
 
-  constructor(api: AuthenticationV1Api) {
-    this.api = api;
+  constructor(raw: KubeRaw) {
+    this.raw = raw;
   }
 
   async authenticate(authorization: string | undefined): Promise<AuthResult> {
@@ -55,7 +64,12 @@ export class TokenAuthenticator {
     const now = Date.now();
     const cached = this.cache.get(key);
     if (cached !== undefined && cached.untilMs > now) return cached.result;
-    const result = await this.review(token);
+    let pending = this.inFlight.get(key);
+    if (pending === undefined) {
+      pending = this.review(token).finally(() => this.inFlight.delete(key));
+      this.inFlight.set(key, pending);
+    }
+    const result = await pending;
     const expiry = tokenExpiryMs(token) ?? now + CACHE_TTL_MS;
     const untilMs = Math.min(expiry, now + (result.ok ? CACHE_TTL_MS : NEGATIVE_TTL_MS));
     if (this.cache.size >= CACHE_MAX_ENTRIES) this.cache.clear();
@@ -64,14 +78,15 @@ export class TokenAuthenticator {
   }
 
   private async review(token: string): Promise<AuthResult> {
-    let review;
+    let review: { status?: TokenReviewStatus };
     try {
-      review = await this.api.createTokenReview({
-        body: {
-          apiVersion: 'authentication.k8s.io/v1',
-          kind: 'TokenReview',
-          spec: { token, audiences: [SIDECAR_TOKEN_AUDIENCE] },
-        },
+      // Through the raw client's kept-alive connections: the generated client builds a new
+      // connection for every call, which a fleet of sidecars reconnecting at once turns into
+      // hundreds of TLS handshakes with the API server.
+      review = await this.raw.request('POST', '/apis/authentication.k8s.io/v1/tokenreviews', {
+        apiVersion: 'authentication.k8s.io/v1',
+        kind: 'TokenReview',
+        spec: { token, audiences: [SIDECAR_TOKEN_AUDIENCE] },
       });
     } catch (err) {
       // The API server is unreachable: fail closed, but do not cache it.
