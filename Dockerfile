@@ -1,0 +1,27 @@
+# One image for the controller and the sidecar. No container engine runs on the development
+# machines, so the build itself is not tested in CI; test/image/image-commands.test.ts runs the
+# exact commands below (npm ci --omit=dev, the entrypoint) outside a container instead.
+
+# --- dependencies: production packages only -------------------------------------------------
+FROM node:24-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+
+# --- runtime --------------------------------------------------------------------------------
+FROM node:24-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+# Node 24 runs the TypeScript sources directly (type stripping): no build step.
+COPY package.json ./
+COPY bin ./bin
+COPY cli ./cli
+COPY controller ./controller
+COPY crds ./crds
+COPY sidecar ./sidecar
+COPY sim ./sim
+# The built-in "node" user (uid 1000): the restricted Pod Security Standard needs non-root.
+USER 1000:1000
+ENTRYPOINT ["node", "/app/bin/switchyard.js"]
+CMD ["--help"]
