@@ -1,0 +1,566 @@
+/**
+ * The Helm chart in charts/switchyard:
+ *
+ * - without helm: the chart's CRD is a byte-identical copy of the generated one, and
+ *   values.schema.json describes every key of values.yaml;
+ * - with helm (built by scripts/helm/build.sh): `helm lint`, `helm template` renders the expected
+ *   kinds with a securityContext that meets the `restricted` Pod Security Standard, and fails
+ *   without tls.existingSecret;
+ * - on a real API server (test/k8s/cluster.ts): `helm install` into a namespace that enforces
+ *   `restricted` creates the CRD, RBAC and the Deployment, and the Deployment's pod template,
+ *   created as a bare Pod there, is admitted by PodSecurity. Nothing runs (no kubelet).
+ *
+ * SWITCHYARD_HELM_TESTS=0 skips everything that needs helm; SWITCHYARD_K8S_TESTS=0 skips the
+ * API server part.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { parse, parseAllDocuments } from 'yaml';
+import { startCluster, statusMessage, type Cluster, type K8sObject } from '../k8s/cluster.ts';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const CHART = join(ROOT, 'charts/switchyard');
+const BUILD_SCRIPT = join(ROOT, 'scripts/helm/build.sh');
+const GENERATED_CRD = join(ROOT, 'crds/switchyard.dev_inferencepools.yaml');
+const CHART_CRD = join(CHART, 'crds/switchyard.dev_inferencepools.yaml');
+
+const helmEnabled = process.env['SWITCHYARD_HELM_TESTS'] !== '0';
+const k8sEnabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
+
+const TLS_SECRET = 'switchyard-tls';
+const REQUIRED = ['--set', `tls.existingSecret=${TLS_SECRET}`];
+
+// ---------------------------------------------------------------------------------------------
+// Without helm
+// ---------------------------------------------------------------------------------------------
+
+interface Schema {
+  type?: string | string[];
+  properties?: Record<string, Schema>;
+  additionalProperties?: boolean | Schema;
+  $ref?: string;
+  definitions?: Record<string, Schema>;
+}
+
+/** Resolves a local `#/definitions/x` reference (the only kind values.schema.json uses). */
+function resolve(root: Schema, schema: Schema): Schema {
+  if (schema.$ref === undefined) return schema;
+  const name = schema.$ref.replace(/^#\/definitions\//, '');
+  const target = root.definitions?.[name];
+  assert.ok(target !== undefined, `values.schema.json: unresolved $ref ${schema.$ref}`);
+  return { ...resolve(root, target), ...schema, $ref: undefined };
+}
+
+/** The paths of values.yaml that the schema does not describe. */
+function undescribed(root: Schema, schema: Schema, value: unknown, path: string): string[] {
+  const s = resolve(root, schema);
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return [];
+  const missing: string[] = [];
+  for (const [key, child] of Object.entries(value as Record<string, unknown>)) {
+    const childPath = path === '' ? key : `${path}.${key}`;
+    const described =
+      s.properties?.[key] ??
+      (typeof s.additionalProperties === 'object' ? s.additionalProperties : undefined);
+    if (described === undefined) missing.push(childPath);
+    else missing.push(...undescribed(root, described, child, childPath));
+  }
+  return missing;
+}
+
+describe('chart files', () => {
+  it('ships a byte-identical copy of the generated InferencePool CRD', () => {
+    assert.ok(
+      readFileSync(CHART_CRD).equals(readFileSync(GENERATED_CRD)),
+      'charts/switchyard/crds/switchyard.dev_inferencepools.yaml differs from ' +
+        'crds/switchyard.dev_inferencepools.yaml: run `npm run generate`, then ' +
+        '`cp crds/switchyard.dev_inferencepools.yaml charts/switchyard/crds/`',
+    );
+  });
+
+  it('values.schema.json describes every key of values.yaml', () => {
+    const schema = JSON.parse(readFileSync(join(CHART, 'values.schema.json'), 'utf8')) as Schema;
+    const values: unknown = parse(readFileSync(join(CHART, 'values.yaml'), 'utf8'));
+    assert.deepEqual(undescribed(schema, schema, values, ''), []);
+  });
+
+  it('docs/chart.md has a row for every key of values.yaml', () => {
+    const docs = readFileSync(join(ROOT, 'docs/chart.md'), 'utf8');
+    const values: unknown = parse(readFileSync(join(CHART, 'values.yaml'), 'utf8'));
+    /** A key is documented by its own row, or by rows for all its children. */
+    const missing = (value: unknown, path: string): string[] => {
+      if (path !== '' && docs.includes(`| \`${path}\``)) return [];
+      const isMap = value !== null && typeof value === 'object' && !Array.isArray(value);
+      if (!isMap || Object.keys(value).length === 0) return [path];
+      return Object.entries(value).flatMap(([k, v]) =>
+        missing(v, path === '' ? k : `${path}.${k}`),
+      );
+    };
+    assert.deepEqual(missing(values, ''), []);
+  });
+
+  it('Chart.yaml: apiVersion v2, appVersion is the package version', () => {
+    const chart = parse(readFileSync(join(CHART, 'Chart.yaml'), 'utf8')) as Record<string, unknown>;
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+      version: string;
+    };
+    assert.equal(chart['apiVersion'], 'v2');
+    assert.equal(chart['name'], 'switchyard');
+    assert.equal(String(chart['appVersion']), pkg.version);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// With helm
+// ---------------------------------------------------------------------------------------------
+
+/** Runs scripts/helm/build.sh (a no-op once built) and returns the helm binary's path. */
+function buildHelm(): Promise<string> {
+  return new Promise((resolvePath, reject) => {
+    const child = spawn('bash', [BUILD_SCRIPT], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (text: string) => (stdout += text));
+    child.stderr.setEncoding('utf8').on('data', (text: string) => {
+      stderr = (stderr + text).slice(-100_000);
+      for (const line of text.split('\n')) {
+        if (line.startsWith('[helm-build]')) process.stderr.write(line + '\n');
+      }
+    });
+    child.once('error', reject);
+    child.once('close', (code) => {
+      const path = stdout.trim().split('\n').pop() ?? '';
+      if (code === 0 && path !== '') resolvePath(path);
+      else reject(new Error(`${BUILD_SCRIPT} failed (exit ${code}):\n${stderr.slice(-6000)}`));
+    });
+  });
+}
+
+type Obj = K8sObject & { spec?: Record<string, unknown> };
+
+interface Container {
+  name: string;
+  args?: string[];
+  env?: { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
+  securityContext?: Record<string, unknown>;
+  livenessProbe?: { httpGet?: { path: string; port: string | number } };
+  readinessProbe?: { httpGet?: { path: string; port: string | number } };
+  volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
+}
+
+interface PodSpec {
+  securityContext?: Record<string, unknown>;
+  containers: Container[];
+  volumes?: { name: string; secret?: { secretName: string } }[];
+  serviceAccountName?: string;
+}
+
+interface Deployment extends K8sObject {
+  spec: { template: { metadata: Record<string, unknown>; spec: PodSpec } };
+}
+
+interface Rule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+}
+
+describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
+  let helm = '';
+  let helmHome = '';
+  /** helm with its config/cache/data under a temp dir, never the user's. */
+  const helmRun = async (args: string[]): Promise<string> => {
+    const env = {
+      ...process.env,
+      HELM_CONFIG_HOME: join(helmHome, 'config'),
+      HELM_CACHE_HOME: join(helmHome, 'cache'),
+      HELM_DATA_HOME: join(helmHome, 'data'),
+    };
+    try {
+      const { stdout } = await run(helm, args, { env, maxBuffer: 64 * 1024 * 1024 });
+      return stdout;
+    } catch (error) {
+      const e = error as { stderr?: string; stdout?: string; message: string };
+      throw new Error(`helm ${args.join(' ')} failed: ${e.stderr || e.stdout || e.message}`, {
+        cause: error,
+      });
+    }
+  };
+  const template = async (args: string[] = []): Promise<Obj[]> => {
+    const text = await helmRun(['template', 'switchyard', CHART, '--namespace', 'sy', ...args]);
+    return parseAllDocuments(text)
+      .map((doc) => doc.toJS() as Obj | null)
+      .filter((o): o is Obj => o !== null);
+  };
+  const one = <T extends Obj>(objects: Obj[], kind: string): T => {
+    const found = objects.filter((o) => o.kind === kind);
+    assert.equal(found.length, 1, `one ${kind} in ${objects.map((o) => o.kind).join(', ')}`);
+    return found[0] as T;
+  };
+
+  before(
+    async () => {
+      helm = await buildHelm();
+      helmHome = mkdtempSync(join(tmpdir(), 'switchyard-helm-'));
+    },
+    { timeout: 30 * 60_000 },
+  );
+  after(() => {
+    if (helmHome !== '') rmSync(helmHome, { recursive: true, force: true });
+  });
+
+  it('is a helm v3 binary', async () => {
+    assert.match(await helmRun(['version', '--short']), /^v3\.\d+\.\d+/);
+  });
+
+  it('passes helm lint (strict) with tls.existingSecret set', async () => {
+    await helmRun(['lint', '--strict', CHART, ...REQUIRED]);
+  });
+
+  it('refuses to render without tls.existingSecret', async () => {
+    await assert.rejects(template(), /tls\.existingSecret is required/);
+  });
+
+  it('rejects values the schema does not allow', async () => {
+    await assert.rejects(template([...REQUIRED, '--set', 'controller.replicass=3']), /replicass/);
+    await assert.rejects(template([...REQUIRED, '--set', 'service.ports.stream=0']), /stream/);
+  });
+
+  it('renders the expected kinds (and the optional ones only when enabled)', async () => {
+    const kinds = (objects: Obj[]): string[] => objects.map((o) => o.kind).sort();
+    const base = [
+      'ClusterRole',
+      'ClusterRoleBinding',
+      'Deployment',
+      'PodDisruptionBudget',
+      'Role',
+      'RoleBinding',
+      'Service',
+      'ServiceAccount',
+    ];
+    assert.deepEqual(kinds(await template(REQUIRED)), base);
+    const all = await template([
+      ...REQUIRED,
+      '--set',
+      'serviceMonitor.enabled=true',
+      '--set',
+      'networkPolicy.enabled=true',
+      '--set',
+      'podDisruptionBudget.enabled=false',
+    ]);
+    assert.deepEqual(
+      kinds(all),
+      [
+        ...base.filter((k) => k !== 'PodDisruptionBudget'),
+        'NetworkPolicy',
+        'ServiceMonitor',
+      ].sort(),
+    );
+    assert.equal(one(all, 'ServiceMonitor').apiVersion, 'monitoring.coreos.com/v1');
+    // CRDs live in crds/: installed by helm install, not rendered by helm template.
+    assert.ok(!kinds(await template(REQUIRED)).includes('CustomResourceDefinition'));
+    const withCrds = await template([...REQUIRED, '--include-crds']);
+    assert.equal(
+      one(withCrds, 'CustomResourceDefinition').metadata.name,
+      'inferencepools.switchyard.dev',
+    );
+  });
+
+  it('the Deployment runs the controller as the restricted Pod Security Standard requires', async () => {
+    const objects = await template(REQUIRED);
+    const deployment = one<Deployment>(objects, 'Deployment');
+    assert.equal(deployment.spec['replicas' as never], 2);
+    const pod = deployment.spec.template.spec;
+    assert.equal(pod.securityContext?.['runAsNonRoot'], true);
+    assert.deepEqual(pod.securityContext?.['seccompProfile'], { type: 'RuntimeDefault' });
+    assert.equal(pod.containers.length, 1);
+    const [c] = pod.containers;
+    assert.ok(c !== undefined);
+    assert.deepEqual(c.securityContext, {
+      runAsNonRoot: true,
+      runAsUser: 1000,
+      runAsGroup: 1000,
+      readOnlyRootFilesystem: true,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    assert.deepEqual(c.args, [
+      'controller',
+      '--listen',
+      '0.0.0.0:8443',
+      '--admin',
+      '0.0.0.0:9091',
+      '--tls-cert-file',
+      '/tls/tls.crt',
+      '--tls-key-file',
+      '/tls/tls.key',
+      '--lease-namespace',
+      'sy',
+      '--lease-name',
+      'switchyard-controller',
+      '--identity',
+      '$(POD_NAME)',
+      '--heartbeat',
+      '10s',
+      '--log-level',
+      'info',
+    ]);
+    assert.deepEqual(
+      c.env?.map((e) => [e.name, e.valueFrom?.fieldRef?.fieldPath]),
+      [
+        ['POD_NAME', 'metadata.name'],
+        ['POD_NAMESPACE', 'metadata.namespace'],
+      ],
+    );
+    assert.deepEqual(c.livenessProbe?.httpGet, { path: '/healthz', port: 'metrics' });
+    assert.deepEqual(c.readinessProbe?.httpGet, { path: '/readyz', port: 'metrics' });
+    assert.deepEqual(
+      c.volumeMounts?.find((m) => m.name === 'tls'),
+      { name: 'tls', mountPath: '/tls', readOnly: true },
+    );
+    assert.equal(pod.volumes?.find((v) => v.name === 'tls')?.secret?.secretName, TLS_SECRET);
+
+    const service = one<Obj>(objects, 'Service');
+    assert.deepEqual(
+      (service.spec?.['ports'] as { name: string; port: number }[]).map((p) => [p.name, p.port]),
+      [
+        ['stream', 8443],
+        ['metrics', 9091],
+      ],
+    );
+    assert.equal(one<Obj>(objects, 'PodDisruptionBudget').spec?.['minAvailable'], 1);
+  });
+
+  it('grants least privilege: exactly the verbs the controller uses', async () => {
+    const objects = await template(REQUIRED);
+    const rules = (o: Obj): string[] =>
+      ((o as unknown as { rules: Rule[] }).rules ?? []).flatMap((r) =>
+        r.apiGroups.flatMap((g) =>
+          r.resources.flatMap((res) => r.verbs.map((v) => `${g || 'core'}/${res}:${v}`)),
+        ),
+      );
+    assert.deepEqual(rules(one(objects, 'ClusterRole')).sort(), [
+      'authentication.k8s.io/tokenreviews:create',
+      'core/events:create',
+      'core/events:patch',
+      'core/secrets:get',
+      'core/secrets:list',
+      'core/secrets:watch',
+      'core/services:get',
+      'core/services:list',
+      'core/services:watch',
+      'discovery.k8s.io/endpointslices:get',
+      'discovery.k8s.io/endpointslices:list',
+      'discovery.k8s.io/endpointslices:watch',
+      'switchyard.dev/inferencepools/status:patch',
+      'switchyard.dev/inferencepools/status:update',
+      'switchyard.dev/inferencepools:get',
+      'switchyard.dev/inferencepools:list',
+      'switchyard.dev/inferencepools:watch',
+    ]);
+    const role = one(objects, 'Role');
+    assert.equal(role.metadata.namespace, 'sy');
+    assert.deepEqual(rules(role).sort(), [
+      'coordination.k8s.io/leases:create',
+      'coordination.k8s.io/leases:get',
+      'coordination.k8s.io/leases:list',
+      'coordination.k8s.io/leases:update',
+    ]);
+  });
+
+  describe('on a real API server', { skip: !k8sEnabled }, () => {
+    const NS = 'switchyard-system';
+    let cluster: Cluster;
+    let certDir = '';
+
+    before(
+      async () => {
+        cluster = await startCluster();
+        certDir = mkdtempSync(join(tmpdir(), 'switchyard-chart-tls-'));
+      },
+      { timeout: 30 * 60_000 },
+    );
+    after(async () => {
+      await cluster?.stop();
+      if (certDir !== '') rmSync(certDir, { recursive: true, force: true });
+    });
+
+    it('helm install into a namespace enforcing `restricted`', async () => {
+      await cluster.applyYaml(
+        [
+          'apiVersion: v1',
+          'kind: Namespace',
+          'metadata:',
+          `  name: ${NS}`,
+          '  labels:',
+          '    pod-security.kubernetes.io/enforce: restricted',
+          '    pod-security.kubernetes.io/enforce-version: latest',
+        ].join('\n'),
+      );
+      // A self-signed serving certificate; it is its own CA.
+      await run('openssl', [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=switchyard',
+        '-addext',
+        `subjectAltName=DNS:switchyard.${NS}.svc`,
+        '-keyout',
+        join(certDir, 'tls.key'),
+        '-out',
+        join(certDir, 'tls.crt'),
+      ]);
+      const b64 = (file: string): string => readFileSync(join(certDir, file)).toString('base64');
+      const secret = await cluster.request('POST', `/api/v1/namespaces/${NS}/secrets`, {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: TLS_SECRET },
+        type: 'kubernetes.io/tls',
+        data: { 'tls.crt': b64('tls.crt'), 'tls.key': b64('tls.key'), 'ca.crt': b64('tls.crt') },
+      });
+      assert.equal(secret.status, 201, secret.text);
+
+      const out = await helmRun([
+        'install',
+        'switchyard',
+        CHART,
+        '--namespace',
+        NS,
+        '--kubeconfig',
+        cluster.kubeconfigPath,
+        ...REQUIRED,
+        // Validated by the API server too (a ServiceMonitor would need the Prometheus CRDs).
+        '--set',
+        'networkPolicy.enabled=true',
+        '--set-json',
+        'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"team":"monitoring"}}}]',
+      ]);
+      assert.match(out, /STATUS: deployed/);
+      assert.match(out, /kubectl get ipool/);
+
+      const get = async (path: string): Promise<void> => {
+        const res = await cluster.request('GET', path);
+        assert.equal(res.status, 200, `GET ${path}: ${res.text}`);
+      };
+      await get(
+        '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.switchyard.dev',
+      );
+      await get(`/apis/apps/v1/namespaces/${NS}/deployments/switchyard`);
+      await get(`/api/v1/namespaces/${NS}/services/switchyard`);
+      await get(`/api/v1/namespaces/${NS}/serviceaccounts/switchyard`);
+      await get(`/apis/policy/v1/namespaces/${NS}/poddisruptionbudgets/switchyard`);
+      await get(`/apis/networking.k8s.io/v1/namespaces/${NS}/networkpolicies/switchyard`);
+      await get('/apis/rbac.authorization.k8s.io/v1/clusterroles/switchyard');
+      await get('/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/switchyard');
+      await get(
+        `/apis/rbac.authorization.k8s.io/v1/namespaces/${NS}/roles/switchyard-leader-election`,
+      );
+      await get(
+        `/apis/rbac.authorization.k8s.io/v1/namespaces/${NS}/rolebindings/switchyard-leader-election`,
+      );
+    });
+
+    it("PodSecurity admits the Deployment's pod template as a bare Pod, and refuses one that allows privilege escalation", async () => {
+      const objects = await template(['--namespace', NS, ...REQUIRED]);
+      const deployment = one<Deployment>(objects, 'Deployment');
+      const pod = {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { ...deployment.spec.template.metadata, name: 'switchyard-template' },
+        spec: deployment.spec.template.spec,
+      };
+      const path = `/api/v1/namespaces/${NS}/pods`;
+      const accepted = await cluster.request('POST', path, pod);
+      assert.equal(
+        accepted.status,
+        201,
+        `the restricted namespace rejected the pod: ${accepted.text}`,
+      );
+
+      // The check has teeth: the same pod without the restrictions is refused.
+      const loose = structuredClone(pod);
+      loose.metadata.name = 'switchyard-loose';
+      for (const c of loose.spec.containers) {
+        c.securityContext = { ...c.securityContext, allowPrivilegeEscalation: true };
+      }
+      const rejected = await cluster.request('POST', path, loose);
+      assert.equal(rejected.status, 403, rejected.text);
+      assert.match(
+        statusMessage(rejected),
+        /violates PodSecurity "restricted:latest".*allowPrivilegeEscalation/,
+      );
+    });
+
+    it('the ServiceAccount may do what the controller does, and no more', async () => {
+      const can = async (attributes: Record<string, string>): Promise<boolean> => {
+        const res = await cluster.request<{ status: { allowed: boolean } }>(
+          'POST',
+          '/apis/authorization.k8s.io/v1/subjectaccessreviews',
+          {
+            apiVersion: 'authorization.k8s.io/v1',
+            kind: 'SubjectAccessReview',
+            spec: {
+              user: `system:serviceaccount:${NS}:switchyard`,
+              groups: ['system:serviceaccounts', `system:serviceaccounts:${NS}`],
+              resourceAttributes: attributes,
+            },
+          },
+        );
+        assert.equal(res.status, 201, res.text);
+        return res.body.status.allowed;
+      };
+      const pools = { group: 'switchyard.dev', resource: 'inferencepools' };
+      assert.equal(await can({ ...pools, verb: 'watch', namespace: 'apps' }), true);
+      assert.equal(
+        await can({ ...pools, verb: 'patch', subresource: 'status', namespace: 'apps' }),
+        true,
+      );
+      assert.equal(await can({ ...pools, verb: 'update', namespace: 'apps' }), false);
+      assert.equal(await can({ resource: 'secrets', verb: 'list', namespace: 'apps' }), true);
+      assert.equal(await can({ resource: 'secrets', verb: 'create', namespace: 'apps' }), false);
+      const leases = { group: 'coordination.k8s.io', resource: 'leases' };
+      assert.equal(await can({ ...leases, verb: 'update', namespace: NS }), true);
+      assert.equal(await can({ ...leases, verb: 'update', namespace: 'apps' }), false);
+      assert.equal(await can({ ...leases, verb: 'delete', namespace: NS }), false);
+      assert.equal(
+        await can({ group: 'authentication.k8s.io', resource: 'tokenreviews', verb: 'create' }),
+        true,
+      );
+    });
+
+    it('helm uninstall removes the release but keeps the CRD', async () => {
+      await helmRun([
+        'uninstall',
+        'switchyard',
+        '--namespace',
+        NS,
+        '--kubeconfig',
+        cluster.kubeconfigPath,
+      ]);
+      const deployment = await cluster.request(
+        'GET',
+        `/apis/apps/v1/namespaces/${NS}/deployments/switchyard`,
+      );
+      assert.equal(deployment.status, 404);
+      const crd = await cluster.request(
+        'GET',
+        '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.switchyard.dev',
+      );
+      assert.equal(crd.status, 200);
+    });
+  });
+});
