@@ -1,6 +1,6 @@
 /**
  * `npm run generate`: writes the InferencePool CRD rendered from the TypeBox schema to
- * `crds/switchyard.dev_inferencepools.yaml`. Run it after every change to
+ * `crds/switchyard.dev_inferencepools.yaml` and the Helm chart's copy. Run it after every change to
  * `crds/inference-pool.schema.ts` or `crds/semantic.ts`; `crds/generated.test.ts` fails until the
  * committed file matches.
  */
@@ -10,17 +10,21 @@ import { fileURLToPath } from 'node:url';
 import { CRD_FILE, renderInferencePoolCrd } from './crd.ts';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const target = join(root, CRD_FILE);
 const content = renderInferencePoolCrd();
-let previous: string | undefined;
-try {
-  previous = readFileSync(target, 'utf8');
-} catch {
-  previous = undefined;
-}
-if (previous === content) {
-  console.log(`${CRD_FILE} is up to date`);
-} else {
-  writeFileSync(target, content);
-  console.log(`wrote ${CRD_FILE}`);
+// The Helm chart ships its own copy (Helm installs CRDs from the chart's crds/ folder);
+// test/chart checks that it stays byte-identical.
+for (const file of [CRD_FILE, 'charts/switchyard/crds/switchyard.dev_inferencepools.yaml']) {
+  const target = join(root, file);
+  let previous: string | undefined;
+  try {
+    previous = readFileSync(target, 'utf8');
+  } catch {
+    previous = undefined;
+  }
+  if (previous === content) {
+    console.log(`${file} is up to date`);
+  } else {
+    writeFileSync(target, content);
+    console.log(`wrote ${file}`);
+  }
 }
