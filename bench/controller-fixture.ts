@@ -11,11 +11,9 @@
  * Writes go through a keep-alive HTTPS agent (the harness's `request` opens a new TLS connection
  * per call, which would add a handshake to every measured write).
  */
-import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
 import https from 'node:https';
-import { join } from 'node:path';
 import type { Cluster } from '../test/k8s/cluster.ts';
+import { makeServingTls, type ServingTls } from '../test/k8s/tls.ts';
 
 export const BACKEND = 'b';
 export const PORT = 8000;
@@ -317,49 +315,9 @@ export async function mintTokens(
   return [first.token, ...more];
 }
 
-/** A CA and a serving certificate for 127.0.0.1, made with the openssl CLI. */
-export function makeTls(dir: string): { caFile: string; certFile: string; keyFile: string } {
-  const run = (args: string[]): void => {
-    execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  };
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  run([
-    'req',
-    '-x509',
-    ...ec,
-    '-keyout',
-    'ca.key',
-    '-out',
-    'ca.crt',
-    '-days',
-    '1',
-    '-subj',
-    '/CN=switchyard-bench-ca',
-  ]);
-  run(['req', ...ec, '-keyout', 'tls.key', '-out', 'tls.csr', '-subj', '/CN=switchyard-ctl']);
-  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  run([
-    'x509',
-    '-req',
-    '-in',
-    'tls.csr',
-    '-CA',
-    'ca.crt',
-    '-CAkey',
-    'ca.key',
-    '-CAcreateserial',
-    '-out',
-    'tls.crt',
-    '-days',
-    '1',
-    '-extfile',
-    'san.ext',
-  ]);
-  return {
-    caFile: join(dir, 'ca.crt'),
-    certFile: join(dir, 'tls.crt'),
-    keyFile: join(dir, 'tls.key'),
-  };
+/** A CA and a serving certificate for 127.0.0.1 (shared with the e2e tests). */
+export function makeTls(dir: string): ServingTls {
+  return makeServingTls(dir, 'switchyard-bench');
 }
 
 /**

@@ -6,7 +6,6 @@
  * SWITCHYARD_K8S_TESTS=0 skips it (e.g. on a machine without Go).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
@@ -15,6 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { freePorts, startCluster, waitFor, type Cluster } from './cluster.ts';
+import { makeServingTls, type ServingTls } from './tls.ts';
 import {
   assertTestAddress,
   createTestHost,
@@ -34,60 +34,6 @@ const SIM_FLAGS = ['--prefill-ms-per-token', '0.01', '--decode-ms-per-token', '1
 interface DebugBackends {
   snapshotVersion: number | null;
   endpoints: { id: string; url: string }[];
-}
-
-/** A CA and a serving certificate for 127.0.0.1, made with the openssl CLI. */
-function makeTls(dir: string): { caFile: string; certFile: string; keyFile: string } {
-  const run = (args: string[]): void => {
-    execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  };
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  run([
-    'req',
-    '-x509',
-    ...ec,
-    '-keyout',
-    'ca.key',
-    '-out',
-    'ca.crt',
-    '-days',
-    '1',
-    '-subj',
-    '/CN=switchyard-test-ca',
-  ]);
-  run([
-    'req',
-    ...ec,
-    '-keyout',
-    'tls.key',
-    '-out',
-    'tls.csr',
-    '-subj',
-    '/CN=switchyard-controller',
-  ]);
-  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  run([
-    'x509',
-    '-req',
-    '-in',
-    'tls.csr',
-    '-CA',
-    'ca.crt',
-    '-CAkey',
-    'ca.key',
-    '-CAcreateserial',
-    '-out',
-    'tls.crt',
-    '-days',
-    '1',
-    '-extfile',
-    'san.ext',
-  ]);
-  return {
-    caFile: join(dir, 'ca.crt'),
-    certFile: join(dir, 'tls.crt'),
-    keyFile: join(dir, 'tls.key'),
-  };
 }
 
 function slice(name: string, endpoints: { ip: string; ready: boolean }[]): unknown {
@@ -137,7 +83,7 @@ describe(
   () => {
     let cluster: Cluster;
     let dir: string;
-    let tls: ReturnType<typeof makeTls>;
+    let tls: ServingTls;
     const hosts: TestHost[] = [];
     const sims: { stop(): Promise<unknown> }[] = [];
     let controller: RunningProcess | undefined;
@@ -224,7 +170,7 @@ describe(
 
     before(async () => {
       dir = mkdtempSync(join(tmpdir(), 'switchyard-e2e-'));
-      tls = makeTls(dir);
+      tls = makeServingTls(dir);
       cluster = await startCluster();
       await cluster.applyYaml(readFileSync(CRD_FILE, 'utf8'));
       await waitFor('the CRD to be established', async () => {
