@@ -30,6 +30,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startSwitchyard, type RunningProcess } from '../harness/processes.ts';
 import { startCluster, waitFor, type Cluster } from '../test/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../test/k8s/crd.ts';
 import { onExit } from '../test/k8s/exit-hooks.ts';
 import {
   Api,
@@ -75,7 +76,6 @@ import {
 import { Subscriber } from './controller-subscribers.ts';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
-const CRD_FILE = join(REPO, 'crds/switchyard.dev_inferencepools.yaml');
 const TARGET_P99_MS = 1000;
 const TARGET_RSS_MB = 300;
 const PUSH = 'switchyard_controller_push_latency_seconds';
@@ -413,18 +413,7 @@ async function main(): Promise<void> {
     cluster = await startCluster();
     const clusterMs = performance.now() - t;
     const cl = cluster;
-    await cl.applyYaml(readFileSync(CRD_FILE, 'utf8'));
-    await waitFor('the CRD to be established', async () => {
-      const res = await cl.request<{
-        status?: { conditions?: { type: string; status: string }[] };
-      }>(
-        'GET',
-        '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.switchyard.dev',
-      );
-      return res.body.status?.conditions?.some(
-        (c) => c.type === 'Established' && c.status === 'True',
-      );
-    });
+    await installInferencePoolCrd(cl);
     const children = childrenByName(['etcd', 'kube-apiserver']);
     sampler = new Sampler({
       apiServer: children.get('kube-apiserver'),

@@ -11,9 +11,9 @@ import https from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { freePorts, startCluster, waitFor, type Cluster } from './cluster.ts';
+import { installInferencePoolCrd } from './crd.ts';
 import { makeServingTls, type ServingTls } from './tls.ts';
 import {
   assertTestAddress,
@@ -23,9 +23,6 @@ import {
 } from './test-hosts.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
-const CRD_FILE = fileURLToPath(
-  new URL('../../crds/switchyard.dev_inferencepools.yaml', import.meta.url),
-);
 const NS = 'apps';
 const POOLS = `/apis/switchyard.dev/v1alpha1/namespaces/${NS}/inferencepools`;
 const SLICES = `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`;
@@ -82,6 +79,9 @@ describe(
   { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
   () => {
     let cluster: Cluster;
+    /** Replaces the endpoints of the Service's one EndpointSlice. */
+    const putSlice = (endpoints: { ip: string; ready: boolean }[]): Promise<unknown> =>
+      cluster.request('PUT', `${SLICES}/vllm-1`, slice('vllm-1', endpoints));
     let dir: string;
     let tls: ServingTls;
     const hosts: TestHost[] = [];
@@ -172,18 +172,7 @@ describe(
       dir = mkdtempSync(join(tmpdir(), 'switchyard-e2e-'));
       tls = makeServingTls(dir);
       cluster = await startCluster();
-      await cluster.applyYaml(readFileSync(CRD_FILE, 'utf8'));
-      await waitFor('the CRD to be established', async () => {
-        const res = await cluster.request<{
-          status?: { conditions?: { type: string; status: string }[] };
-        }>(
-          'GET',
-          '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.switchyard.dev',
-        );
-        return res.body.status?.conditions?.some(
-          (c) => c.type === 'Established' && c.status === 'True',
-        );
-      });
+      await installInferencePoolCrd(cluster);
       for (const name of [NS, 'switchyard', 'other'])
         await cluster.request('POST', '/api/v1/namespaces', {
           apiVersion: 'v1',
@@ -245,38 +234,22 @@ spec:
 
     it('carries EndpointSlice changes to every sidecar: added, not ready, removed', async (t) => {
       const [h1, h2] = [hosts[0]!, hosts[1]!];
-      await cluster.request(
-        'PUT',
-        `${SLICES}/vllm-1`,
-        slice('vllm-1', [
-          { ip: h1.ip, ready: true },
-          { ip: h2.ip, ready: true },
-        ]),
-      );
+      await putSlice([
+        { ip: h1.ip, ready: true },
+        { ip: h2.ip, ready: true },
+      ]);
       const addedMs = await untilSidecarsSee([id(h1), id(h2)], 'the added endpoint');
-      await cluster.request(
-        'PUT',
-        `${SLICES}/vllm-1`,
-        slice('vllm-1', [
-          { ip: h1.ip, ready: false },
-          { ip: h2.ip, ready: true },
-        ]),
-      );
+      await putSlice([
+        { ip: h1.ip, ready: false },
+        { ip: h2.ip, ready: true },
+      ]);
       const notReadyMs = await untilSidecarsSee([id(h2)], 'the not-ready endpoint to leave');
-      await cluster.request(
-        'PUT',
-        `${SLICES}/vllm-1`,
-        slice('vllm-1', [{ ip: h2.ip, ready: true }]),
-      );
+      await putSlice([{ ip: h2.ip, ready: true }]);
       await untilSidecarsSee([id(h2)], 'the removed endpoint to stay gone');
-      await cluster.request(
-        'PUT',
-        `${SLICES}/vllm-1`,
-        slice('vllm-1', [
-          { ip: h1.ip, ready: true },
-          { ip: h2.ip, ready: true },
-        ]),
-      );
+      await putSlice([
+        { ip: h1.ip, ready: true },
+        { ip: h2.ip, ready: true },
+      ]);
       const backMs = await untilSidecarsSee([id(h1), id(h2)], 'both endpoints again');
       t.diagnostic(
         `EndpointSlice write → both sidecars: added ${addedMs.toFixed(0)} ms, not ready ${notReadyMs.toFixed(0)} ms, re-added ${backMs.toFixed(0)} ms`,
@@ -491,11 +464,7 @@ spec:
       controller = await startSwitchyard(controllerArgs());
       const h1 = hosts[0]!;
       const h2 = hosts[1]!;
-      await cluster.request(
-        'PUT',
-        `${SLICES}/vllm-1`,
-        slice('vllm-1', [{ ip: h2.ip, ready: true }]),
-      );
+      await putSlice([{ ip: h2.ip, ready: true }]);
       await untilSidecarsSee([id(h2)], 'a change after the restart');
       t.diagnostic(
         `resync after controller restart: ${(performance.now() - restartedAt).toFixed(0)} ms`,
@@ -503,25 +472,17 @@ spec:
       running = false;
       await traffic;
       assert.equal(failures, 0, `${failures} of ${sent} requests failed`);
-      await cluster.request(
-        'PUT',
-        `${SLICES}/vllm-1`,
-        slice('vllm-1', [
-          { ip: h1.ip, ready: true },
-          { ip: h2.ip, ready: true },
-        ]),
-      );
+      await putSlice([
+        { ip: h1.ip, ready: true },
+        { ip: h2.ip, ready: true },
+      ]);
       await untilSidecarsSee([id(h1), id(h2)], 'both endpoints again');
     });
 
     it('recovers after the API server restarts', async (t) => {
       await cluster.restartApiServer();
       const started = performance.now();
-      await cluster.request(
-        'PUT',
-        `${SLICES}/vllm-1`,
-        slice('vllm-1', [{ ip: hosts[0]!.ip, ready: true }]),
-      );
+      await putSlice([{ ip: hosts[0]!.ip, ready: true }]);
       await untilSidecarsSee([id(hosts[0]!)], 'a change after the API server restart');
       t.diagnostic(
         `change seen ${(performance.now() - started).toFixed(0)} ms after the API server came back`,

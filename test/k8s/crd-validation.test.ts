@@ -8,8 +8,6 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { AFFINITY_MAX_SLOWDOWN } from '../../crds/policy-defaults.ts';
 import {
   BACKEND_HAS_SOURCE,
@@ -17,12 +15,9 @@ import {
   SERVICE_KEY_NEEDS_OPT_IN,
   UNIQUE_BACKEND_NAMES,
 } from '../../crds/semantic.ts';
-import { startCluster, statusMessage, waitFor, type Cluster, type K8sObject } from './cluster.ts';
+import { startCluster, statusMessage, type Cluster, type K8sObject } from './cluster.ts';
+import { installInferencePoolCrd } from './crd.ts';
 
-const CRD_FILE = fileURLToPath(
-  new URL('../../crds/switchyard.dev_inferencepools.yaml', import.meta.url),
-);
-const CRD_NAME = 'inferencepools.switchyard.dev';
 const NAMESPACE = 'crd-validation';
 const POOLS = `/apis/switchyard.dev/v1alpha1/namespaces/${NAMESPACE}/inferencepools`;
 
@@ -142,15 +137,7 @@ describe('InferencePool CRD on a real API server', { skip: !enabled }, () => {
 
   before(async () => {
     cluster = await startCluster();
-    await cluster.applyYaml(readFileSync(CRD_FILE, 'utf8'));
-    await waitFor(`CRD ${CRD_NAME} to be Established`, async () => {
-      const res = await cluster.request<{
-        status?: { conditions?: { type: string; status: string }[] };
-      }>('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${CRD_NAME}`);
-      return res.body.status?.conditions?.some(
-        (c) => c.type === 'Established' && c.status === 'True',
-      );
-    });
+    await installInferencePoolCrd(cluster);
     await cluster.applyYaml(`apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ${NAMESPACE}\n`);
   });
 
