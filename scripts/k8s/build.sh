@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and etcd from the Go module proxy, once per version, for test/k8s/.
+# Builds kube-apiserver, kubectl and etcd from the Go module proxy, once per version, for
+# test/k8s/.
 #
 #   scripts/k8s/build.sh [kubernetes-version]     e.g. v1.37.2 (default: $SWITCHYARD_K8S_VERSION
 #                                                  or the pinned version below)
 #
-# Prints progress on stderr and, as the last line on stdout, the folder that holds the two
-# binaries: $HOME/.cache/switchyard/k8s/<kubernetes-version>/{kube-apiserver,etcd}.
-# When KUBEBUILDER_ASSETS is set, builds nothing and prints that folder (it must hold both).
+# Prints progress on stderr and, as the last line on stdout, the folder that holds the three
+# binaries: $HOME/.cache/switchyard/k8s/<kubernetes-version>/{kube-apiserver,kubectl,etcd}.
+# When KUBEBUILDER_ASSETS is set, builds nothing and prints that folder (it must hold all three,
+# as envtest's assets do).
 #
 # Idempotent and safe to run concurrently: a flock on <cache>/<version>.lock serialises builds;
-# a binary is moved into place only once it is complete, next to a stamp naming what it is.
+# a binary is moved into place only once it is complete, next to a stamp (<binary>.stamp) naming
+# what it is. Each binary has its own stamp, so only the missing or outdated ones are built (a
+# cache that holds kube-apiserver and etcd builds just kubectl).
 #
 # Why not `go install k8s.io/kubernetes/cmd/kube-apiserver@vX`: k8s.io/kubernetes requires its
 # staging modules (k8s.io/api, k8s.io/apiserver, ...) at v0.0.0 and points them at ./staging with
 # replace directives, which `go install` ignores. So we make a throw-away module that requires
 # k8s.io/kubernetes and replaces every staging module with its published v0.<minor>.<patch>
-# version; the list of staging modules is read from k8s.io/kubernetes's own go.mod. etcd's server
-# module has replace directives too, so it is built from a throw-away module as well.
+# version; the list of staging modules is read from k8s.io/kubernetes's own go.mod. kube-apiserver
+# and kubectl are both built from that one module (prepared once per run). etcd's server module
+# has replace directives too, so it is built from a throw-away module as well.
 set -euo pipefail
 
 K8S_VERSION="${1:-${SWITCHYARD_K8S_VERSION:-v1.37.2}}"
@@ -29,8 +34,9 @@ die() {
 }
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-  for b in kube-apiserver etcd; do
-    [[ -x "$KUBEBUILDER_ASSETS/$b" ]] || die "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b"
+  for b in kube-apiserver kubectl etcd; do
+    [[ -x "$KUBEBUILDER_ASSETS/$b" ]] ||
+      die "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $b (it must hold kube-apiserver, kubectl and etcd)"
   done
   log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
   printf '%s\n' "$KUBEBUILDER_ASSETS"
@@ -41,7 +47,7 @@ fi
 K8S_MINOR="${BASH_REMATCH[1]}"
 K8S_PATCH="${BASH_REMATCH[2]}"
 [[ "$ETCD_VERSION" =~ ^v3\.[0-9]+\.[0-9]+$ ]] || die "etcd version must look like v3.6.16, got '$ETCD_VERSION'"
-command -v go >/dev/null || die "Go is needed to build kube-apiserver and etcd (or set KUBEBUILDER_ASSETS)"
+command -v go >/dev/null || die "Go is needed to build kube-apiserver, kubectl and etcd (or set KUBEBUILDER_ASSETS)"
 command -v flock >/dev/null || die "flock (util-linux) is needed"
 
 CACHE_ROOT="${SWITCHYARD_CACHE_DIR:-$HOME/.cache/switchyard}/k8s"
@@ -53,10 +59,12 @@ mkdir -p "$OUT"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod GO111MODULE=on CGO_ENABLED=0
 
 APISERVER_STAMP="kube-apiserver $K8S_VERSION $(go env GOVERSION)"
+KUBECTL_STAMP="kubectl $K8S_VERSION $(go env GOVERSION)"
 ETCD_STAMP="etcd $ETCD_VERSION $(go env GOVERSION)"
 is_built() { [[ -x "$OUT/$1" && -f "$OUT/$1.stamp" && "$(cat "$OUT/$1.stamp")" == "$2" ]]; }
 
-if is_built kube-apiserver "$APISERVER_STAMP" && is_built etcd "$ETCD_STAMP"; then
+if is_built kube-apiserver "$APISERVER_STAMP" && is_built kubectl "$KUBECTL_STAMP" &&
+  is_built etcd "$ETCD_STAMP"; then
   printf '%s\n' "$OUT"
   exit 0
 fi
@@ -83,19 +91,24 @@ copy_godebug() {
   ' "$1"
 }
 
-build_apiserver() {
+# The throw-away module that requires k8s.io/kubernetes, shared by kube-apiserver and kubectl:
+# prepared on first use, then reused. Sets K8S_MODULE (its folder) and K8S_LDFLAGS.
+K8S_MODULE=""
+K8S_LDFLAGS=""
+prepare_k8s_module() {
+  [[ -z "$K8S_MODULE" ]] || return 0
   local start dir gomod staging ldflags v
   start=$(seconds)
-  dir="$WORK/kube-apiserver"
+  dir="$WORK/kubernetes"
   mkdir -p "$dir"
-  log "kube-apiserver $K8S_VERSION: resolving k8s.io/kubernetes's go.mod"
+  log "kubernetes $K8S_VERSION: resolving k8s.io/kubernetes's go.mod"
   gomod="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
   [[ -f "$gomod" ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION's go.mod"
   staging="$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*#\1#p' "$gomod")"
   [[ -n "$staging" ]] || die "no ./staging replace directives found in $gomod"
-  log "kube-apiserver $K8S_VERSION: $(wc -w <<<"$staging") staging modules, replaced by v0.$K8S_MINOR.$K8S_PATCH"
+  log "kubernetes $K8S_VERSION: $(wc -w <<<"$staging") staging modules, replaced by v0.$K8S_MINOR.$K8S_PATCH"
   {
-    echo "module switchyard.local/kube-apiserver-build"
+    echo "module switchyard.local/kubernetes-build"
     echo
     grep -E '^go [0-9]' "$gomod"
     echo
@@ -109,20 +122,32 @@ build_apiserver() {
     done
     echo ")"
   } >"$dir/go.mod"
-  printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' >"$dir/tools.go"
-  log "kube-apiserver $K8S_VERSION: go mod tidy (downloads modules on a cold module cache)"
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' >"$dir/tools.go"
+  log "kubernetes $K8S_VERSION: go mod tidy (downloads modules on a cold module cache)"
   (cd "$dir" && go mod tidy) >&2
   ldflags="-s -w"
   for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$K8S_MINOR"
     ldflags+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
   done
-  log "kube-apiserver $K8S_VERSION: go build (several minutes on a cold build cache)"
-  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$dir/kube-apiserver.bin" k8s.io/kubernetes/cmd/kube-apiserver) >&2
-  "$dir/kube-apiserver.bin" --version >&2
-  mv -f "$dir/kube-apiserver.bin" "$OUT/kube-apiserver"
-  printf '%s' "$APISERVER_STAMP" >"$OUT/kube-apiserver.stamp"
-  log "kube-apiserver $K8S_VERSION: built in $(($(seconds) - start)) s, $(du -h "$OUT/kube-apiserver" | cut -f1)"
+  K8S_LDFLAGS="$ldflags"
+  K8S_MODULE="$dir"
+  log "kubernetes $K8S_VERSION: module ready in $(($(seconds) - start)) s"
+}
+
+# build_k8s <binary> <stamp> <version command...>: builds k8s.io/kubernetes/cmd/<binary> from the
+# shared module, runs the version command on it, then moves it and its stamp into place.
+build_k8s() {
+  local name="$1" stamp="$2" start
+  shift 2
+  prepare_k8s_module
+  start=$(seconds)
+  log "$name $K8S_VERSION: go build (several minutes on a cold build cache)"
+  (cd "$K8S_MODULE" && go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$K8S_MODULE/$name.bin" "k8s.io/kubernetes/cmd/$name") >&2
+  "$K8S_MODULE/$name.bin" "$@" >&2
+  mv -f "$K8S_MODULE/$name.bin" "$OUT/$name"
+  printf '%s' "$stamp" >"$OUT/$name.stamp"
+  log "$name $K8S_VERSION: built in $(($(seconds) - start)) s, $(du -h "$OUT/$name" | cut -f1)"
 }
 
 build_etcd() {
@@ -149,5 +174,6 @@ build_etcd() {
 }
 
 is_built etcd "$ETCD_STAMP" || build_etcd
-is_built kube-apiserver "$APISERVER_STAMP" || build_apiserver
+is_built kube-apiserver "$APISERVER_STAMP" || build_k8s kube-apiserver "$APISERVER_STAMP" --version
+is_built kubectl "$KUBECTL_STAMP" || build_k8s kubectl "$KUBECTL_STAMP" version --client
 printf '%s\n' "$OUT"

@@ -1,7 +1,8 @@
 /**
- * Finds (and on first use builds) the kube-apiserver and etcd binaries the test cluster runs.
- * The build is scripts/k8s/build.sh: from the Go module proxy, cached per version under
- * ~/.cache/switchyard/k8s/<version>/, or taken from $KUBEBUILDER_ASSETS when that is set.
+ * Finds (and on first use builds) the kube-apiserver and etcd binaries the test cluster runs, and
+ * a kubectl of the same version. The build is scripts/k8s/build.sh: from the Go module proxy,
+ * cached per version under ~/.cache/switchyard/k8s/<version>/, or taken from $KUBEBUILDER_ASSETS
+ * when that is set (it must hold all three, as envtest's assets do).
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
@@ -10,9 +11,11 @@ import { fileURLToPath } from 'node:url';
 export const BUILD_SCRIPT = fileURLToPath(new URL('../../scripts/k8s/build.sh', import.meta.url));
 
 export interface K8sBinaries {
-  /** The folder that holds both binaries. */
+  /** The folder that holds the three binaries. */
   dir: string;
   kubeApiserver: string;
+  /** kubectl of the same Kubernetes version as kubeApiserver. */
+  kubectl: string;
   etcd: string;
 }
 
@@ -61,7 +64,12 @@ function runBuild(version: string | undefined): Promise<K8sBinaries> {
         );
         return;
       }
-      resolve({ dir, kubeApiserver: join(dir, 'kube-apiserver'), etcd: join(dir, 'etcd') });
+      resolve({
+        dir,
+        kubeApiserver: join(dir, 'kube-apiserver'),
+        kubectl: join(dir, 'kubectl'),
+        etcd: join(dir, 'etcd'),
+      });
     });
   });
 }
