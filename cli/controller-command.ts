@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
+import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
 
 interface ControllerFlags {
   kubeconfig?: string;
@@ -10,6 +11,12 @@ interface ControllerFlags {
   admin: { host: string; port: number };
   tlsCertFile?: string;
   tlsKeyFile?: string;
+  tlsCaFile?: string;
+  tlsSecret?: string;
+  tlsSecretNamespace?: string;
+  tlsSan: string[];
+  injectionConfig?: string;
+  webhookConfigName?: string;
   insecureHttp?: boolean;
   heartbeat: number;
   leaseNamespace: string;
@@ -39,8 +46,47 @@ export function addControllerCommand(program: Command): void {
         .default(parseHostPort('0.0.0.0:9091'), '0.0.0.0:9091')
         .argParser(parseHostPort),
     )
-    .option('--tls-cert-file <path>', 'PEM certificate of the snapshot stream')
-    .option('--tls-key-file <path>', 'PEM private key of the snapshot stream')
+    .option(
+      '--tls-cert-file <path>',
+      'PEM certificate of the stream and webhook (re-read every 30 s, e.g. from a cert-manager Secret)',
+    )
+    .option('--tls-key-file <path>', 'PEM private key of --tls-cert-file')
+    .option(
+      '--tls-ca-file <path>',
+      'with --tls-cert-file: the CA that signed it, given to injected sidecars and the webhook caBundle (default: the certificate itself)',
+    )
+    .option(
+      '--tls-secret <name>',
+      'self-managed TLS: keep a CA and a serving certificate in this Secret, creating and renewing them (instead of --tls-cert-file)',
+    )
+    .addOption(
+      new Option('--tls-secret-namespace <ns>', 'namespace of --tls-secret').default(
+        undefined,
+        'the --lease-namespace',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--tls-san <names>',
+        'with --tls-secret: DNS names and IP addresses the certificate covers, comma-separated (repeatable)',
+      )
+        .default([] as string[])
+        .argParser((value: string, previous: string[]) => [
+          ...previous,
+          ...value
+            .split(',')
+            .map((v) => v.trim())
+            .filter((v) => v !== ''),
+        ]),
+    )
+    .option(
+      '--injection-config <path>',
+      'inject the sidecar into pods labelled switchyard.dev/pool: serve the webhook at /mutate/pods with this configuration (YAML or JSON; docs/injection.md)',
+    )
+    .option(
+      '--webhook-config-name <name>',
+      'with --injection-config: the MutatingWebhookConfiguration whose caBundle the leader keeps current',
+    )
     .option(
       '--insecure-http',
       'serve the stream over plain HTTP (tests only: tokens and API keys would cross the network in clear)',
@@ -73,6 +119,9 @@ export function addControllerCommand(program: Command): void {
       // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
       const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');
+      const { readTlsFiles } = await import('../controller/tls-source.ts');
+      const { parseInjectionConfig } = await import('../controller/core/injection-config.ts');
+      const { parse: parseYaml } = await import('yaml');
       const kubeConfig = new KubeConfig();
       try {
         if (flags.kubeconfig !== undefined) kubeConfig.loadFromFile(flags.kubeconfig);
@@ -80,22 +129,67 @@ export function addControllerCommand(program: Command): void {
       } catch (err) {
         fail(`cannot load the kubeconfig: ${(err as Error).message}`);
       }
-      let tls: { cert: string; key: string } | undefined;
-      if (flags.tlsCertFile !== undefined || flags.tlsKeyFile !== undefined) {
+      let tls: TlsConfig | undefined;
+      if (flags.tlsSecret !== undefined) {
+        if (flags.tlsCertFile !== undefined || flags.tlsKeyFile !== undefined)
+          fail(
+            'give either --tls-secret (self-managed) or --tls-cert-file/--tls-key-file, not both',
+          );
+        if (flags.tlsSan.length === 0)
+          fail(
+            '--tls-secret needs --tls-san: the names sidecars and the API server reach the controller by',
+          );
+        tls = {
+          kind: 'self-managed',
+          namespace: flags.tlsSecretNamespace ?? flags.leaseNamespace,
+          secretName: flags.tlsSecret,
+          names: flags.tlsSan,
+        };
+      } else if (flags.tlsCertFile !== undefined || flags.tlsKeyFile !== undefined) {
         if (flags.tlsCertFile === undefined || flags.tlsKeyFile === undefined)
           fail('give both --tls-cert-file and --tls-key-file');
+        const files = {
+          certFile: flags.tlsCertFile!,
+          keyFile: flags.tlsKeyFile!,
+          caFile: flags.tlsCaFile,
+        };
         try {
-          tls = {
-            cert: readFileSync(flags.tlsCertFile!, 'utf8'),
-            key: readFileSync(flags.tlsKeyFile!, 'utf8'),
-          };
+          readTlsFiles(files); // fail at start, naming the file, rather than at the first handshake
         } catch (err) {
-          fail(`cannot read the TLS files: ${(err as Error).message}`);
+          fail((err as Error).message);
         }
+        tls = { kind: 'files', files };
       } else if (flags.insecureHttp !== true) {
         fail(
-          'the snapshot stream carries tokens and API keys: give --tls-cert-file and --tls-key-file (or --insecure-http for a test)',
+          'the snapshot stream carries tokens and API keys: give --tls-secret (self-managed), or --tls-cert-file and --tls-key-file (or --insecure-http for a test)',
         );
+      }
+      let injection: InjectionOptions | undefined;
+      if (flags.injectionConfig !== undefined) {
+        if (tls === undefined)
+          fail('--injection-config needs TLS: the API server calls webhooks over HTTPS only');
+        let text = '';
+        try {
+          text = readFileSync(flags.injectionConfig, 'utf8');
+        } catch (err) {
+          fail(`cannot read --injection-config: ${(err as Error).message}`);
+        }
+        let parsed: unknown;
+        try {
+          parsed = parseYaml(text);
+        } catch (err) {
+          fail(
+            `--injection-config ${flags.injectionConfig} is not YAML or JSON: ${(err as Error).message}`,
+          );
+        }
+        const result = parseInjectionConfig(parsed);
+        if (!result.ok)
+          fail(
+            `--injection-config ${flags.injectionConfig} is invalid:\n  ${result.errors.join('\n  ')}`,
+          );
+        else injection = { config: result.config, webhookConfigName: flags.webhookConfigName };
+      } else if (flags.webhookConfigName !== undefined) {
+        fail('--webhook-config-name needs --injection-config');
       }
       const controller = await startController({
         kubeConfig,
@@ -103,6 +197,7 @@ export function addControllerCommand(program: Command): void {
         listen: flags.listen,
         admin: flags.admin,
         tls,
+        injection,
         heartbeatMs: flags.heartbeat,
         lease: {
           namespace: flags.leaseNamespace,

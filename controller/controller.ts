@@ -21,7 +21,19 @@ import {
 import { PoolIndex } from './core/pool-index.ts';
 import { poolStatus, statusEqual, type SidecarState as SidecarStatusView } from './core/status.ts';
 import { WorkQueue } from './core/work-queue.ts';
+import { recordEvent } from './event-recorder.ts';
+import type { InjectionConfig } from './core/injection-config.ts';
+import { InjectionAuditor } from './injection-auditor.ts';
+import { injectionWebhook, WEBHOOK_PATH } from './injection-webhook.ts';
 import { KubeApiError, KubeRaw } from './kube-raw.ts';
+import { certificateNotAfterMs } from './tls-certificates.ts';
+import {
+  FileTlsSource,
+  SelfManagedTlsSource,
+  type TlsFiles,
+  type TlsSource,
+} from './tls-source.ts';
+import { WebhookCaBundle } from './webhook-ca-bundle.ts';
 import { LeaderElector } from './leader.ts';
 import { ReplicaSummaries } from './replica-summary.ts';
 import { ControllerMetrics } from './metrics.ts';
@@ -48,7 +60,10 @@ export interface ControllerOptions {
   listen: HostPort;
   /** Address of /metrics, /healthz, /readyz. */
   admin: HostPort;
-  tls: { cert: string; key: string } | undefined;
+  /** Where the serving certificate comes from; undefined: plain HTTP (tests only). */
+  tls: TlsConfig | undefined;
+  /** Sidecar injection: the webhook on the stream port, its caBundle, and the pod auditor. */
+  injection?: InjectionOptions | undefined;
   heartbeatMs: number;
   lease: {
     namespace: string;
@@ -63,6 +78,16 @@ export interface ControllerOptions {
   statusEveryMs: number;
   /** How often each replica publishes its sidecars for the leader (a per-replica Lease). */
   replicaSummaryEveryMs: number;
+}
+
+export type TlsConfig =
+  | { kind: 'files'; files: TlsFiles }
+  | { kind: 'self-managed'; namespace: string; secretName: string; names: string[] };
+
+export interface InjectionOptions {
+  config: InjectionConfig;
+  /** The MutatingWebhookConfiguration whose caBundle the leader keeps current (none: leave it). */
+  webhookConfigName: string | undefined;
 }
 
 export interface RunningController {
@@ -133,6 +158,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
         // A new leader owns status now: write every pool's current view.
         for (const s of states.values()) s.lastStatus = undefined;
         enqueueAll();
+        caBundle?.sync();
+        auditor?.auditAll();
       }
     },
   });
@@ -140,7 +167,39 @@ export async function startController(options: ControllerOptions): Promise<Runni
     queueDepth: () => queue.len(),
     connectedSidecars: () => stream.connectedCount(),
     isLeader: () => leader.isLeader() ?? false,
+    podsNotInjected: () => auditor?.notInjectedCount(),
+    tlsNotAfterMs: () =>
+      tls === undefined ? undefined : certificateNotAfterMs(tls.current().cert),
   });
+
+  // The serving certificate first: nothing can be served without it.
+  let tls: TlsSource | undefined;
+  if (options.tls?.kind === 'files') tls = new FileTlsSource(options.tls.files, logger);
+  else if (options.tls?.kind === 'self-managed')
+    tls = await SelfManagedTlsSource.start({ raw, logger, ...options.tls });
+  const injection = options.injection;
+  const caBundle =
+    injection?.webhookConfigName === undefined || tls === undefined
+      ? undefined
+      : new WebhookCaBundle({
+          raw,
+          name: injection.webhookConfigName,
+          caPem: () => tls.current().ca,
+          isLeader: () => leader.isLeader(),
+          logger,
+        });
+  const auditor =
+    injection === undefined
+      ? undefined
+      : new InjectionAuditor({
+          kubeConfig,
+          raw,
+          logger,
+          identity: options.lease.identity,
+          excludeNamespaces: () => injection.config.excludeNamespaces,
+          isLeader: () => leader.isLeader(),
+          onRestart: (reason) => metrics.informerRestarts.inc({ informer: 'pods', reason }),
+        });
 
   const informer = <T extends KubernetesObject>(
     name: string,
@@ -288,32 +347,22 @@ export async function startController(options: ControllerOptions): Promise<Runni
     if (leader.isLeader() !== true) return;
     const namespace = pool.metadata?.namespace ?? 'default';
     for (const e of result.events) {
-      const now = new Date().toISOString();
-      await raw
-        .request('POST', `/api/v1/namespaces/${namespace}/events`, {
-          apiVersion: 'v1',
-          kind: 'Event',
-          metadata: { generateName: `${pool.metadata?.name ?? 'pool'}.`, namespace },
+      await recordEvent(
+        raw,
+        {
           involvedObject: {
             apiVersion: `${GROUP}/${VERSION}`,
             kind: 'InferencePool',
-            name: pool.metadata?.name,
+            name: pool.metadata?.name ?? 'pool',
             namespace,
             uid: pool.metadata?.uid,
           },
-          type: e.type,
-          reason: e.reason,
-          message: e.message,
-          firstTimestamp: now,
-          lastTimestamp: now,
-          count: 1,
-          source: { component: 'switchyard-controller' },
-          reportingComponent: 'switchyard.dev/controller',
-          reportingInstance: options.lease.identity,
-        })
-        .catch((err: unknown) =>
-          logger.warn({ err: (err as Error).message }, 'could not record an Event'),
-        );
+          ...e,
+        },
+        options.lease.identity,
+      ).catch((err: unknown) =>
+        logger.warn({ err: (err as Error).message }, 'could not record an Event'),
+      );
     }
   };
 
@@ -406,7 +455,20 @@ export async function startController(options: ControllerOptions): Promise<Runni
     logger,
     metrics,
     heartbeatMs: options.heartbeatMs,
-    tls: options.tls,
+    tls: tls?.current(),
+    routes:
+      injection === undefined
+        ? {}
+        : {
+            [WEBHOOK_PATH]: injectionWebhook({
+              config: () => injection.config,
+              caBundle: () => tls?.current().ca ?? '',
+              poolExists: (namespace, name) =>
+                pools.hasSynced ? pools.get(name, namespace) !== undefined : undefined,
+              logger,
+              metrics,
+            }),
+          },
     poolExists: (key) => {
       const [namespace, name] = key.split('/') as [string, string];
       return pools.get(name, namespace) !== undefined;
@@ -521,9 +583,15 @@ export async function startController(options: ControllerOptions): Promise<Runni
     else body(404, { error: { code: 'unknown_url', message: 'try /metrics, /healthz, /readyz' } });
   });
 
-  await Promise.all([pools.start(), services.start(), slices.start()]);
+  tls?.onChange((material) => {
+    stream.setTls(material);
+    caBundle?.sync();
+  });
+
+  await Promise.all([pools.start(), services.start(), slices.start(), auditor?.start()]);
   leader.start();
   summaries.start();
+  caBundle?.start();
   const streamUrl = await listen(
     stream.server,
     options.listen,
@@ -546,6 +614,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
       wake?.();
       clearInterval(statusTimer);
       summaries.stop();
+      caBundle?.stop();
+      tls?.stop();
       stream.close();
       admin.closeAllConnections();
       admin.close();
@@ -554,6 +624,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
         pools.stop(),
         services.stop(),
         slices.stop(),
+        auditor?.stop(),
         ...[...secretInformers.values()].map((i) => i.stop()),
       ]);
       await worker.catch(() => undefined);

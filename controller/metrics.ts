@@ -10,11 +10,16 @@ export class ControllerMetrics {
   readonly informerRestarts: Counter<'informer' | 'reason'>;
   readonly statusWrites: Counter<'result'>;
   readonly snapshotsPublished: Counter;
+  readonly injections: Counter<'result'>;
 
   constructor(read: {
     queueDepth: () => number;
     connectedSidecars: () => number;
     isLeader: () => boolean;
+    /** Labelled pods without the sidecar (undefined: injection is off). */
+    podsNotInjected?: () => number | undefined;
+    /** When the served certificate expires, ms since the epoch. */
+    tlsNotAfterMs?: () => number | undefined;
   }) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_controller_process_' });
@@ -81,6 +86,30 @@ export class ControllerMetrics {
       registers,
       collect() {
         this.set(read.isLeader() ? 1 : 0);
+      },
+    });
+    this.injections = new Counter({
+      name: 'switchyard_controller_injections_total',
+      help: 'Pod admissions the injection webhook answered, by result: injected, unchanged (already injected), skipped (labelled but cannot take the sidecar), ignored (not labelled or excluded namespace), error.',
+      labelNames: ['result'],
+      registers,
+    });
+    new Gauge({
+      name: 'switchyard_controller_pods_not_injected',
+      help: 'Pods labelled switchyard.dev/pool that run without the sidecar (created while the webhook was unreachable, or skipped); each has a Warning Event.',
+      registers,
+      collect() {
+        const n = read.podsNotInjected?.();
+        if (n !== undefined) this.set(n);
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_tls_certificate_expiry_timestamp_seconds',
+      help: 'When the certificate the stream and webhook serve expires (Unix time). Alert well before it.',
+      registers,
+      collect() {
+        const ms = read.tlsNotAfterMs?.();
+        if (ms !== undefined) this.set(ms / 1000);
       },
     });
   }

@@ -138,6 +138,11 @@ export class SnapshotServer {
     return n;
   }
 
+  /** Serves a new certificate from the next TLS handshake on (open connections keep theirs). */
+  setTls(tls: { cert: string; key: string }): void {
+    if (this.server instanceof https.Server) this.server.setSecureContext(tls);
+  }
+
   close(): void {
     clearInterval(this.heartbeat);
     for (const c of this.channels.values()) for (const s of c.subscribers) s.res.end();
@@ -149,6 +154,11 @@ export class SnapshotServer {
     const url = new URL(req.url ?? '/', 'http://controller');
     if (url.pathname === '/healthz') {
       sendJson(res, 200, 'ok', 'ok');
+      return;
+    }
+    const extra = this.options.routes?.[url.pathname];
+    if (extra !== undefined) {
+      await extra(req, res);
       return;
     }
     const route = ROUTE.exec(url.pathname);
@@ -315,4 +325,6 @@ export interface SnapshotServerOptions {
   poolExists: (key: PoolKey) => boolean;
   /** A sidecar connected, disconnected or reported: the pool's status may need a write. */
   onSidecarChange: (key: PoolKey) => void;
+  /** Other handlers on this server by exact path (the injection webhook shares its certificate). */
+  routes?: Record<string, (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>>;
 }
