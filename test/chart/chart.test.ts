@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { parse, parseAllDocuments } from 'yaml';
+import { parseInjectionConfig } from '../../controller/core/injection-config.ts';
 import { startCluster, statusMessage, type Cluster, type K8sObject } from '../k8s/cluster.ts';
 
 const run = promisify(execFile);
@@ -35,7 +36,8 @@ const helmEnabled = process.env['SWITCHYARD_HELM_TESTS'] !== '0';
 const k8sEnabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
 
 const TLS_SECRET = 'switchyard-tls';
-const REQUIRED = ['--set', `tls.existingSecret=${TLS_SECRET}`];
+/** Bring-your-own certificate: the mode the PodSecurity check also covers the TLS volume in. */
+const SECRET_MODE = ['--set', 'tls.mode=Secret', '--set', `tls.existingSecret=${TLS_SECRET}`];
 
 // ---------------------------------------------------------------------------------------------
 // Without helm
@@ -219,17 +221,32 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
     assert.match(await helmRun(['version', '--short']), /^v3\.\d+\.\d+/);
   });
 
-  it('passes helm lint (strict) with tls.existingSecret set', async () => {
-    await helmRun(['lint', '--strict', CHART, ...REQUIRED]);
+  it('passes helm lint (strict) in every TLS mode', async () => {
+    await helmRun(['lint', '--strict', CHART]);
+    await helmRun(['lint', '--strict', CHART, ...SECRET_MODE]);
+    await helmRun(['lint', '--strict', CHART, '--set', 'tls.mode=CertManager']);
   });
 
-  it('refuses to render without tls.existingSecret', async () => {
-    await assert.rejects(template(), /tls\.existingSecret is required/);
+  it('refuses contradictory TLS values with a message that says what to set', async () => {
+    await assert.rejects(
+      template(['--set', 'tls.mode=Secret']),
+      /tls\.existingSecret is required with tls\.mode Secret/,
+    );
+    await assert.rejects(
+      template(['--set', `tls.existingSecret=${TLS_SECRET}`]),
+      /tls\.existingSecret is only used with tls\.mode Secret \(tls\.mode is SelfManaged\)/,
+    );
   });
 
   it('rejects values the schema does not allow', async () => {
-    await assert.rejects(template([...REQUIRED, '--set', 'controller.replicass=3']), /replicass/);
-    await assert.rejects(template([...REQUIRED, '--set', 'service.ports.stream=0']), /stream/);
+    await assert.rejects(template(['--set', 'controller.replicass=3']), /replicass/);
+    await assert.rejects(template(['--set', 'service.ports.stream=0']), /stream/);
+    await assert.rejects(template(['--set', 'tls.mode=Manual']), /mode/);
+    await assert.rejects(template(['--set', 'injection.failurePolicy=Sometimes']), /failurePolicy/);
+    await assert.rejects(
+      template(['--set', 'sidecar.tokenExpirationSeconds=60']),
+      /tokenExpiration/,
+    );
   });
 
   it('renders the expected kinds (and the optional ones only when enabled)', async () => {
@@ -237,16 +254,19 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
     const base = [
       'ClusterRole',
       'ClusterRoleBinding',
+      'ConfigMap',
       'Deployment',
+      'MutatingWebhookConfiguration',
       'PodDisruptionBudget',
       'Role',
+      'Role',
+      'RoleBinding',
       'RoleBinding',
       'Service',
       'ServiceAccount',
     ];
-    assert.deepEqual(kinds(await template(REQUIRED)), base);
+    assert.deepEqual(kinds(await template()), base);
     const all = await template([
-      ...REQUIRED,
       '--set',
       'serviceMonitor.enabled=true',
       '--set',
@@ -263,17 +283,111 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       ].sort(),
     );
     assert.equal(one(all, 'ServiceMonitor').apiVersion, 'monitoring.coreos.com/v1');
+    // No self-managed TLS: no Role for its Secret. No injection: no webhook, no ConfigMap.
+    assert.deepEqual(
+      kinds(await template([...SECRET_MODE, '--set', 'injection.enabled=false'])),
+      base.filter(
+        (k, i) =>
+          k !== 'ConfigMap' &&
+          k !== 'MutatingWebhookConfiguration' &&
+          !(k === 'Role' && base.indexOf(k) !== i) &&
+          !(k === 'RoleBinding' && base.indexOf(k) !== i),
+      ),
+    );
     // CRDs live in crds/: installed by helm install, not rendered by helm template.
-    assert.ok(!kinds(await template(REQUIRED)).includes('CustomResourceDefinition'));
-    const withCrds = await template([...REQUIRED, '--include-crds']);
+    assert.ok(!kinds(await template()).includes('CustomResourceDefinition'));
+    const withCrds = await template(['--include-crds']);
     assert.equal(
       one(withCrds, 'CustomResourceDefinition').metadata.name,
       'inferencepools.switchyard.dev',
     );
   });
 
+  it('CertManager mode: a self-signed CA, its Issuer and the serving Certificate, or your issuer', async () => {
+    const objects = await template(['--set', 'tls.mode=CertManager']);
+    const named = (kind: string): string[] =>
+      objects.filter((o) => o.kind === kind).map((o) => o.metadata.name);
+    assert.deepEqual(named('Issuer'), ['switchyard-selfsigned', 'switchyard-ca']);
+    assert.deepEqual(named('Certificate'), ['switchyard-ca', 'switchyard-tls']);
+    const serving = objects.find(
+      (o) => o.kind === 'Certificate' && o.metadata.name === 'switchyard-tls',
+    )!;
+    assert.deepEqual(serving.spec?.['dnsNames'], [
+      'switchyard',
+      'switchyard.sy',
+      'switchyard.sy.svc',
+      'switchyard.sy.svc.cluster.local',
+    ]);
+    assert.equal(serving.spec?.['secretName'], TLS_SECRET);
+    const own = await template([
+      '--set',
+      'tls.mode=CertManager',
+      '--set-json',
+      'tls.certManager.issuerRef={"name":"corp-ca","kind":"ClusterIssuer","group":"cert-manager.io"}',
+    ]);
+    assert.deepEqual(
+      own.filter((o) => o.kind === 'Issuer' || o.kind === 'Certificate').map((o) => o.kind),
+      ['Certificate'],
+    );
+    const deployment = one<Deployment>(own, 'Deployment');
+    const args = deployment.spec.template.spec.containers[0]?.args ?? [];
+    assert.ok(args.includes('--tls-cert-file') && args.includes('/tls/ca.crt'));
+  });
+
+  it('the injection ConfigMap is a configuration the controller accepts', async () => {
+    const objects = await template([
+      '--set',
+      'sidecar.ports.proxy=18080',
+      '--set',
+      'image.repository=registry.example/switchyard',
+    ]);
+    const configMap = one<Obj & { data: Record<string, string> }>(objects, 'ConfigMap');
+    const parsed = parseInjectionConfig(JSON.parse(configMap.data['injection.json'] ?? ''));
+    assert.ok(parsed.ok, parsed.ok ? '' : parsed.errors.join('; '));
+    assert.equal(parsed.config.controllerUrl, 'https://switchyard.sy.svc:8443');
+    assert.equal(parsed.config.image, 'registry.example/switchyard:0.1.0');
+    assert.equal(parsed.config.proxyPort, 18080);
+    assert.deepEqual(parsed.config.excludeNamespaces, [
+      'kube-system',
+      'kube-public',
+      'kube-node-lease',
+      'sy',
+    ]);
+    // The controller rolls when the configuration changes.
+    const deployment = one<Deployment>(objects, 'Deployment');
+    const annotations = deployment.spec.template.metadata['annotations'] as Record<string, string>;
+    assert.match(annotations['checksum/injection-config'] ?? '', /^[0-9a-f]{64}$/);
+  });
+
+  it('the webhook: by Service, no caBundle (the controller keeps it), labelled pods only', async () => {
+    const webhook = one<Obj & { webhooks: Record<string, unknown>[] }>(
+      await template(),
+      'MutatingWebhookConfiguration',
+    );
+    assert.equal(webhook.webhooks.length, 1);
+    const [w] = webhook.webhooks;
+    assert.deepEqual(w?.['clientConfig'], {
+      service: { name: 'switchyard', namespace: 'sy', port: 8443, path: '/mutate/pods' },
+    });
+    assert.equal(w?.['failurePolicy'], 'Ignore');
+    assert.equal(w?.['reinvocationPolicy'], 'IfNeeded');
+    assert.equal(w?.['sideEffects'], 'None');
+    assert.deepEqual(w?.['objectSelector'], {
+      matchExpressions: [{ key: 'switchyard.dev/pool', operator: 'Exists' }],
+    });
+    assert.deepEqual(w?.['namespaceSelector'], {
+      matchExpressions: [
+        {
+          key: 'kubernetes.io/metadata.name',
+          operator: 'NotIn',
+          values: ['kube-system', 'kube-public', 'kube-node-lease', 'sy'],
+        },
+      ],
+    });
+  });
+
   it('the Deployment runs the controller as the restricted Pod Security Standard requires', async () => {
-    const objects = await template(REQUIRED);
+    const objects = await template(SECRET_MODE);
     const deployment = one<Deployment>(objects, 'Deployment');
     assert.equal(deployment.spec['replicas' as never], 2);
     const pod = deployment.spec.template.spec;
@@ -301,6 +415,12 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '/tls/tls.crt',
       '--tls-key-file',
       '/tls/tls.key',
+      '--tls-ca-file',
+      '/tls/ca.crt',
+      '--injection-config',
+      '/etc/switchyard/injection.json',
+      '--webhook-config-name',
+      'switchyard',
       '--lease-namespace',
       'sy',
       '--lease-name',
@@ -338,18 +458,46 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
     assert.equal(one<Obj>(objects, 'PodDisruptionBudget').spec?.['minAvailable'], 1);
   });
 
+  it('SelfManaged (the default): the controller gets its Secret and names, and mounts no TLS volume', async () => {
+    const deployment = one<Deployment>(await template(), 'Deployment');
+    const pod = deployment.spec.template.spec;
+    const args = pod.containers[0]?.args ?? [];
+    const after = (flag: string): string | undefined => args[args.indexOf(flag) + 1];
+    assert.equal(after('--tls-secret'), TLS_SECRET);
+    assert.equal(
+      after('--tls-san'),
+      'switchyard,switchyard.sy,switchyard.sy.svc,switchyard.sy.svc.cluster.local',
+    );
+    assert.ok(!args.includes('--tls-cert-file'));
+    assert.equal(
+      pod.volumes?.find((v) => v.name === 'tls'),
+      undefined,
+    );
+  });
+
   it('grants least privilege: exactly the verbs the controller uses', async () => {
-    const objects = await template(REQUIRED);
+    const objects = await template();
     const rules = (o: Obj): string[] =>
-      ((o as unknown as { rules: Rule[] }).rules ?? []).flatMap((r) =>
-        r.apiGroups.flatMap((g) =>
-          r.resources.flatMap((res) => r.verbs.map((v) => `${g || 'core'}/${res}:${v}`)),
-        ),
+      ((o as unknown as { rules: (Rule & { resourceNames?: string[] })[] }).rules ?? []).flatMap(
+        (r) =>
+          r.apiGroups.flatMap((g) =>
+            r.resources.flatMap((res) =>
+              r.verbs.map(
+                (v) =>
+                  `${g || 'core'}/${res}${r.resourceNames === undefined ? '' : `[${r.resourceNames.join()}]`}:${v}`,
+              ),
+            ),
+          ),
       );
     assert.deepEqual(rules(one(objects, 'ClusterRole')).sort(), [
+      'admissionregistration.k8s.io/mutatingwebhookconfigurations[switchyard]:get',
+      'admissionregistration.k8s.io/mutatingwebhookconfigurations[switchyard]:patch',
       'authentication.k8s.io/tokenreviews:create',
       'core/events:create',
       'core/events:patch',
+      'core/pods:get',
+      'core/pods:list',
+      'core/pods:watch',
       'core/secrets:get',
       'core/secrets:list',
       'core/secrets:watch',
@@ -365,31 +513,42 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       'switchyard.dev/inferencepools:list',
       'switchyard.dev/inferencepools:watch',
     ]);
-    const role = one(objects, 'Role');
-    assert.equal(role.metadata.namespace, 'sy');
-    assert.deepEqual(rules(role).sort(), [
+    const role = (name: string): Obj => {
+      const found = objects.find((o) => o.kind === 'Role' && o.metadata.name === name);
+      assert.ok(found !== undefined, `Role ${name}`);
+      assert.equal(found.metadata.namespace, 'sy');
+      return found;
+    };
+    assert.deepEqual(rules(role('switchyard-leader-election')).sort(), [
       'coordination.k8s.io/leases:create',
       'coordination.k8s.io/leases:get',
       'coordination.k8s.io/leases:list',
       'coordination.k8s.io/leases:update',
     ]);
+    assert.deepEqual(rules(role('switchyard-tls')).sort(), [
+      'core/secrets:create',
+      'core/secrets[switchyard-tls]:get',
+      'core/secrets[switchyard-tls]:update',
+    ]);
+    // Without injection, no pods and no webhook configuration.
+    const plain = await template(['--set', 'injection.enabled=false']);
+    assert.ok(
+      !rules(one(plain, 'ClusterRole')).some((r) => r.includes('pods') || r.includes('webhook')),
+    );
   });
 
   describe('on a real API server', { skip: !k8sEnabled }, () => {
     const NS = 'switchyard-system';
     let cluster: Cluster;
-    let certDir = '';
 
     before(
       async () => {
         cluster = await startCluster();
-        certDir = mkdtempSync(join(tmpdir(), 'switchyard-chart-tls-'));
       },
       { timeout: 30 * 60_000 },
     );
     after(async () => {
       await cluster?.stop();
-      if (certDir !== '') rmSync(certDir, { recursive: true, force: true });
     });
 
     it('helm install into a namespace enforcing `restricted`', async () => {
@@ -404,35 +563,6 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
           '    pod-security.kubernetes.io/enforce-version: latest',
         ].join('\n'),
       );
-      // A self-signed serving certificate; it is its own CA.
-      await run('openssl', [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-days',
-        '1',
-        '-subj',
-        '/CN=switchyard',
-        '-addext',
-        `subjectAltName=DNS:switchyard.${NS}.svc`,
-        '-keyout',
-        join(certDir, 'tls.key'),
-        '-out',
-        join(certDir, 'tls.crt'),
-      ]);
-      const b64 = (file: string): string => readFileSync(join(certDir, file)).toString('base64');
-      const secret = await cluster.request('POST', `/api/v1/namespaces/${NS}/secrets`, {
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name: TLS_SECRET },
-        type: 'kubernetes.io/tls',
-        data: { 'tls.crt': b64('tls.crt'), 'tls.key': b64('tls.key'), 'ca.crt': b64('tls.crt') },
-      });
-      assert.equal(secret.status, 201, secret.text);
 
       const out = await helmRun([
         'install',
@@ -442,7 +572,6 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
         NS,
         '--kubeconfig',
         cluster.kubeconfigPath,
-        ...REQUIRED,
         // Validated by the API server too (a ServiceMonitor would need the Prometheus CRDs).
         '--set',
         'networkPolicy.enabled=true',
@@ -464,6 +593,9 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       await get(`/api/v1/namespaces/${NS}/serviceaccounts/switchyard`);
       await get(`/apis/policy/v1/namespaces/${NS}/poddisruptionbudgets/switchyard`);
       await get(`/apis/networking.k8s.io/v1/namespaces/${NS}/networkpolicies/switchyard`);
+      await get(`/api/v1/namespaces/${NS}/configmaps/switchyard-injection`);
+      await get('/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/switchyard');
+      await get(`/apis/rbac.authorization.k8s.io/v1/namespaces/${NS}/roles/switchyard-tls`);
       await get('/apis/rbac.authorization.k8s.io/v1/clusterroles/switchyard');
       await get('/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/switchyard');
       await get(
@@ -475,7 +607,7 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
     });
 
     it("PodSecurity admits the Deployment's pod template as a bare Pod, and refuses one that allows privilege escalation", async () => {
-      const objects = await template(['--namespace', NS, ...REQUIRED]);
+      const objects = await template(['--namespace', NS, ...SECRET_MODE]);
       const deployment = one<Deployment>(objects, 'Deployment');
       const pod = {
         apiVersion: 'v1',
@@ -540,6 +672,31 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
         await can({ group: 'authentication.k8s.io', resource: 'tokenreviews', verb: 'create' }),
         true,
       );
+      // Injection: watch pods, keep its own webhook's caBundle; nothing else of either.
+      assert.equal(await can({ resource: 'pods', verb: 'watch' }), true);
+      assert.equal(await can({ resource: 'pods', verb: 'create', namespace: 'apps' }), false);
+      assert.equal(await can({ resource: 'pods', verb: 'patch', namespace: 'apps' }), false);
+      const webhooks = {
+        group: 'admissionregistration.k8s.io',
+        resource: 'mutatingwebhookconfigurations',
+      };
+      assert.equal(await can({ ...webhooks, verb: 'patch', name: 'switchyard' }), true);
+      assert.equal(await can({ ...webhooks, verb: 'patch', name: 'someone-else' }), false);
+      assert.equal(await can({ ...webhooks, verb: 'create' }), false);
+      // Self-managed TLS: create Secrets in the release namespace, update only its own.
+      assert.equal(await can({ resource: 'secrets', verb: 'create', namespace: NS }), true);
+      assert.equal(
+        await can({ resource: 'secrets', verb: 'update', namespace: NS, name: TLS_SECRET }),
+        true,
+      );
+      assert.equal(
+        await can({ resource: 'secrets', verb: 'update', namespace: NS, name: 'other' }),
+        false,
+      );
+      assert.equal(
+        await can({ resource: 'secrets', verb: 'delete', namespace: NS, name: TLS_SECRET }),
+        false,
+      );
     });
 
     it('helm uninstall removes the release but keeps the CRD', async () => {
@@ -556,6 +713,11 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
         `/apis/apps/v1/namespaces/${NS}/deployments/switchyard`,
       );
       assert.equal(deployment.status, 404);
+      const webhook = await cluster.request(
+        'GET',
+        '/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/switchyard',
+      );
+      assert.equal(webhook.status, 404, 'no webhook left behind to intercept pods');
       const crd = await cluster.request(
         'GET',
         '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.switchyard.dev',
