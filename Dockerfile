@@ -21,7 +21,8 @@ COPY controller ./controller
 COPY crds ./crds
 COPY sidecar ./sidecar
 COPY sim ./sim
-# The built-in "node" user (uid 1000): the restricted Pod Security Standard needs non-root.
-USER 1000:1000
+# Non-root (the restricted Pod Security Standard needs it), above 10000 so it is no user of the
+# node; the files are root-owned and world-readable, and nothing is written outside /tmp.
+USER 65532:65532
 ENTRYPOINT ["node", "/app/bin/switchyard.js"]
 CMD ["--help"]

@@ -98,8 +98,8 @@ describe('decideInjection', () => {
     ]);
     assert.deepEqual(sidecar['securityContext'], {
       runAsNonRoot: true,
-      runAsUser: 1000,
-      runAsGroup: 1000,
+      runAsUser: 65532,
+      runAsGroup: 65532,
       readOnlyRootFilesystem: true,
       allowPrivilegeEscalation: false,
       capabilities: { drop: ['ALL'] },

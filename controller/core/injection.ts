@@ -26,8 +26,11 @@ export const TOKEN_DIR = '/var/run/secrets/switchyard';
 export const CACHE_DIR = '/var/cache/switchyard';
 /** The audience the controller's TokenReview demands (controller/token-auth.ts says the same). */
 export const TOKEN_AUDIENCE = 'switchyard';
-/** The image's user (Dockerfile): non-root, as the restricted Pod Security Standard wants. */
-export const SIDECAR_UID = 1000;
+/**
+ * Non-root, as the restricted Pod Security Standard wants, and above 10000 so it matches no user
+ * of the node (the Dockerfile's USER is the same).
+ */
+export const SIDECAR_UID = 65532;
 
 /** The parts of a pod the webhook reads; everything else passes through untouched. */
 export interface PodLike {
@@ -168,8 +171,9 @@ export function sidecarVolumes(config: InjectionConfig): Record<string, unknown>
         ],
       },
     },
-    // The last snapshot, so a restarted sidecar routes even while the controller is down.
-    { name: CACHE_VOLUME, emptyDir: { sizeLimit: '16Mi' } },
+    // The last snapshot, so a restarted sidecar routes even while the controller is down. In
+    // memory: the snapshot holds the backends' API keys, which must not land on the node's disk.
+    { name: CACHE_VOLUME, emptyDir: { medium: 'Memory', sizeLimit: '16Mi' } },
   ];
 }
 

@@ -15,20 +15,13 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { parse, parseAllDocuments } from 'yaml';
 import { parseInjectionConfig } from '../../controller/core/injection-config.ts';
 import { startCluster, statusMessage, type Cluster, type K8sObject } from '../k8s/cluster.ts';
+import { CHART, ROOT, helm, type Helm } from './tools.ts';
 
-const run = promisify(execFile);
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const CHART = join(ROOT, 'charts/switchyard');
-const BUILD_SCRIPT = join(ROOT, 'scripts/helm/build.sh');
 const GENERATED_CRD = join(ROOT, 'crds/switchyard.dev_inferencepools.yaml');
 const CHART_CRD = join(CHART, 'crds/switchyard.dev_inferencepools.yaml');
 
@@ -122,28 +115,6 @@ describe('chart files', () => {
 // With helm
 // ---------------------------------------------------------------------------------------------
 
-/** Runs scripts/helm/build.sh (a no-op once built) and returns the helm binary's path. */
-function buildHelm(): Promise<string> {
-  return new Promise((resolvePath, reject) => {
-    const child = spawn('bash', [BUILD_SCRIPT], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (text: string) => (stdout += text));
-    child.stderr.setEncoding('utf8').on('data', (text: string) => {
-      stderr = (stderr + text).slice(-100_000);
-      for (const line of text.split('\n')) {
-        if (line.startsWith('[helm-build]')) process.stderr.write(line + '\n');
-      }
-    });
-    child.once('error', reject);
-    child.once('close', (code) => {
-      const path = stdout.trim().split('\n').pop() ?? '';
-      if (code === 0 && path !== '') resolvePath(path);
-      else reject(new Error(`${BUILD_SCRIPT} failed (exit ${code}):\n${stderr.slice(-6000)}`));
-    });
-  });
-}
-
 type Obj = K8sObject & { spec?: Record<string, unknown> };
 
 interface Container {
@@ -174,26 +145,8 @@ interface Rule {
 }
 
 describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
-  let helm = '';
-  let helmHome = '';
-  /** helm with its config/cache/data under a temp dir, never the user's. */
-  const helmRun = async (args: string[]): Promise<string> => {
-    const env = {
-      ...process.env,
-      HELM_CONFIG_HOME: join(helmHome, 'config'),
-      HELM_CACHE_HOME: join(helmHome, 'cache'),
-      HELM_DATA_HOME: join(helmHome, 'data'),
-    };
-    try {
-      const { stdout } = await run(helm, args, { env, maxBuffer: 64 * 1024 * 1024 });
-      return stdout;
-    } catch (error) {
-      const e = error as { stderr?: string; stdout?: string; message: string };
-      throw new Error(`helm ${args.join(' ')} failed: ${e.stderr || e.stdout || e.message}`, {
-        cause: error,
-      });
-    }
-  };
+  let helmTool: Helm | undefined;
+  const helmRun = (args: string[]): Promise<string> => helmTool!.run(args);
   const template = async (args: string[] = []): Promise<Obj[]> => {
     const text = await helmRun(['template', 'switchyard', CHART, '--namespace', 'sy', ...args]);
     return parseAllDocuments(text)
@@ -208,14 +161,11 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
 
   before(
     async () => {
-      helm = await buildHelm();
-      helmHome = mkdtempSync(join(tmpdir(), 'switchyard-helm-'));
+      helmTool = await helm();
     },
     { timeout: 30 * 60_000 },
   );
-  after(() => {
-    if (helmHome !== '') rmSync(helmHome, { recursive: true, force: true });
-  });
+  after(() => helmTool?.dispose());
 
   it('is a helm v3 binary', async () => {
     assert.match(await helmRun(['version', '--short']), /^v3\.\d+\.\d+/);
@@ -398,8 +348,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
     assert.ok(c !== undefined);
     assert.deepEqual(c.securityContext, {
       runAsNonRoot: true,
-      runAsUser: 1000,
-      runAsGroup: 1000,
+      runAsUser: 65532,
+      runAsGroup: 65532,
       readOnlyRootFilesystem: true,
       allowPrivilegeEscalation: false,
       capabilities: { drop: ['ALL'] },
