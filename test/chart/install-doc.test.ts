@@ -26,7 +26,8 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { k8sBinaries } from '../k8s/binaries.ts';
-import { freePorts, startCluster, waitFor, type Cluster, type K8sObject } from '../k8s/cluster.ts';
+import { freePorts, startCluster, waitFor, type Cluster } from '../k8s/cluster.ts';
+import { runInjectedSidecar, type InjectedPod } from '../k8s/injected-sidecar.ts';
 import {
   assertTestAddress,
   createTestHost,
@@ -276,15 +277,11 @@ EOF`);
 
     // 3. Label the application.
     await step('kubectl -n chat create deployment chat-app');
-    let pod: K8sObject & {
-      metadata: { annotations?: Record<string, string> };
-      spec: { initContainers?: { name: string; args?: string[] }[] };
-    };
     const pods = await step('get pods -l switchyard.dev/pool=chat', async () => {
       const deployment = await apiGet<{
         spec: { template: { metadata: Record<string, unknown>; spec: Record<string, unknown> } };
       }>('/apis/apps/v1/namespaces/chat/deployments/chat-app');
-      const created = await cluster.request<typeof pod>('POST', '/api/v1/namespaces/chat/pods', {
+      const created = await cluster.request<InjectedPod>('POST', '/api/v1/namespaces/chat/pods', {
         apiVersion: 'v1',
         kind: 'Pod',
         metadata: { ...deployment.spec.template.metadata, generateName: 'chat-app-5d8f9-' },
@@ -292,31 +289,13 @@ EOF`);
         spec: { ...deployment.spec.template.spec, serviceAccountName: 'default' },
       });
       assert.equal(created.status, 201, created.text);
-      pod = created.body;
+      const pod = created.body;
       // Its sidecar, as the kubelet would run it.
-      const container = pod.spec.initContainers?.find((c) => c.name === 'switchyard-sidecar');
-      assert.ok(container?.args !== undefined, 'the pod has the sidecar');
-      const token = await cluster.createServiceAccountToken('chat', 'default', {
-        audience: 'switchyard',
-        boundPod: pod.metadata.name,
+      sidecar = await runInjectedSidecar(cluster, pod, 'chat', {
+        dir,
+        serviceUrl: `https://switchyard.${SYSTEM}.svc:8443`,
+        controllerUrl: `https://${link.peerIp}:${streamPort}`,
       });
-      writeFileSync(join(dir, 'token'), token.token);
-      writeFileSync(
-        join(dir, 'ca.crt'),
-        pod.metadata.annotations?.['switchyard.dev/ca-bundle'] ?? '',
-      );
-      const replace: Record<string, string> = {
-        '/var/run/secrets/switchyard/token': join(dir, 'token'),
-        '/var/run/secrets/switchyard/ca.crt': join(dir, 'ca.crt'),
-        '/var/cache/switchyard/snapshot.json': join(dir, 'snapshot.json'),
-        '127.0.0.1:8080': '127.0.0.1:0',
-        '0.0.0.0:9090': '127.0.0.1:0',
-        [`https://switchyard.${SYSTEM}.svc:8443`]: `https://${link.peerIp}:${streamPort}`,
-      };
-      sidecar = await startSwitchyard(
-        container.args.map((a) => replace[a] ?? a),
-        { env: { POD_NAME: pod.metadata.name, POD_NAMESPACE: 'chat' } },
-      );
     });
     assert.match(
       pods.stdout,

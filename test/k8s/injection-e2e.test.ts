@@ -18,6 +18,7 @@ import OpenAI from 'openai';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { freePorts, startCluster, waitFor, type Cluster, type K8sObject } from './cluster.ts';
 import { installInferencePoolCrd } from './crd.ts';
+import { runInjectedSidecar } from './injected-sidecar.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
 const SYSTEM_NS = 'switchyard';
@@ -304,30 +305,10 @@ spec:
   backends: [{name: local, url: '${sim.url}/v1'}]
 `,
       );
-      const sidecar = injected.spec.initContainers!.find((c) => c.name === 'switchyard-sidecar')!;
-      // The kubelet would mount these: the projected token bound to this pod, and the CA from the
-      // pod's annotation through the downward API.
-      const token = await cluster.createServiceAccountToken(APPS, 'default', {
-        audience: 'switchyard',
-        boundPod: injected.metadata.name,
-      });
-      writeFileSync(join(dir, 'token'), token.token);
-      writeFileSync(
-        join(dir, 'ca.crt'),
-        injected.metadata.annotations!['switchyard.dev/ca-bundle']!,
-      );
-      // Only what needs a kubelet or cluster DNS changes: file paths, ports, the controller's address.
-      const replace: Record<string, string> = {
-        '/var/run/secrets/switchyard/token': join(dir, 'token'),
-        '/var/run/secrets/switchyard/ca.crt': join(dir, 'ca.crt'),
-        '/var/cache/switchyard/snapshot.json': join(dir, 'snapshot.json'),
-        '127.0.0.1:8080': '127.0.0.1:0',
-        '0.0.0.0:9090': '127.0.0.1:0',
-        [`https://switchyard.${SYSTEM_NS}.svc:8443`]: `https://127.0.0.1:${controllerPort}`,
-      };
-      const args = sidecar.args!.map((a) => replace[a] ?? a);
-      const proc = await startSwitchyard(args, {
-        env: { POD_NAME: injected.metadata.name, POD_NAMESPACE: APPS },
+      const proc = await runInjectedSidecar(cluster, injected, APPS, {
+        dir,
+        serviceUrl: `https://switchyard.${SYSTEM_NS}.svc:8443`,
+        controllerUrl: `https://127.0.0.1:${controllerPort}`,
       });
       extra.push(proc);
       const client = new OpenAI({ baseURL: `${proc.url}/v1`, apiKey: 'unused' });
