@@ -16,13 +16,19 @@ export type SidecarErrorCode =
   | 'upstream_unreachable'
   | 'upstream_timeout'
   | 'upstream_error'
-  | 'shutting_down';
+  | 'shutting_down'
+  | 'request_timeout'
+  | 'headers_too_large'
+  | 'bad_request'
+  | 'internal_error';
 
 const TYPE_BY_STATUS: Record<number, string> = {
   400: 'invalid_request_error',
   404: 'invalid_request_error',
   405: 'invalid_request_error',
+  408: 'invalid_request_error',
   413: 'invalid_request_error',
+  431: 'invalid_request_error',
   502: 'upstream_error',
   503: 'service_unavailable',
   504: 'upstream_error',
@@ -52,4 +58,30 @@ export function sendError(
     'content-length': Buffer.byteLength(body),
   });
   res.end(body);
+}
+
+/** Reason phrases of the statuses `sendRawError` writes. */
+const REASON: Record<number, string> = {
+  400: 'Bad Request',
+  408: 'Request Timeout',
+  431: 'Request Header Fields Too Large',
+};
+
+/**
+ * Answers on a raw socket, for errors Node's HTTP parser raises before there is a response object
+ * (a malformed request, headers too large, a client too slow to send its request), in the same
+ * OpenAI shape, then closes the connection: after such an error the byte stream cannot be trusted.
+ */
+export function sendRawError(
+  socket: { writable: boolean; end(data: string): void },
+  status: 400 | 408 | 431,
+  code: SidecarErrorCode,
+  message: string,
+): void {
+  if (!socket.writable) return;
+  const body = errorBody(status, code, message);
+  socket.end(
+    `HTTP/1.1 ${status} ${REASON[status]}\r\nconnection: close\r\ncontent-type: application/json\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
 }

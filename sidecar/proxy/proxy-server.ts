@@ -1,14 +1,15 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Stream } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { affinityKeyFor } from '../policy/affinity.ts';
 import type { Attempt, EndpointSpec, Outcome } from '../policy/types.ts';
 import type { ActivePool } from '../pool-state.ts';
-import { readBody } from './body.ts';
-import { sendError } from './errors.ts';
+import { readBody, type BodyResult } from './body.ts';
+import { sendError, sendRawError } from './errors.ts';
 import type { CodeClass, EndpointMetrics, SidecarMetrics } from './metrics.ts';
 import { parseRetryAfterMs } from './retry-after.ts';
 
@@ -36,6 +37,19 @@ const HOP_BY_HOP = new Set([
 
 /** Response headers not copied from the upstream: Node frames the client response itself. */
 const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'trailer']);
+
+/**
+ * Slow clients (slow-loris). The app is on the same pod and sends a request in microseconds, so
+ * these are generous: a client that has not sent its complete head within 10 s, or its complete
+ * request (head and body) within 30 s, gets a 408 and its connection is closed. Once the request
+ * is in, the response may stream for as long as the upstream streams (`timeouts.idle` applies).
+ * Node checks these every second. Documented in docs/sidecar.md (Client timeouts).
+ */
+export const CLIENT_HEADERS_TIMEOUT_MS = 10_000;
+export const CLIENT_REQUEST_TIMEOUT_MS = 30_000;
+const CLIENT_TIMEOUT_CHECK_EVERY_MS = 1_000;
+/** How long an idle kept-alive client connection stays open (longer than common client pools' 60 s). */
+const CLIENT_KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 export interface ProxyOptions {
   pool: () => ActivePool | undefined;
@@ -118,6 +132,8 @@ export class SidecarProxy {
     scheduling: 'lifo',
   });
   private readonly attemptsByRequest = new WeakMap<ClientRequest, AttemptState>();
+  /** The response in progress on each client connection, for `onClientError`. */
+  private readonly responsesBySocket = new WeakMap<Socket, ServerResponse>();
   private activeExchanges = 0;
   private idleWaiters: (() => void)[] = [];
 
@@ -148,11 +164,63 @@ export class SidecarProxy {
     this.proxy.on('error', (err: Error) =>
       this.options.logger.debug({ err: err.message }, 'proxy error'),
     );
-    this.server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
-      this.handle(req, res);
-    });
-    // Slow-loris protection on the request head; bodies are bounded by size and by the client.
-    this.server.headersTimeout = 30_000;
+    this.server = http.createServer(
+      {
+        keepAliveTimeout: CLIENT_KEEP_ALIVE_TIMEOUT_MS,
+        headersTimeout: CLIENT_HEADERS_TIMEOUT_MS,
+        requestTimeout: CLIENT_REQUEST_TIMEOUT_MS,
+        connectionsCheckingInterval: CLIENT_TIMEOUT_CHECK_EVERY_MS,
+      },
+      (req, res) => {
+        try {
+          this.handle(req, res);
+        } catch (err) {
+          this.internalError(res, err);
+        }
+      },
+    );
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) =>
+      this.onClientError(err, socket),
+    );
+  }
+
+  /**
+   * Errors Node raises before or instead of a request: a malformed or oversized head, a client
+   * too slow to send its request. Answered in OpenAI shape (Node's default is a bare status line).
+   */
+  private onClientError(err: NodeJS.ErrnoException, socket: Socket): void {
+    const res = this.responsesBySocket.get(socket);
+    if (res?.headersSent === true || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const code = err.code ?? '';
+    if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      this.options.metrics.response(408);
+      sendRawError(
+        socket,
+        408,
+        'request_timeout',
+        `The request did not arrive in time (head within ${CLIENT_HEADERS_TIMEOUT_MS / 1000}s, whole request within ${CLIENT_REQUEST_TIMEOUT_MS / 1000}s).`,
+      );
+    } else if (code === 'HPE_HEADER_OVERFLOW') {
+      this.options.metrics.response(431);
+      sendRawError(socket, 431, 'headers_too_large', 'The request headers are too large.');
+    } else if (code.startsWith('HPE_')) {
+      this.options.metrics.response(400);
+      sendRawError(socket, 400, 'bad_request', 'The request is not valid HTTP/1.1.');
+    } else {
+      socket.destroy();
+    }
+  }
+
+  /** A bug on the request path must cost one request, never the process (and every stream in it). */
+  internalError(res: ServerResponse, err: unknown): void {
+    this.options.logger.error(
+      { err: err instanceof Error ? { name: err.name, message: err.message } : String(err) },
+      'internal error while handling a request',
+    );
+    sendError(res, 500, 'internal_error', 'The sidecar failed to handle this request.');
   }
 
   /** Resolves when no client request is in progress (for graceful shutdown). */
@@ -174,6 +242,7 @@ export class SidecarProxy {
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const { metrics } = this.options;
     this.activeExchanges++;
+    this.responsesBySocket.set(req.socket, res);
     // One listener per response: in-progress accounting, and the status the client saw.
     res.once('close', () => {
       if (res.writableFinished) metrics.response(res.statusCode);
@@ -229,21 +298,36 @@ export class SidecarProxy {
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
-        if (result.kind === 'aborted') return;
-        if (result.kind === 'too-large') {
-          sendError(
-            res,
-            413,
-            'body_too_large',
-            `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
-            result.drained ? {} : { connection: 'close' },
-          );
-          return;
+        try {
+          this.onBody(req, res, pool, path, rawUrl.slice(path.length), result);
+        } catch (err) {
+          this.internalError(res, err);
         }
-        this.serveGeneration(req, res, pool, path, rawUrl.slice(path.length), result.body);
       },
       () => sendError(res, 400, 'invalid_request', 'Could not read the request body.'),
     );
+  }
+
+  private onBody(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+    result: BodyResult,
+  ): void {
+    if (result.kind === 'aborted') return;
+    if (result.kind === 'too-large') {
+      sendError(
+        res,
+        413,
+        'body_too_large',
+        `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
+        result.drained ? {} : { connection: 'close' },
+      );
+      return;
+    }
+    this.serveGeneration(req, res, pool, path, query, result.body);
   }
 
   private serveModels(
@@ -467,6 +551,20 @@ class Exchange {
 
   private launch(attempt: Attempt): void {
     const endpoint = attempt.endpoint;
+    const body = this.bodyFor(endpoint);
+    if (body === undefined) {
+      // Only a body with a model rewrite is re-serialised; JSON.stringify recurses, so a body
+      // nested deeper than the stack allows (JSON.parse is iterative) cannot be rewritten.
+      this.pool.balancer.finish(attempt, { kind: 'neutral' });
+      sendError(
+        this.res,
+        400,
+        'invalid_request',
+        'The request body is nested too deeply to rewrite its model for this backend.',
+        { 'x-switchyard-attempts': String(this.attempts) },
+      );
+      return;
+    }
     this.attempts++;
     this.tried.add(endpoint.id);
     const state: AttemptState = {
@@ -481,7 +579,6 @@ class Exchange {
       abandoned: false,
     };
     this.current = state;
-    const body = this.bodyFor(endpoint);
     const headers: Record<string, string> = { 'content-length': String(body.length) };
     if (endpoint.apiKey !== undefined) headers.authorization = `Bearer ${endpoint.apiKey}`;
     state.firstByteTimer = setTimeout(
@@ -496,12 +593,19 @@ class Exchange {
     this.proxy.dispatch(state, this.req, this.res, target, body, headers, this.pool.timeouts);
   }
 
-  /** The request body for this endpoint: the client's bytes, or re-serialised with the backend's model name. */
-  private bodyFor(endpoint: EndpointSpec): Buffer {
+  /**
+   * The request body for this endpoint: the client's bytes, or re-serialised with the backend's
+   * model name; undefined when the body cannot be re-serialised.
+   */
+  private bodyFor(endpoint: EndpointSpec): Buffer | undefined {
     if (endpoint.model === undefined || this.fields === undefined) return this.raw;
     let body = this.bodyByModel.get(endpoint.model);
     if (body === undefined) {
-      body = Buffer.from(JSON.stringify({ ...this.fields, model: endpoint.model }));
+      try {
+        body = Buffer.from(JSON.stringify({ ...this.fields, model: endpoint.model }));
+      } catch {
+        return undefined;
+      }
       this.bodyByModel.set(endpoint.model, body);
     }
     return body;
