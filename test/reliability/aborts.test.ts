@@ -1,0 +1,130 @@
+/**
+ * 10,000 client streams aborted at random points (during the head, during the body upload, after
+ * sending and before any answer, and mid-stream after a random number of bytes), 250 at a time,
+ * through a real sidecar to two fast simulators. Afterwards the sidecar must be back to its
+ * baseline: no request in flight (its own view, its metrics, the simulators'), no connection
+ * left open on either side, no more file handles than before it served anything.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { RunningProcess } from '../../harness/processes.ts';
+import { seededRng } from '../../sidecar/policy/rng.ts';
+import { debugBackends, eventually, simStats, startSim } from '../helpers.ts';
+import { ask, completeStream, pool } from './client.ts';
+import { recordFigure } from './figures.ts';
+import { poolYaml, sidecarOn, type SidecarOnPool } from './fixtures.ts';
+import { establishedWith, holdings, type Holdings } from './proc.ts';
+import { rawConnect } from './raw-client.ts';
+
+const STREAMS = 10_000;
+const CONCURRENCY = 250;
+const BODY = JSON.stringify({
+  model: 'm',
+  stream: true,
+  max_tokens: 400,
+  messages: [{ role: 'user', content: 'write a long story about a lighthouse keeper' }],
+});
+const HEAD = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${BODY.length}\r\n\r\n`;
+const POINTS = ['during the head', 'during the body', 'before the answer', 'mid-stream'] as const;
+type Point = (typeof POINTS)[number];
+
+describe('10,000 aborted streams', () => {
+  let sims: RunningProcess[];
+  let fixture: SidecarOnPool;
+  let baseline: Holdings;
+
+  before(async () => {
+    const flags = ['--slots', '1024', '--decode-ms-per-token', '1'];
+    sims = await Promise.all([startSim('a', flags), startSim('b', flags)]);
+    fixture = await sidecarOn(
+      poolYaml(sims.map((s, i) => `{name: ${'ab'[i]}, url: '${s.url}/v1'}`)),
+      ['--log-level', 'warn'],
+    );
+    baseline = await holdings(fixture.sidecar.pid);
+  });
+  after(async () => {
+    await fixture?.stop();
+    await Promise.all(sims.map((s) => s.stop()));
+  });
+
+  /** One stream, left at `point`. Resolves once this client has closed its socket. */
+  async function abortAt(port: number, point: Point, rng: () => number): Promise<void> {
+    if (point === 'mid-stream') {
+      await ask(fixture.sidecar.url, BODY, { abortAfterBytes: 1 + Math.floor(rng() * 4000) });
+      return;
+    }
+    const c = await rawConnect(port);
+    if (point === 'during the head') c.socket.write(HEAD.slice(0, Math.floor(rng() * HEAD.length)));
+    else if (point === 'during the body')
+      c.socket.write(HEAD + BODY.slice(0, Math.floor(rng() * BODY.length)));
+    else c.socket.write(HEAD + BODY);
+    await new Promise((r) => setTimeout(r, Math.floor(rng() * 20)));
+    c.socket.destroy();
+    await c.closed;
+  }
+
+  test('leave no request in flight, no socket open and no file handle behind', async (t) => {
+    const { sidecar } = fixture;
+    const port = Number(new URL(sidecar.url).port);
+    const rng = seededRng(6);
+    const next = (): number => rng.next();
+    const counts = Object.fromEntries(POINTS.map((p) => [p, 0])) as Record<Point, number>;
+    const started = performance.now();
+    await pool(STREAMS, CONCURRENCY, async () => {
+      const point = POINTS[Math.floor(next() * POINTS.length)]!;
+      counts[point]++;
+      await abortAt(port, point, next);
+    });
+    const abortMs = performance.now() - started;
+
+    const settleStarted = performance.now();
+    await eventually(
+      async () => (await debugBackends(sidecar)).endpoints.every((e) => e.inFlight === 0),
+      10_000,
+      'the sidecar’s in-flight counts back to 0',
+    );
+    for (const sim of sims)
+      await eventually(async () => (await simStats(sim)).inFlight === 0, 10_000, 'sims idle');
+    const simPorts = sims.map((s) => Number(new URL(s.url).port));
+    await eventually(
+      async () => {
+        const open = await Promise.all(
+          [port, ...simPorts].map((p) => establishedWith(sidecar.pid, p)),
+        );
+        return open.every((n) => n === 0);
+      },
+      10_000,
+      'no client or upstream connection left open',
+    );
+    await eventually(
+      async () => (await holdings(sidecar.pid)).fds <= baseline.fds,
+      10_000,
+      `file handles back to the baseline of ${baseline.fds}`,
+    );
+    const settleMs = performance.now() - settleStarted;
+    const after = await holdings(sidecar.pid);
+    const metrics = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();
+    const inflight = [...metrics.matchAll(/^switchyard_inflight\{[^}]*\} (\S+)$/gm)].map((m) =>
+      Number(m[1]),
+    );
+    assert.ok(inflight.length > 0 && inflight.every((v) => v === 0), 'switchyard_inflight is 0');
+    const aborted = [
+      ...metrics.matchAll(/^switchyard_requests_total\{[^}]*code="aborted"\} (\S+)$/gm),
+    ]
+      .map((m) => Number(m[1]))
+      .reduce((a, b) => a + b, 0);
+
+    assert.ok(completeStream(await ask(sidecar.url)), 'the sidecar still serves');
+    recordFigure(t, {
+      fault: 'client: 10,000 streams aborted at random points',
+      load: `${STREAMS} streams, ${CONCURRENCY} at a time, in ${Math.round(abortMs)} ms`,
+      lost: 0,
+      requests: STREAMS,
+      points: counts,
+      upstreamAttemptsAborted: aborted,
+      recoveryMs: Math.round(settleMs),
+      baseline,
+      after,
+    });
+  });
+});
