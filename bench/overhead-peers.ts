@@ -124,6 +124,38 @@ export function freePort(): Promise<number> {
   });
 }
 
+/**
+ * Spawns `binary args` (a server that cannot announce its port) and waits until `port` accepts
+ * connections; its stderr is kept for the error message when it does not.
+ */
+export async function spawnListening(
+  name: string,
+  binary: string,
+  args: string[],
+  port: number,
+  options: { env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<Child> {
+  const child = spawn(binary, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...options.env },
+  });
+  child.stdout?.resume();
+  const t = track(child);
+  try {
+    await waitForPort(
+      port,
+      options.timeoutMs ?? 10_000,
+      () => child.exitCode === null && child.signalCode === null,
+    );
+  } catch (err) {
+    await t.stop(0);
+    throw new Error(`${name} did not start: ${(err as Error).message}\n${t.output()}`, {
+      cause: err,
+    });
+  }
+  return { name, pid: child.pid!, url: `http://127.0.0.1:${port}`, ...t };
+}
+
 async function waitForPort(port: number, timeoutMs: number, alive: () => boolean): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
@@ -205,18 +237,7 @@ export async function startHaproxy(binary: string, backendUrl: string): Promise<
       '',
     ].join('\n'),
   );
-  const child = spawn(binary, ['-f', config, '-db'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  child.stdout?.resume();
-  const t = track(child);
-  try {
-    await waitForPort(port, 10_000, () => child.exitCode === null && child.signalCode === null);
-  } catch (err) {
-    await t.stop(0);
-    throw new Error(`haproxy did not start: ${(err as Error).message}\n${t.output()}`, {
-      cause: err,
-    });
-  }
-  return { name: 'haproxy', pid: child.pid!, url: `http://127.0.0.1:${port}`, ...t };
+  return spawnListening('haproxy', binary, ['-f', config, '-db'], port);
 }
 
 /** nginx in front of `backendUrl`: an upstream keep-alive pool, no response buffering (SSE). */
@@ -259,26 +280,22 @@ export async function startNginx(binary: string, backendUrl: string): Promise<Ch
       '',
     ].join('\n'),
   );
-  const child = spawn(binary, ['-c', config, '-p', dir, '-e', join(dir, 'error.log')], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout?.resume();
-  const t = track(child);
   try {
-    await waitForPort(port, 10_000, () => child.exitCode === null && child.signalCode === null);
+    return await spawnListening(
+      'nginx',
+      binary,
+      ['-c', config, '-p', dir, '-e', join(dir, 'error.log')],
+      port,
+    );
   } catch (err) {
-    await t.stop(0);
     let log = '';
     try {
       log = readFileSync(join(dir, 'error.log'), 'utf8');
     } catch {
       // none
     }
-    throw new Error(`nginx did not start: ${(err as Error).message}\n${t.output()}${log}`, {
-      cause: err,
-    });
+    throw new Error(`${(err as Error).message}${log}`, { cause: err });
   }
-  return { name: 'nginx', pid: child.pid!, url: `http://127.0.0.1:${port}`, ...t };
 }
 
 /** VmRSS of a process in MB (MiB), or undefined when it cannot be read. */

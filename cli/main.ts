@@ -3,6 +3,7 @@ import { addSidecarCommand } from './sidecar-command.ts';
 import { addSimCommand } from './sim-command.ts';
 import { addDemoCommand } from './demo-command.ts';
 import { addControllerCommand } from './controller-command.ts';
+import { addBenchCommand } from './bench-command.ts';
 
 const program = new Command();
 program
@@ -19,5 +20,6 @@ addSidecarCommand(program);
 addSimCommand(program);
 addDemoCommand(program);
 addControllerCommand(program);
+addBenchCommand(program);
 
 await program.parseAsync(process.argv);

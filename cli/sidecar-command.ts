@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
+import { PICKERS, type Picker } from '../sidecar/policy/baseline-pickers.ts';
 import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
 
 interface SidecarFlags {
@@ -18,6 +19,7 @@ interface SidecarFlags {
   maxBodyBytes: number;
   shutdownGrace: number;
   logLevel: (typeof LOG_LEVELS)[number];
+  picker: Picker;
 }
 
 function configSource(flags: SidecarFlags): ConfigSource | string {
@@ -101,6 +103,14 @@ export function addSidecarCommand(program: Command): void {
         .argParser(parseDurationMs),
     )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
+    .addOption(
+      new Option(
+        '--picker <name>',
+        'benchmarks only: replace prefix affinity and P2C by a baseline (breakers and retries stay)',
+      )
+        .choices(PICKERS)
+        .default('p2c'),
+    )
     .addHelpText(
       'after',
       '\nExamples:\n  switchyard sidecar --pool-file pool.yaml\n' +
@@ -124,6 +134,7 @@ export function addSidecarCommand(program: Command): void {
           maxBodyBytes: flags.maxBodyBytes,
           shutdownGraceMs: flags.shutdownGrace,
           env: process.env,
+          picker: flags.picker,
         });
         const stop = (signal: string): void => {
           logger.info({ signal }, 'shutdown requested');

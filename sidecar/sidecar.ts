@@ -2,6 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type http from 'node:http';
 import type { Logger } from 'pino';
 import { Balancer } from './policy/balancer.ts';
+import type { Picker } from './policy/baseline-pickers.ts';
 import type { Clock, PolicyEvent, Rng } from './policy/types.ts';
 import { createAdminServer } from './admin-server.ts';
 import {
@@ -38,6 +39,8 @@ export interface SidecarOptions {
   env: Record<string, string | undefined>;
   clock?: Clock;
   rng?: Rng;
+  /** A baseline picker instead of affinity + P2C (the routing benchmark's baselines). */
+  picker?: Picker | undefined;
 }
 
 export interface RunningSidecar {
@@ -116,7 +119,13 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       );
     }
     const balancer =
-      active?.balancer ?? new Balancer(loaded.policy, loaded.endpoints, { clock, rng, onEvent });
+      active?.balancer ??
+      new Balancer(loaded.policy, loaded.endpoints, {
+        clock,
+        rng,
+        onEvent,
+        picker: options.picker,
+      });
     if (active !== undefined) balancer.update(loaded.policy, loaded.endpoints);
     active = {
       name: loaded.name,

@@ -275,9 +275,19 @@ class Simulator {
     };
   }
 
+  /**
+   * A fresh start without a new process: counters zeroed, prefix cache emptied, the fault sequence
+   * started over from the seed, and cold again (when cold starts are on). What a benchmark does
+   * between two policies, so that each meets the same backends. Requests in progress go on.
+   */
   resetStats(): void {
     this.#counters = emptyCounters();
     this.#cache.clear();
+    this.#faultRng = mulberry32(this.#opts.seed);
+    if (this.#busy === 0) {
+      this.#idleSince = undefined;
+      this.#warmAt = 0;
+    }
   }
 
   configure(patch: Partial<SimOptions>): SimOptions {

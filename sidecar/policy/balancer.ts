@@ -14,6 +14,7 @@
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
 import { AFFINITY_MAX_SLOWDOWN, rendezvousPick } from './affinity.ts';
+import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { median } from './median.ts';
@@ -54,6 +55,8 @@ export interface BalancerDeps {
   rng: Rng;
   /** Breaker changes and dropped cold samples, for logs and metrics. Must not throw. */
   onEvent?: ((event: PolicyEvent) => void) | undefined;
+  /** A baseline picker instead of affinity + P2C (benchmarks only); default `p2c`. */
+  picker?: Picker | undefined;
 }
 
 type HealthCounter = 'requests' | 'errors' | 'rateLimited';
@@ -96,6 +99,8 @@ export class Balancer implements PoolBalancer {
   readonly #clock: Clock;
   readonly #rng: Rng;
   readonly #onEvent: ((event: PolicyEvent) => void) | undefined;
+  readonly #picker: Picker;
+  readonly #roundRobin = new RoundRobin();
   readonly #ewma: TtftEwmas;
   readonly #budget: RetryBudget;
   #states = new Map<string, EndpointState>();
@@ -112,6 +117,7 @@ export class Balancer implements PoolBalancer {
     this.#clock = deps.clock;
     this.#rng = deps.rng;
     this.#onEvent = deps.onEvent;
+    this.#picker = deps.picker ?? 'p2c';
     this.#ewma = new TtftEwmas(policy.defaultTtftMs);
     this.#budget = new RetryBudget(policy.retry, deps.clock);
     this.#setEndpoints(endpoints, false);
@@ -147,6 +153,15 @@ export class Balancer implements PoolBalancer {
       return { kind: 'shed', retryAfterMs: this.#retryAfterMs(now, exclude) };
     }
 
+    if (this.#picker !== 'p2c') {
+      const chosen =
+        this.#picker === 'round-robin'
+          ? this.#roundRobin.pick(candidates, pool)
+          : this.#picker === 'random'
+            ? pickRandom(candidates, this.#rng)
+            : pickLeastConnections(candidates, this.#rng);
+      return { kind: 'picked', attempt: this.#start(chosen, now), affinity: 'none' };
+    }
     const sticky = this.#sticky(request.affinityKey, pool, candidates);
     const chosen = sticky.endpoint ?? pickTwoChoices(candidates, this.#rng, (s) => this.#score(s));
     return { kind: 'picked', attempt: this.#start(chosen, now), affinity: sticky.result };

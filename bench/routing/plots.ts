@@ -1,0 +1,189 @@
+/**
+ * The routing benchmark's plots, as SVG (Vega-Lite, rendered headless by Vega) and PNG (the SVG
+ * rasterised by resvg): per scenario the TTFT CDF of every policy, bar charts of TTFT p99 and of
+ * the cache hit rate, and for mixed-cost the cost↔latency frontier of switchyard's exchange rate
+ * sweep beside the other policies.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { BenchResults, RunRecord } from './run.ts';
+
+type Spec = Record<string, unknown>;
+
+const FAMILY_ORDER = ['switchyard', 'oracle', 'baseline', 'peer'];
+
+async function render(spec: Spec, dir: string, name: string): Promise<string[]> {
+  const [vega, vl, { Resvg }] = await Promise.all([
+    import('vega'),
+    import('vega-lite'),
+    import('@resvg/resvg-js'),
+  ]);
+  const compiled = vl.compile({
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    ...spec,
+  } as never).spec;
+  const view = new vega.View(vega.parse(compiled), { renderer: 'none' });
+  const svg = await view.toSVG();
+  view.finalize();
+  writeFileSync(join(dir, `${name}.svg`), svg);
+  const png = new Resvg(svg, {
+    background: 'white',
+    fitTo: { mode: 'zoom', value: 2 },
+    font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' },
+  })
+    .render()
+    .asPng();
+  writeFileSync(join(dir, `${name}.png`), png);
+  return [`${name}.png`, `${name}.svg`];
+}
+
+const colorBy = {
+  field: 'policy',
+  type: 'nominal',
+  legend: { title: null, orient: 'right' },
+};
+
+/** Writes every plot; returns their file names (PNG first for each). */
+export async function writePlots(
+  dir: string,
+  records: Record<string, Record<string, RunRecord>>,
+  results: BenchResults,
+): Promise<string[]> {
+  const files: string[] = [];
+  for (const [scenario, byPolicy] of Object.entries(records)) {
+    const entries = Object.entries(byPolicy);
+    const points = entries.flatMap(([policy, r]) =>
+      r.ttftCdf.map((pt) => ({ policy, ttft: Math.max(1, pt.x), p: pt.p })),
+    );
+    files.push(
+      ...(await render(
+        {
+          title: `TTFT, ${scenario} (${results.trace.file}, simulated ms)`,
+          width: 640,
+          height: 360,
+          data: { values: points },
+          mark: { type: 'line', interpolate: 'step-after', strokeWidth: 1.5 },
+          encoding: {
+            x: {
+              field: 'ttft',
+              type: 'quantitative',
+              scale: { type: 'log' },
+              title: 'time to first token (ms, log)',
+            },
+            y: { field: 'p', type: 'quantitative', title: 'fraction of requests' },
+            color: colorBy,
+          },
+        },
+        dir,
+        `${scenario}-ttft-cdf`,
+      )),
+    );
+    const bars = entries
+      .map(([policy, r]) => ({ policy, family: r.family, p99: r.ttftMs.p99, hit: r.cacheHitRate }))
+      .sort(
+        (a, b) => FAMILY_ORDER.indexOf(a.family) - FAMILY_ORDER.indexOf(b.family) || a.p99 - b.p99,
+      );
+    files.push(
+      ...(await render(
+        {
+          title: `TTFT p99, ${scenario} (simulated ms, lower is better)`,
+          width: 560,
+          height: { step: 18 },
+          data: { values: bars },
+          mark: 'bar',
+          encoding: {
+            y: { field: 'policy', type: 'nominal', sort: null, title: null },
+            x: { field: 'p99', type: 'quantitative', title: 'TTFT p99 (ms)' },
+            color: { field: 'family', type: 'nominal', legend: { title: null } },
+          },
+        },
+        dir,
+        `${scenario}-ttft-p99`,
+      )),
+    );
+    if (results.trace.idealHitRate !== null)
+      files.push(
+        ...(await render(
+          {
+            title: `Prefix-cache hit rate, ${scenario} (higher is better)`,
+            width: 560,
+            height: { step: 18 },
+            data: { values: bars },
+            layer: [
+              {
+                mark: 'bar',
+                encoding: {
+                  y: { field: 'policy', type: 'nominal', sort: null, title: null },
+                  x: {
+                    field: 'hit',
+                    type: 'quantitative',
+                    title: 'block hit rate',
+                    axis: { format: '%' },
+                  },
+                  color: { field: 'family', type: 'nominal', legend: { title: null } },
+                },
+              },
+              {
+                mark: { type: 'rule', color: 'black', strokeDash: [4, 3] },
+                encoding: { x: { datum: results.trace.idealHitRate } },
+              },
+            ],
+          },
+          dir,
+          `${scenario}-hit-rate`,
+        )),
+      );
+    if (entries.some(([, r]) => r.costWeightPerMs !== undefined)) {
+      const frontier = entries.map(([policy, r]) => ({
+        policy,
+        sweep: r.costWeightPerMs !== undefined ? 'switchyard (costWeightPerMs sweep)' : policy,
+        cost: r.costPer1k,
+        p99: r.ttftMs.p99,
+        p50: r.ttftMs.p50,
+      }));
+      files.push(
+        ...(await render(
+          {
+            title: `Cost ↔ latency, ${scenario}`,
+            width: 560,
+            height: 360,
+            data: { values: frontier },
+            layer: [
+              {
+                transform: [{ filter: 'datum.sweep !== datum.policy' }],
+                mark: { type: 'line', point: true, color: '#1f77b4' },
+                encoding: {
+                  x: {
+                    field: 'cost',
+                    type: 'quantitative',
+                    title: '$ per 1,000 requests',
+                    scale: { zero: false },
+                  },
+                  y: { field: 'p50', type: 'quantitative', title: 'TTFT p50 (simulated ms)' },
+                  order: { field: 'cost' },
+                },
+              },
+              {
+                mark: { type: 'point', filled: true, size: 60 },
+                encoding: {
+                  x: { field: 'cost', type: 'quantitative' },
+                  y: { field: 'p50', type: 'quantitative' },
+                  color: { field: 'policy', type: 'nominal', legend: { title: null } },
+                  tooltip: [
+                    { field: 'policy' },
+                    { field: 'cost' },
+                    { field: 'p50' },
+                    { field: 'p99' },
+                  ],
+                },
+              },
+            ],
+          },
+          dir,
+          `${scenario}-cost-frontier`,
+        )),
+      );
+    }
+  }
+  return files.filter((f) => f.endsWith('.png')).concat(files.filter((f) => f.endsWith('.svg')));
+}

@@ -1,0 +1,468 @@
+/**
+ * The routers the benchmark compares. Every policy runs as R independent instances (R sidecars,
+ * R HAProxies, ...), each serving 1/R of the clients, as sidecars in R pods would; the oracle is
+ * the one exception by design (one central router that knows everything).
+ *
+ * Peers are configured as their users would configure them for LLM traffic: streaming without
+ * buffering, passive health from real responses, retries of failed requests on another server
+ * where the peer can retry a POST, generous timeouts. Each needs its binary installed (Debian's
+ * haproxy, nginx and caddy packages; LiteLLM from PyPI); the benchmark installs nothing, and a
+ * missing one is skipped with the reason.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
+import {
+  freePort,
+  spawnListening,
+  tempDir,
+  versionOf,
+  which,
+  type Child,
+} from '../overhead-peers.ts';
+
+export interface BackendEndpoint {
+  name: string;
+  /** Base URL without /v1. */
+  url: string;
+  costPerMTok: number;
+}
+
+export interface RouterSet {
+  /** One base URL (without /v1) per instance. */
+  urls: string[];
+  pids: number[];
+  stop(): Promise<void>;
+}
+
+export interface RouterContext {
+  backends: readonly BackendEndpoint[];
+  instances: number;
+  /** The simulators' speed: switchyard's cost exchange rate is given per simulated ms. */
+  speed: number;
+  /** $/Mtok worth one simulated ms, for switchyard (undefined: latency only). */
+  costWeightPerMs: number | undefined;
+  seed: number;
+}
+
+export type Family = 'baseline' | 'switchyard' | 'oracle' | 'peer';
+
+export interface PolicyDefinition {
+  name: string;
+  family: Family;
+  /** How it is configured, for the report. */
+  describe: string;
+  /** Why it cannot run here (a missing binary), or undefined when it can. */
+  unavailable(): string | undefined;
+  /** The software's version, for the report. */
+  version(): string;
+  /** Starts the instances (not for the oracle: it routes inside the load generator). */
+  start(ctx: RouterContext): Promise<RouterSet>;
+}
+
+// --------------------------------------------------------------------------------------------
+// switchyard (and the baselines inside it)
+// --------------------------------------------------------------------------------------------
+
+function poolYaml(ctx: RouterContext, affinity: 'Prefix' | 'None'): string {
+  const spec: Record<string, unknown> = {
+    mode: 'Balance',
+    affinity: { key: affinity },
+    backends: ctx.backends.map((b) => ({
+      name: b.name,
+      url: `${b.url}/v1`,
+      costPerMTok: b.costPerMTok,
+    })),
+  };
+  // The sidecar measures wall time; the simulators run `speed` times faster than simulated time.
+  if (ctx.costWeightPerMs !== undefined) spec['costWeightPerMs'] = ctx.costWeightPerMs * ctx.speed;
+  return stringify({
+    apiVersion: 'switchyard.dev/v1alpha1',
+    kind: 'InferencePool',
+    metadata: { name: 'bench' },
+    spec,
+  });
+}
+
+function sidecars(picker: string, affinity: 'Prefix' | 'None') {
+  return async (ctx: RouterContext): Promise<RouterSet> => {
+    const dir = tempDir('routing-sidecar');
+    const file = join(dir, 'pool.yaml');
+    writeFileSync(file, poolYaml(ctx, affinity));
+    const started: RunningProcess[] = await Promise.all(
+      Array.from({ length: ctx.instances }, () =>
+        startSwitchyard([
+          'sidecar',
+          '--pool-file',
+          file,
+          '--listen',
+          '127.0.0.1:0',
+          '--admin',
+          '127.0.0.1:0',
+          '--log-level',
+          'warn',
+          '--picker',
+          picker,
+        ]),
+      ),
+    );
+    return {
+      urls: started.map((p) => p.url),
+      pids: started.map((p) => p.pid),
+      stop: async () => {
+        await Promise.all(started.map((p) => p.stop()));
+      },
+    };
+  };
+}
+
+const switchyardVersion = (): string => {
+  const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8')) as {
+    version: string;
+  };
+  return `switchyard ${pkg.version}`;
+};
+
+const inside = (
+  name: string,
+  picker: string,
+  affinity: 'Prefix' | 'None',
+  family: Family,
+  describe: string,
+): PolicyDefinition => ({
+  name,
+  family,
+  describe,
+  unavailable: () => undefined,
+  version: switchyardVersion,
+  start: sidecars(picker, affinity),
+});
+
+// --------------------------------------------------------------------------------------------
+// Peers
+// --------------------------------------------------------------------------------------------
+
+async function instances(count: number, start: (i: number) => Promise<Child>): Promise<RouterSet> {
+  const children: Child[] = [];
+  try {
+    for (let i = 0; i < count; i++) children.push(await start(i));
+  } catch (err) {
+    await Promise.all(children.map((c) => c.stop()));
+    throw err;
+  }
+  return {
+    urls: children.map((c) => c.url),
+    pids: children.map((c) => c.pid),
+    stop: async () => {
+      await Promise.all(children.map((c) => c.stop()));
+    },
+  };
+}
+
+const hostPort = (url: string): string => new URL(url).host;
+
+/** HAProxy 2.6: `balance <algorithm>`, passive layer-7 checks, retries on 5xx to another server. */
+function haproxy(balance: string, label: string): PolicyDefinition {
+  return {
+    name: `haproxy-${label}`,
+    family: 'peer',
+    describe: `HAProxy, balance ${balance}, observe layer7 (error-limit 10, on-error mark-down), retry-on 500/502/503/504/429 with redispatch`,
+    unavailable: () =>
+      which('haproxy') === undefined
+        ? 'haproxy is not installed (apt-get install haproxy)'
+        : undefined,
+    version: () => versionOf('HAProxy', which('haproxy')!, '-v'),
+    start: (ctx) =>
+      instances(ctx.instances, async () => {
+        const dir = tempDir('routing-haproxy');
+        const port = await freePort();
+        const config = join(dir, 'haproxy.cfg');
+        writeFileSync(
+          config,
+          [
+            'global',
+            '  maxconn 8192',
+            // The whole prompt must fit in a buffer for HAProxy to retry a POST elsewhere.
+            '  tune.bufsize 524288',
+            '',
+            'defaults',
+            '  mode http',
+            '  timeout connect 5s',
+            '  timeout client 300s',
+            '  timeout server 300s',
+            '  timeout http-keep-alive 65s',
+            '  option http-keep-alive',
+            '  option http-no-delay',
+            '  http-reuse always',
+            '  retries 2',
+            '  option redispatch 1',
+            '  retry-on conn-failure empty-response response-timeout 500 502 503 504 429',
+            '',
+            'frontend llm',
+            `  bind 127.0.0.1:${port}`,
+            '  option http-buffer-request',
+            '  default_backend models',
+            '',
+            'backend models',
+            `  balance ${balance}`,
+            '  option httpchk GET /healthz',
+            '  default-server check inter 2s fall 3 rise 2 observe layer7 error-limit 10 on-error mark-down maxconn 1024',
+            ...ctx.backends.map((b) => `  server ${b.name} ${hostPort(b.url)}`),
+            '',
+          ].join('\n'),
+        );
+        return spawnListening('haproxy', which('haproxy')!, ['-f', config, '-db'], port);
+      }),
+  };
+}
+
+/** nginx 1.22: `least_conn` with max_fails, proxy_next_upstream on errors, no buffering. */
+function nginx(): PolicyDefinition {
+  return {
+    name: 'nginx-least-conn',
+    family: 'peer',
+    describe:
+      'nginx, least_conn, max_fails=3 fail_timeout=10s, proxy_next_upstream error timeout http_500 http_502 http_503 http_429 non_idempotent, proxy_buffering off',
+    unavailable: () =>
+      which('nginx') === undefined ? 'nginx is not installed (apt-get install nginx)' : undefined,
+    version: () => versionOf('nginx', which('nginx')!, '-v'),
+    start: (ctx) =>
+      instances(ctx.instances, async () => {
+        const dir = tempDir('routing-nginx');
+        const port = await freePort();
+        const config = join(dir, 'nginx.conf');
+        writeFileSync(
+          config,
+          [
+            'daemon off;',
+            'master_process off;',
+            'worker_processes 1;',
+            `pid ${join(dir, 'nginx.pid')};`,
+            `error_log ${join(dir, 'error.log')} warn;`,
+            'events { worker_connections 8192; }',
+            'http {',
+            '  access_log off;',
+            `  client_body_temp_path ${join(dir, 'body')};`,
+            `  proxy_temp_path ${join(dir, 'proxy')};`,
+            `  fastcgi_temp_path ${join(dir, 'fastcgi')};`,
+            `  uwsgi_temp_path ${join(dir, 'uwsgi')};`,
+            `  scgi_temp_path ${join(dir, 'scgi')};`,
+            '  client_max_body_size 32m;',
+            '  client_body_buffer_size 1m;',
+            '  upstream models {',
+            '    least_conn;',
+            ...ctx.backends.map(
+              (b) => `    server ${hostPort(b.url)} max_fails=3 fail_timeout=10s;`,
+            ),
+            '    keepalive 256;',
+            '  }',
+            '  server {',
+            `    listen 127.0.0.1:${port};`,
+            '    location / {',
+            '      proxy_pass http://models;',
+            '      proxy_http_version 1.1;',
+            '      proxy_set_header Connection "";',
+            '      proxy_buffering off;',
+            '      proxy_read_timeout 300s;',
+            '      proxy_next_upstream error timeout http_500 http_502 http_503 http_429 non_idempotent;',
+            '      proxy_next_upstream_tries 3;',
+            '    }',
+            '  }',
+            '}',
+            '',
+          ].join('\n'),
+        );
+        return spawnListening(
+          'nginx',
+          which('nginx')!,
+          ['-c', config, '-p', dir, '-e', join(dir, 'error.log')],
+          port,
+        );
+      }),
+  };
+}
+
+/** Caddy 2.6: `lb_policy`, passive health on 5xx and 429, flush_interval -1 (streaming). */
+function caddy(policy: string, label: string): PolicyDefinition {
+  return {
+    name: `caddy-${label}`,
+    family: 'peer',
+    describe: `Caddy, lb_policy ${policy}, passive health (max_fails 3, fail_duration 10s, unhealthy_status 5xx 429), lb_retries 2, flush_interval -1`,
+    unavailable: () =>
+      which('caddy') === undefined ? 'caddy is not installed (apt-get install caddy)' : undefined,
+    version: () => versionOf('Caddy', which('caddy')!, 'version').replace(/^(\S+).*$/, 'Caddy $1'),
+    start: (ctx) =>
+      instances(ctx.instances, async () => {
+        const dir = tempDir('routing-caddy');
+        const port = await freePort();
+        const config = join(dir, 'Caddyfile');
+        writeFileSync(
+          config,
+          [
+            '{',
+            '  admin off',
+            '  auto_https off',
+            '  persist_config off',
+            '}',
+            `http://127.0.0.1:${port} {`,
+            `  reverse_proxy ${ctx.backends.map((b) => hostPort(b.url)).join(' ')} {`,
+            `    lb_policy ${policy}`,
+            '    lb_retries 2',
+            '    fail_duration 10s',
+            '    max_fails 3',
+            '    unhealthy_status 5xx 429',
+            '    flush_interval -1',
+            '  }',
+            '}',
+            '',
+          ].join('\n'),
+        );
+        return spawnListening(
+          'caddy',
+          which('caddy')!,
+          ['run', '--config', config, '--adapter', 'caddyfile'],
+          port,
+          {
+            env: { HOME: dir, XDG_DATA_HOME: dir, XDG_CONFIG_HOME: dir },
+          },
+        );
+      }),
+  };
+}
+
+/** The LiteLLM proxy: `litellm`, from $SWITCHYARD_LITELLM, PATH, or the venv the README makes. */
+export function litellmBinary(): string | undefined {
+  const candidates = [
+    process.env['SWITCHYARD_LITELLM'],
+    which('litellm'),
+    join(homedir(), '.cache/switchyard/litellm-venv/bin/litellm'),
+  ];
+  return candidates.find((c) => c !== undefined && c !== '' && existsSync(c));
+}
+
+/** LiteLLM's proxy with its Router: `routing_strategy`, retries and cooldowns as documented. */
+function litellm(strategy: string, label: string): PolicyDefinition {
+  return {
+    name: `litellm-${label}`,
+    family: 'peer',
+    describe: `LiteLLM proxy, router_settings.routing_strategy ${strategy}, num_retries 2, allowed_fails 3, cooldown_time 10`,
+    unavailable: () =>
+      litellmBinary() === undefined
+        ? "litellm is not installed (python3 -m venv ~/.cache/switchyard/litellm-venv && ~/.cache/switchyard/litellm-venv/bin/pip install 'litellm[proxy]==1.106.12')"
+        : undefined,
+    version: () => {
+      const out = spawnSync(
+        litellmBinary()!.replace(/litellm$/, 'python'),
+        ['-c', 'import importlib.metadata as m; print(m.version("litellm"))'],
+        { encoding: 'utf8' },
+      );
+      return `LiteLLM ${out.stdout.trim() || '?'}`;
+    },
+    start: (ctx) =>
+      instances(ctx.instances, async () => {
+        const dir = tempDir('routing-litellm');
+        const port = await freePort();
+        const config = join(dir, 'config.yaml');
+        writeFileSync(
+          config,
+          stringify({
+            model_list: ctx.backends.map((b) => ({
+              model_name: 'bench-model',
+              litellm_params: {
+                model: 'openai/bench-model',
+                api_base: `${b.url}/v1`,
+                api_key: 'unused',
+                stream_timeout: 300,
+              },
+              model_info: { id: b.name },
+            })),
+            router_settings: {
+              routing_strategy: strategy,
+              num_retries: 2,
+              allowed_fails: 3,
+              cooldown_time: 10,
+            },
+            litellm_settings: { drop_params: true, request_timeout: 300, telemetry: false },
+          }),
+        );
+        return spawnListening(
+          'litellm',
+          litellmBinary()!,
+          ['--config', config, '--host', '127.0.0.1', '--port', String(port), '--num_workers', '1'],
+          port,
+          {
+            timeoutMs: 90_000,
+            env: {
+              // No network: the model cost map and telemetry must not be fetched.
+              LITELLM_LOCAL_MODEL_COST_MAP: 'True',
+              LITELLM_LOG: 'ERROR',
+              LITELLM_TELEMETRY: 'False',
+              DISABLE_ADMIN_UI: 'True',
+              HOME: dir,
+            },
+          },
+        );
+      }),
+  };
+}
+
+// --------------------------------------------------------------------------------------------
+
+const ORACLE: PolicyDefinition = {
+  name: 'oracle',
+  family: 'oracle',
+  describe:
+    'one central router that knows every backend’s queue, cache and faults exactly (bench/routing/oracle.ts): the bound no real router reaches',
+  unavailable: () => undefined,
+  version: () => 'bench/routing/oracle.ts',
+  start: () => Promise.reject(new Error('the oracle routes inside the load generator')),
+};
+
+export const POLICIES: readonly PolicyDefinition[] = [
+  inside(
+    'round-robin',
+    'round-robin',
+    'None',
+    'baseline',
+    'switchyard sidecar, --picker round-robin (no affinity, no scores; breakers and retries stay)',
+  ),
+  inside('random', 'random', 'None', 'baseline', 'switchyard sidecar, --picker random'),
+  inside(
+    'least-connections',
+    'least-connections',
+    'None',
+    'baseline',
+    'switchyard sidecar, --picker least-connections',
+  ),
+  inside(
+    'p2c',
+    'p2c',
+    'None',
+    'switchyard',
+    'switchyard sidecar, P2C on (in-flight + 1) × EWMA TTFT + cost, affinity None',
+  ),
+  inside(
+    'switchyard',
+    'p2c',
+    'Prefix',
+    'switchyard',
+    'switchyard sidecar, the full policy: prefix affinity, P2C, breakers, retry budget',
+  ),
+  ORACLE,
+  haproxy('roundrobin', 'roundrobin'),
+  haproxy('leastconn', 'leastconn'),
+  haproxy('random(2)', 'random2'),
+  nginx(),
+  caddy('random_choose 2', 'random-choose-2'),
+  caddy('least_conn', 'least-conn'),
+  litellm('simple-shuffle', 'simple-shuffle'),
+  litellm('least-busy', 'least-busy'),
+  litellm('latency-based-routing', 'latency-based'),
+];
+
+export function policy(name: string): PolicyDefinition | undefined {
+  return POLICIES.find((p) => p.name === name);
+}

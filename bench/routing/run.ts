@@ -1,0 +1,253 @@
+/**
+ * `switchyard bench`: replays a trace against K simulated backends through R instances of every
+ * policy, scenario by scenario, and writes results.json, report.md and plots into --out
+ * (docs/benchmarks.md#routing).
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { startFleet, type SimFleet } from './backends.ts';
+import { cdf, summarise, type PolicyResult } from './metrics.ts';
+import { Oracle } from './oracle.ts';
+import { writePlots } from './plots.ts';
+import { Progress } from './progress.ts';
+import { PromptBuilder } from './prompt.ts';
+import { buildPayloads, closeReplayAgents, replay } from './replay.ts';
+import { renderReport, checkTargets } from './report.ts';
+import { POLICIES, type PolicyDefinition, type RouterSet } from './routers.ts';
+import { SCENARIOS, scenario, type ScenarioName } from './scenarios.ts';
+import { HASH_BLOCK_TOKENS, idealHitRate, parseTrace, sampleEvenly, type Trace } from './trace.ts';
+
+export interface BenchSettings {
+  trace: string;
+  backends: number;
+  routers: number;
+  policies: string[];
+  scenarios: ScenarioName[];
+  /** Wall ms per trace ms. */
+  timeScale: number;
+  /** Simulator speed (simulated ms per wall ms). */
+  speed: number;
+  /** 0: the whole trace. */
+  maxRequests: number;
+  seed: number;
+  out: string;
+  heterogeneous: boolean;
+  /** Draw plots (PNG and SVG); off in the smoke test. */
+  plots: boolean;
+  /** Progress on stderr. */
+  quiet: boolean;
+}
+
+export interface RunRecord extends PolicyResult {
+  policy: string;
+  family: string;
+  costWeightPerMs?: number | null;
+  /** Sorted successful TTFTs, thinned, for CDF plots. */
+  ttftCdf: { x: number; p: number }[];
+}
+
+export interface BenchResults {
+  settings: BenchSettings & { model: string; charsPerToken: number; blockTokens: number };
+  trace: {
+    file: string;
+    format: Trace['format'];
+    requestsInFile: number;
+    requestsReplayed: number;
+    idealHitRate: number | null;
+    idealHitRateWholeTrace: number | null;
+    traceSpanS: number;
+    replaySpanS: number;
+  };
+  machine: { cpus: number; node: string };
+  versions: Record<string, string>;
+  skipped: Record<string, string>;
+  policiesDescribed: Record<string, string>;
+  scenarios: Record<string, Record<string, PolicyResult & { costWeightPerMs?: number | null }>>;
+  scenarioDescriptions: Record<string, string>;
+  targets: ReturnType<typeof checkTargets>;
+  durationS: number;
+}
+
+const MODEL = 'bench-model';
+const WARM_UP_REQUESTS = 300;
+
+export async function runBench(settings: BenchSettings): Promise<BenchResults> {
+  const started = performance.now();
+  const text = readFileSync(settings.trace, 'utf8');
+  const trace = parseTrace(text);
+  const requests = sampleEvenly(trace.requests, settings.maxRequests);
+  const charsPerToken = 4;
+  const prompts = new PromptBuilder({
+    blockTokens: trace.blockTokens ?? HASH_BLOCK_TOKENS,
+    charsPerToken,
+    seed: settings.seed,
+  });
+  const chosen: PolicyDefinition[] = [];
+  const skipped: Record<string, string> = {};
+  for (const name of settings.policies) {
+    const def = POLICIES.find((p) => p.name === name);
+    if (def === undefined) throw new Error(`unknown policy ${name}`);
+    const why = def.unavailable();
+    if (why !== undefined) skipped[name] = why;
+    else chosen.push(def);
+  }
+  const progress = new Progress(settings.quiet);
+  for (const [name, why] of Object.entries(skipped)) progress.line(`skipping ${name}: ${why}`);
+  const payloads = buildPayloads(requests, prompts, MODEL);
+
+  const fleet: SimFleet = await startFleet(settings.backends);
+  // Warm-up, not measured: the simulators' and the load generator's code paths compiled, so the
+  // first policy does not pay for the JIT.
+  {
+    const specs = scenario('steady').backends(settings.backends, false);
+    await fleet.configure(specs, settings.speed, settings.seed);
+    const n = Math.min(requests.length, WARM_UP_REQUESTS);
+    progress.start('warm-up', 0, 0, n);
+    await replay(
+      { urls: fleet.urls },
+      {
+        requests: requests.slice(0, n),
+        payloads: payloads.slice(0, n),
+        timeScale: settings.timeScale,
+        speed: settings.speed,
+        onResult: (done) => progress.update(done),
+      },
+    );
+    closeReplayAgents();
+    await fleet.idle();
+  }
+  const records: Record<string, Record<string, RunRecord>> = {};
+  try {
+    const runsPerScenario = (s: ScenarioName): number =>
+      chosen.reduce(
+        (n, p) => n + (p.name === 'switchyard' ? (scenario(s).costWeights?.length ?? 1) : 1),
+        0,
+      );
+    const totalRuns = settings.scenarios.reduce((n, s) => n + runsPerScenario(s), 0);
+    let run = 0;
+    for (const name of settings.scenarios) {
+      const sc = scenario(name);
+      const specs = sc.backends(settings.backends, settings.heterogeneous);
+      const options = await fleet.configure(specs, settings.speed, settings.seed);
+      records[name] = {};
+      for (const def of chosen) {
+        const weights = def.name === 'switchyard' ? (sc.costWeights ?? [undefined]) : [undefined];
+        for (const weight of weights) {
+          run++;
+          const label =
+            weight === undefined || sc.costWeights === undefined
+              ? def.name
+              : `${def.name}@w=${weight}`;
+          progress.start(`[${name}] ${label}`, run, totalRuns, requests.length);
+          await fleet.reset();
+          let routers: RouterSet | undefined;
+          try {
+            if (def.family !== 'oracle') {
+              routers = await def.start({
+                backends: specs.map((s, i) => ({
+                  name: s.name,
+                  url: fleet.urls[i]!,
+                  costPerMTok: s.costPerMTok,
+                })),
+                instances: settings.routers,
+                speed: settings.speed,
+                costWeightPerMs: weight,
+                seed: settings.seed,
+              });
+            }
+            const results = await replay(
+              def.family === 'oracle'
+                ? {
+                    urls: [],
+                    oracle: { backends: fleet.urls, router: new Oracle(options, settings.speed) },
+                  }
+                : { urls: routers!.urls },
+              {
+                requests,
+                payloads,
+                timeScale: settings.timeScale,
+                speed: settings.speed,
+                onResult: (done) => progress.update(done),
+              },
+            );
+            const counters = await fleet.counters(specs);
+            const summary = summarise(results, counters, settings.speed);
+            records[name][label] = {
+              ...summary,
+              policy: def.name,
+              family: def.family,
+              ...(sc.costWeights === undefined || def.name !== 'switchyard'
+                ? {}
+                : { costWeightPerMs: weight ?? null }),
+              ttftCdf: cdf(
+                results.flatMap((r) => (r.ok && r.ttftMs !== undefined ? [r.ttftMs] : [])),
+              ),
+            };
+            progress.done(
+              `[${name}] ${label}: TTFT p50 ${fmt(summary.ttftMs.p50)} p99 ${fmt(summary.ttftMs.p99)} ms, errors ${(summary.errorRate * 100).toFixed(2)} %, hit rate ${(summary.cacheHitRate * 100).toFixed(1)} %`,
+            );
+          } finally {
+            await routers?.stop();
+            closeReplayAgents();
+            await fleet.idle();
+          }
+        }
+      }
+    }
+  } finally {
+    await fleet.stop();
+  }
+
+  const scenarios: BenchResults['scenarios'] = {};
+  for (const [s, byPolicy] of Object.entries(records)) {
+    scenarios[s] = Object.fromEntries(
+      Object.entries(byPolicy).map(([p, r]) => {
+        const { policy: _p, family: _f, ttftCdf: _c, ...result } = r;
+        return [p, result];
+      }),
+    );
+  }
+  const lastAt = requests[requests.length - 1]?.atMs ?? 0;
+  const results: BenchResults = {
+    settings: {
+      ...settings,
+      model: MODEL,
+      charsPerToken,
+      blockTokens: trace.blockTokens ?? HASH_BLOCK_TOKENS,
+    },
+    trace: {
+      file: basename(settings.trace),
+      format: trace.format,
+      requestsInFile: trace.requests.length,
+      requestsReplayed: requests.length,
+      idealHitRate: idealHitRate(requests) ?? null,
+      idealHitRateWholeTrace: idealHitRate(trace.requests) ?? null,
+      traceSpanS: lastAt / 1000,
+      replaySpanS: (lastAt * settings.timeScale) / 1000,
+    },
+    machine: { cpus: (await import('node:os')).availableParallelism(), node: process.version },
+    versions: Object.fromEntries(chosen.map((p) => [p.name, p.version()])),
+    skipped,
+    policiesDescribed: Object.fromEntries(chosen.map((p) => [p.name, p.describe])),
+    scenarios,
+    scenarioDescriptions: Object.fromEntries(
+      settings.scenarios.map((s) => [s, scenario(s).description]),
+    ),
+    targets: { checks: [] },
+    durationS: 0,
+  };
+  results.targets = checkTargets(results);
+  results.durationS = (performance.now() - started) / 1000;
+  mkdirSync(settings.out, { recursive: true });
+  writeFileSync(join(settings.out, 'results.json'), JSON.stringify(results, null, 2) + '\n');
+  const plots = settings.plots ? await writePlots(settings.out, records, results) : [];
+  writeFileSync(join(settings.out, 'report.md'), renderReport(results, plots));
+  progress.line(
+    `wrote ${join(settings.out, 'results.json')}, report.md${plots.length > 0 ? ` and ${plots.length} plots` : ''} in ${results.durationS.toFixed(0)} s`,
+  );
+  return results;
+}
+
+const fmt = (ms: number): string => (Number.isFinite(ms) ? ms.toFixed(0) : '–');
+
+export { SCENARIOS };

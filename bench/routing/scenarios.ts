@@ -1,0 +1,142 @@
+/**
+ * The routing benchmark's scenarios: what the K simulated backends are like. All times are
+ * simulated milliseconds (the simulators run `speed` times faster than that).
+ */
+import type { SimOptions } from '../../sim/options.ts';
+import { HASH_BLOCK_TOKENS } from './trace.ts';
+
+export interface BackendSpec {
+  name: string;
+  sim: Partial<SimOptions>;
+  /** $ per million tokens. */
+  costPerMTok: number;
+}
+
+export interface Scenario {
+  name: ScenarioName;
+  description: string;
+  backends(count: number, heterogeneous: boolean): BackendSpec[];
+  /** switchyard is run once per value: the cost↔latency exchange rate (undefined = latency only). */
+  costWeights?: (number | undefined)[];
+}
+
+export const SCENARIOS = [
+  'steady',
+  'slow-backend',
+  'fast-failure',
+  'rate-limited',
+  'cold-start',
+  'mixed-cost',
+] as const;
+export type ScenarioName = (typeof SCENARIOS)[number];
+
+/** A modest inference server: 8 sequences at a time, 20k prompt tokens/s, 100 tokens/s each. */
+export const BASE_BACKEND: Partial<SimOptions> = {
+  slots: 6,
+  queueLimit: 1024,
+  prefillMsPerToken: 0.05,
+  decodeMsPerToken: 10,
+  loadSlowdown: 0.5,
+  // The trace's blocks are 512 tokens; 4096 of them (2 Mi tokens of KV cache) is a large GPU's
+  // budget, enough that eviction is rare with affinity and hit rates measure routing.
+  blockTokens: HASH_BLOCK_TOKENS,
+  cacheBlocks: 4096,
+  charsPerToken: 4,
+  coldStartMs: 0,
+};
+
+function fleet(count: number, heterogeneous: boolean, cost = 1): BackendSpec[] {
+  return Array.from({ length: count }, (_, i) => {
+    const sim: Partial<SimOptions> = { ...BASE_BACKEND, name: `b${i}` };
+    // --heterogeneous: b1 is half as fast, b2 has an eighth of the cache.
+    if (heterogeneous && i === 1) {
+      sim.prefillMsPerToken = BASE_BACKEND.prefillMsPerToken! * 2;
+      sim.decodeMsPerToken = BASE_BACKEND.decodeMsPerToken! * 2;
+    }
+    if (heterogeneous && i === 2) sim.cacheBlocks = BASE_BACKEND.cacheBlocks! / 8;
+    return { name: `b${i}`, sim, costPerMTok: cost };
+  });
+}
+
+const byName: Record<ScenarioName, Scenario> = {
+  steady: {
+    name: 'steady',
+    description: 'every backend healthy',
+    backends: (k, h) => fleet(k, h),
+  },
+  'slow-backend': {
+    name: 'slow-backend',
+    description: 'b0 is 4× slower (prefill and decode)',
+    backends: (k, h) =>
+      fleet(k, h).map((b, i) =>
+        i === 0
+          ? {
+              ...b,
+              sim: {
+                ...b.sim,
+                prefillMsPerToken: BASE_BACKEND.prefillMsPerToken! * 4,
+                decodeMsPerToken: BASE_BACKEND.decodeMsPerToken! * 4,
+              },
+            }
+          : b,
+      ),
+  },
+  'fast-failure': {
+    name: 'fast-failure',
+    description: 'b0 answers every request with an instant 500',
+    backends: (k, h) =>
+      fleet(k, h).map((b, i) => (i === 0 ? { ...b, sim: { ...b.sim, errorRate: 1 } } : b)),
+  },
+  'rate-limited': {
+    name: 'rate-limited',
+    description: 'b0 answers half of its requests with 429 (Retry-After: 1)',
+    backends: (k, h) =>
+      fleet(k, h).map((b, i) => (i === 0 ? { ...b, sim: { ...b.sim, rateLimitRate: 0.5 } } : b)),
+  },
+  'cold-start': {
+    name: 'cold-start',
+    description: 'every backend starts cold (3 s warm-up) and is cold again after 2 s idle',
+    backends: (k, h) =>
+      fleet(k, h).map((b) => ({ ...b, sim: { ...b.sim, coldStartMs: 3000, coldIdleMs: 2000 } })),
+  },
+  'mixed-cost': {
+    name: 'mixed-cost',
+    description:
+      'a cheap, slower in-cluster pool ($0.20/Mtok, 1.5× slower) and a fast, expensive provider ($1.00/Mtok, 2× faster, twice the slots) on a quarter of the backends',
+    backends: (k, h) => {
+      const providers = Math.max(1, Math.round(k / 4));
+      return fleet(k, h).map((b, i) =>
+        i < k - providers
+          ? {
+              ...b,
+              name: `cheap${i}`,
+              costPerMTok: 0.2,
+              sim: {
+                ...b.sim,
+                name: `cheap${i}`,
+                prefillMsPerToken: BASE_BACKEND.prefillMsPerToken! * 1.5,
+                decodeMsPerToken: BASE_BACKEND.decodeMsPerToken! * 1.5,
+              },
+            }
+          : {
+              ...b,
+              name: `provider${i - (k - providers)}`,
+              costPerMTok: 1,
+              sim: {
+                ...b.sim,
+                name: `provider${i - (k - providers)}`,
+                slots: BASE_BACKEND.slots! * 2,
+                prefillMsPerToken: BASE_BACKEND.prefillMsPerToken! / 2,
+                decodeMsPerToken: BASE_BACKEND.decodeMsPerToken! / 2,
+              },
+            },
+      );
+    },
+    // $/Mtok worth one (wall) millisecond: from "latency only" to "a cent saved is worth seconds".
+    costWeights: [undefined, 0.01, 0.002, 0.0005, 0.0001],
+  },
+};
+
+export function scenario(name: ScenarioName): Scenario {
+  return byName[name];
+}

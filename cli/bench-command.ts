@@ -1,0 +1,194 @@
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { InvalidArgumentError, Option, type Command } from 'commander';
+import { parsePositiveInt } from './args.ts';
+
+const REPO = fileURLToPath(new URL('../', import.meta.url));
+const DEFAULT_TRACE = fileURLToPath(
+  new URL('../../shared/traces/mooncake-synthetic.jsonl', import.meta.url),
+);
+const SCENARIO_NAMES = [
+  'steady',
+  'slow-backend',
+  'fast-failure',
+  'rate-limited',
+  'cold-start',
+  'mixed-cost',
+];
+const POLICY_NAMES = [
+  'round-robin',
+  'random',
+  'least-connections',
+  'p2c',
+  'switchyard',
+  'oracle',
+  'haproxy-roundrobin',
+  'haproxy-leastconn',
+  'haproxy-random2',
+  'nginx-least-conn',
+  'caddy-random-choose-2',
+  'caddy-least-conn',
+  'litellm-simple-shuffle',
+  'litellm-least-busy',
+  'litellm-latency-based',
+];
+
+const list =
+  (allowed: string[], what: string) =>
+  (value: string): string[] => {
+    const items =
+      value === 'all'
+        ? allowed
+        : value
+            .split(',')
+            .map((v) => v.trim())
+            .filter((v) => v !== '');
+    for (const item of items)
+      if (!allowed.includes(item))
+        throw new InvalidArgumentError(
+          `unknown ${what} "${item}"; known: ${allowed.join(', ')}, or all`,
+        );
+    if (items.length === 0) throw new InvalidArgumentError(`give at least one ${what}`);
+    return items;
+  };
+
+const positiveNumber = (value: string): number => {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a number > 0');
+  return n;
+};
+
+interface BenchFlags {
+  trace: string;
+  backends: number;
+  routers: number;
+  policies: string[];
+  scenario: string[];
+  timeScale: number;
+  speed: number;
+  maxRequests: number;
+  seed: number;
+  out: string;
+  heterogeneous?: boolean;
+  plots: boolean;
+  quiet?: boolean;
+}
+
+/** `switchyard bench`: the routing benchmark (docs/benchmarks.md#routing). */
+export function addBenchCommand(program: Command): void {
+  program
+    .command('bench')
+    .description(
+      'Replay an LLM request trace against simulated backends through R instances of every routing policy (switchyard, baselines, an oracle, HAProxy, nginx, Caddy, LiteLLM) and write results.json, a report and plots.',
+    )
+    .addOption(
+      new Option(
+        '--trace <file>',
+        'trace: JSON lines (Mooncake) or Azure CSV, told apart by content',
+      ).default(DEFAULT_TRACE, '../shared/traces/mooncake-synthetic.jsonl'),
+    )
+    .addOption(
+      new Option('--backends <k>', 'simulated backends').default(8).argParser(parsePositiveInt),
+    )
+    .addOption(
+      new Option('--routers <r>', 'instances of every router, each serving 1/R of the clients')
+        .default(4)
+        .argParser(parsePositiveInt),
+    )
+    .addOption(
+      new Option('--policies <list>', `comma-separated, or all: ${POLICY_NAMES.join(', ')}`)
+        .default(POLICY_NAMES, 'all')
+        .argParser(list(POLICY_NAMES, 'policy')),
+    )
+    .addOption(
+      new Option('--scenario <list>', `comma-separated, or all: ${SCENARIO_NAMES.join(', ')}`)
+        .default(['steady', 'fast-failure'], 'steady,fast-failure')
+        .argParser(list(SCENARIO_NAMES, 'scenario')),
+    )
+    .addOption(
+      new Option(
+        '--time-scale <factor>',
+        'wall ms per trace ms (0.02: arrivals fifty times faster)',
+      )
+        .default(0.02)
+        .argParser(positiveNumber),
+    )
+    .addOption(
+      new Option(
+        '--speed <factor>',
+        'simulator speed: simulated ms per wall ms (with --time-scale it sets the load)',
+      )
+        .default(20)
+        .argParser(positiveNumber),
+    )
+    .addOption(
+      new Option('--max-requests <n>', 'replay the first n requests (0: the whole trace)')
+        .default(1000)
+        .argParser((v: string) => {
+          const n = Number(v);
+          if (!Number.isInteger(n) || n < 0)
+            throw new InvalidArgumentError('expected a whole number >= 0');
+          return n;
+        }),
+    )
+    .addOption(
+      new Option('--seed <n>', 'seed of prompts and fault draws').default(1).argParser(Number),
+    )
+    .addOption(
+      new Option('--out <dir>', 'where results.json, report.md and plots go').default(
+        `${REPO}bench/results/routing`,
+        'bench/results/routing',
+      ),
+    )
+    .option('--heterogeneous', 'make b1 half as fast and give b2 an eighth of the cache')
+    .option('--no-plots', 'skip the plots')
+    .option('--quiet', 'no progress output')
+    .addHelpText(
+      'after',
+      '\nPeers are used when installed and skipped with one line otherwise: apt-get install haproxy nginx caddy;\n' +
+        "LiteLLM: python3 -m venv ~/.cache/switchyard/litellm-venv && ~/.cache/switchyard/litellm-venv/bin/pip install 'litellm[proxy]==1.106.12'\n\n" +
+        'Examples:\n  switchyard bench                                  # steady + fast-failure, 1,000 requests, every policy\n' +
+        '  switchyard bench --scenario all --max-requests 0  # the whole trace, every scenario (long)\n' +
+        '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin',
+    )
+    .action(async (flags: BenchFlags) => {
+      if (!existsSync(flags.trace)) {
+        process.stderr.write(`switchyard bench: no trace at ${flags.trace} (give --trace FILE)\n`);
+        process.exit(2);
+      }
+      if (!existsSync(`${REPO}bench/routing/run.ts`)) {
+        process.stderr.write(
+          'switchyard bench: the benchmark is not part of this installation; run it from a checkout of the repository\n',
+        );
+        process.exit(2);
+      }
+      const { runBench } = await import('../bench/routing/run.ts');
+      const { TraceError } = await import('../bench/routing/trace.ts');
+      try {
+        const results = await runBench({
+          trace: flags.trace,
+          backends: flags.backends,
+          routers: flags.routers,
+          policies: flags.policies,
+          scenarios: flags.scenario as never,
+          timeScale: flags.timeScale,
+          speed: flags.speed,
+          maxRequests: flags.maxRequests,
+          seed: flags.seed,
+          out: flags.out,
+          heterogeneous: flags.heterogeneous === true,
+          plots: flags.plots,
+          quiet: flags.quiet === true,
+        });
+        const failed = results.targets.checks.filter((c) => c.met === false).length;
+        if (failed > 0 && flags.quiet !== true)
+          process.stderr.write(`${failed} target(s) not met: see ${flags.out}/report.md\n`);
+      } catch (err) {
+        if (err instanceof TraceError) {
+          process.stderr.write(`switchyard bench: ${flags.trace}: ${err.message}\n`);
+          process.exit(2);
+        }
+        throw err;
+      }
+    });
+}

@@ -1,0 +1,133 @@
+/**
+ * A short run of the routing benchmark through the real command (`switchyard bench`): two
+ * policies, real simulators and sidecars, a few seconds, both trace formats. It checks the
+ * harness works and writes what it promises, not how good any policy is.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { SWITCHYARD_BIN } from '../../harness/processes.ts';
+
+const run = promisify(execFile);
+const FIXTURES = fileURLToPath(new URL('../fixtures/', import.meta.url));
+const out = mkdtempSync(join(tmpdir(), 'switchyard-bench-smoke-'));
+
+interface Results {
+  settings: { routers: number; backends: number };
+  trace: { format: string; requestsReplayed: number; idealHitRate: number | null };
+  scenarios: Record<
+    string,
+    Record<
+      string,
+      {
+        requests: number;
+        errors: number;
+        errorRate: number;
+        ttftMs: { p50: number; p90: number; p99: number };
+        e2eMs: { p50: number; p90: number; p99: number };
+        cacheHitRate: number;
+        throughputRps: number;
+        costPer1k: number;
+        share: Record<string, number>;
+      }
+    >
+  >;
+  targets: { checks: unknown[] };
+}
+
+const bench = (args: string[]) =>
+  run(
+    process.execPath,
+    [SWITCHYARD_BIN, 'bench', '--quiet', '--backends', '3', '--routers', '2', ...args],
+    {
+      timeout: 120_000,
+      maxBuffer: 16 * 1024 * 1024,
+    },
+  );
+
+describe('switchyard bench (smoke)', () => {
+  after(() => rmSync(out, { recursive: true, force: true }));
+
+  it('replays a Mooncake excerpt through two policies and writes results, report and plots', async () => {
+    const dir = join(out, 'mooncake');
+    await bench([
+      '--trace',
+      join(FIXTURES, 'mooncake-sample.jsonl'),
+      '--policies',
+      'switchyard,round-robin',
+      '--scenario',
+      'steady',
+      '--max-requests',
+      '30',
+      '--time-scale',
+      '0.002',
+      '--speed',
+      '50',
+      '--out',
+      dir,
+    ]);
+    const results = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as Results;
+    assert.equal(results.trace.format, 'jsonl');
+    assert.equal(results.trace.requestsReplayed, 30);
+    assert.ok(results.trace.idealHitRate !== null);
+    for (const policy of ['switchyard', 'round-robin']) {
+      const r = results.scenarios['steady']?.[policy];
+      assert.ok(r !== undefined, policy);
+      assert.equal(r.requests, 30);
+      assert.equal(r.errors, 0, `${policy}: no errors on healthy backends`);
+      assert.ok(r.ttftMs.p50 > 0 && r.ttftMs.p50 <= r.ttftMs.p99);
+      assert.ok(r.e2eMs.p99 >= r.ttftMs.p99);
+      assert.ok(r.throughputRps > 0);
+      assert.ok(r.costPer1k > 0);
+      assert.ok(Math.abs(Object.values(r.share).reduce((a, b) => a + b, 0) - 1) < 1e-9);
+      assert.deepEqual(Object.keys(r.share), ['b0', 'b1', 'b2']);
+    }
+    assert.ok(results.targets.checks.length > 0);
+    const report = readFileSync(join(dir, 'report.md'), 'utf8');
+    assert.match(report, /^# Routing benchmark report/);
+    assert.match(report, /\| switchyard \|/);
+    for (const plot of ['steady-ttft-cdf', 'steady-ttft-p99', 'steady-hit-rate']) {
+      assert.ok(existsSync(join(dir, `${plot}.svg`)), `${plot}.svg`);
+      const png = readFileSync(join(dir, `${plot}.png`));
+      assert.equal(png.subarray(1, 4).toString('latin1'), 'PNG');
+    }
+  });
+
+  it('reads an Azure CSV excerpt by its content', async () => {
+    const dir = join(out, 'azure');
+    await bench([
+      '--trace',
+      join(FIXTURES, 'azure-conv-sample.csv'),
+      '--policies',
+      'least-connections',
+      '--scenario',
+      'steady',
+      '--max-requests',
+      '20',
+      '--time-scale',
+      '0.005',
+      '--speed',
+      '50',
+      '--no-plots',
+      '--out',
+      dir,
+    ]);
+    const results = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as Results;
+    assert.equal(results.trace.format, 'azure-csv');
+    assert.equal(results.trace.idealHitRate, null);
+    assert.equal(results.scenarios['steady']?.['least-connections']?.errors, 0);
+  });
+
+  it('a bad trace is refused with its line number', async () => {
+    await assert.rejects(
+      bench(['--trace', join(FIXTURES, 'README.md'), '--out', join(out, 'bad')]),
+      (err: { stderr?: string; code?: number }) =>
+        err.code === 2 && /README\.md: line 1: neither JSON lines/.test(err.stderr ?? ''),
+    );
+  });
+});
