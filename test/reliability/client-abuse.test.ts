@@ -6,7 +6,7 @@
  * canary server that every trick names must see no connection at all).
  */
 import assert from 'node:assert/strict';
-import http, { type IncomingHttpHeaders } from 'node:http';
+import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -14,68 +14,10 @@ import { rssMiB } from './proc.ts';
 import { ask, errorOf } from './client.ts';
 import { recordFigure } from './figures.ts';
 import { poolYaml, sidecarOn, type SidecarOnPool } from './fixtures.ts';
+import { recorder, type Recorder } from './recorder.ts';
 import { rawConnect, rawExchange, statusOf } from './raw-client.ts';
 
 const LIMIT = 1024 * 1024;
-
-interface Seen {
-  method: string;
-  url: string;
-  headers: IncomingHttpHeaders;
-  bytes: number;
-  body: string;
-}
-
-/** A backend that records every request and answers a small completion (or a model list). */
-async function recorder(): Promise<{
-  url: string;
-  host: string;
-  seen: Seen[];
-  close(): Promise<void>;
-}> {
-  const seen: Seen[] = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      seen.push({
-        method: req.method ?? '',
-        url: req.url ?? '',
-        headers: req.headers,
-        bytes: body.length,
-        body: body.length < 4096 ? body.toString('utf8') : '',
-      });
-      const answer = JSON.stringify(
-        req.url?.startsWith('/v1/models')
-          ? { object: 'list', data: [{ id: 'm', object: 'model', created: 0, owned_by: 'r' }] }
-          : {
-              id: 'r',
-              object: 'chat.completion',
-              choices: [
-                { index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' },
-              ],
-            },
-      );
-      res.writeHead(200, {
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(answer),
-      });
-      res.end(answer);
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    host: `127.0.0.1:${port}`,
-    seen,
-    close: () => {
-      server.closeAllConnections();
-      return new Promise((r) => server.close(() => r()));
-    },
-  };
-}
 
 /** A server that must never be reached: it counts connections. */
 async function canary(): Promise<{
@@ -109,8 +51,8 @@ function bodyOfSize(bytes: number): string {
 }
 
 describe('client abuse through a real sidecar', () => {
-  let backend: Awaited<ReturnType<typeof recorder>>;
-  let rewriting: Awaited<ReturnType<typeof recorder>>;
+  let backend: Recorder;
+  let rewriting: Recorder;
   let trap: Awaited<ReturnType<typeof canary>>;
   let plain: SidecarOnPool;
   let rewrite: SidecarOnPool;
