@@ -7,7 +7,9 @@ import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from './examples.ts';
 import { InferencePoolSchema } from './inference-pool.schema.ts';
 import { parsePoolYaml } from './pool-document.ts';
 import { resolvePool } from './resolve.ts';
+import { ROOT_PATH, joinPath, splitPath } from './path.ts';
 import { validatePool } from './validate.ts';
+import { mutate, mutation, type Json } from '../test/reliability/pool-arbitraries.ts';
 
 /** Whatever the input, validatePool answers, and every rejection says where and what. */
 function checkAnswer(doc: unknown): void {
@@ -27,120 +29,44 @@ function checkAnswer(doc: unknown): void {
     assert.notEqual(e.path, '');
     assert.equal(typeof e.message, 'string');
     assert.notEqual(e.message, '');
+    assertNamesAField(doc, e.path);
   }
 }
 
-type Json = unknown;
-
-/** Every path into a JSON value, as key lists. */
-function pathsOf(value: Json, prefix: (string | number)[] = [], out: (string | number)[][] = []) {
-  out.push(prefix);
-  if (Array.isArray(value)) value.forEach((v, i) => pathsOf(v, [...prefix, i], out));
-  else if (value !== null && typeof value === 'object') {
-    for (const [k, v] of Object.entries(value)) pathsOf(v, [...prefix, k], out);
+/**
+ * A rejection names a field: the root only when the document itself is not a mapping; otherwise
+ * a path that parses back to itself and whose parent is in the document (the field itself may be
+ * missing: "is required").
+ */
+function assertNamesAField(doc: unknown, path: string): void {
+  if (path === ROOT_PATH) {
+    assert.ok(
+      doc === null || typeof doc !== 'object' || Array.isArray(doc) || !isPlainMapping(doc),
+      'a mapping is never rejected as a whole',
+    );
+    return;
   }
-  return out;
+  const segments = splitPath(path);
+  assert.ok(segments.length > 0, `unparseable path ${path}`);
+  assert.equal(
+    segments.reduce<string>((p, k) => joinPath(p, k), ''),
+    path,
+    'the path round-trips',
+  );
+  let at: unknown = doc;
+  for (const key of segments.slice(0, -1)) {
+    assert.ok(
+      at !== null && typeof at === 'object' && Object.hasOwn(at, key),
+      `${path}: ${String(key)} is not in the document`,
+    );
+    at = (at as Record<string | number, unknown>)[key];
+  }
 }
 
-type Mutation =
-  | { op: 'set'; at: number; value: Json }
-  | { op: 'delete'; at: number }
-  | { op: 'add'; at: number; key: string; value: Json };
-
-function mutate(doc: Json, mutations: Mutation[]): Json {
-  const copy = structuredClone(doc);
-  for (const m of mutations) {
-    const paths = pathsOf(copy);
-    const path = paths[m.at % paths.length] ?? [];
-    if (path.length === 0) continue;
-    const parent = path
-      .slice(0, -1)
-      .reduce<Json>((v, k) => (v as Record<string, Json>)[k], copy) as
-      Record<string | number, Json> | Json[];
-    const key = path[path.length - 1] as string | number;
-    // Values are copied in: the constants of `interesting` are shared between runs.
-    if (m.op === 'set') (parent as Record<string | number, Json>)[key] = structuredClone(m.value);
-    else if (m.op === 'delete') {
-      if (Array.isArray(parent)) parent.splice(Number(key), 1);
-      else delete (parent as Record<string, Json>)[key];
-    } else {
-      const target = (parent as Record<string | number, Json>)[key];
-      if (target !== null && typeof target === 'object' && !Array.isArray(target)) {
-        Object.defineProperty(target, m.key, {
-          value: structuredClone(m.value),
-          enumerable: true,
-          writable: true,
-          configurable: true,
-        });
-      }
-    }
-  }
-  return copy;
+function isPlainMapping(value: object): boolean {
+  const proto = Object.getPrototypeOf(value) as unknown;
+  return proto === Object.prototype || proto === null;
 }
-
-/** Values that are likely to matter here, mixed with arbitrary JSON. */
-const interesting = fc.oneof(
-  fc.jsonValue({ maxDepth: 3 }),
-  fc.constantFrom(
-    '',
-    '0s',
-    '5s',
-    '1h0m',
-    '500',
-    'http://10.0.0.1/v1',
-    'https://x/v1',
-    'ftp://x',
-    'Balance',
-    'Failover',
-    'Header',
-    'None',
-    'a',
-    'K',
-    -1,
-    0,
-    0.5,
-    1,
-    1.5,
-    64,
-    65535,
-    70000,
-    true,
-    false,
-    null,
-    [],
-    {},
-    { name: 'vllm', port: 'http' },
-    { name: 's', key: 'k' },
-    ['http://127.0.0.1:1/v1'],
-    '__proto__',
-    'constructor',
-  ),
-);
-
-const mutation: fc.Arbitrary<Mutation> = fc.oneof(
-  fc.record({ op: fc.constant('set' as const), at: fc.nat(), value: interesting }),
-  fc.record({ op: fc.constant('delete' as const), at: fc.nat() }),
-  fc.record({
-    op: fc.constant('add' as const),
-    at: fc.nat(),
-    key: fc.oneof(
-      fc.string({ maxLength: 12 }),
-      fc.constantFrom(
-        'service',
-        'url',
-        'urls',
-        'apiKeyEnv',
-        'apiKeySecretRef',
-        'allowInsecureApiKey',
-        'helth',
-        '__proto__',
-        'openFor',
-        'maxOpenFor',
-      ),
-    ),
-    value: interesting,
-  }),
-);
 
 describe('validatePool never throws', () => {
   it('on arbitrary JSON values', () => {
