@@ -23,7 +23,7 @@
  * a person) and `x-switchyard-format` (`duration` or `url`: a deeper check in `semantic.ts`).
  */
 import { Type, type Static } from '@sinclair/typebox';
-import { AFFINITY_MAX_SLOWDOWN } from './policy-defaults.ts';
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
 import { BACKEND_RULES, BACKENDS_RULES, HEALTH_RULES, celValidations } from './semantic.ts';
 
@@ -245,6 +245,12 @@ export const AffinitySchema = Type.Object(
       description: `The sticky endpoint of a key is kept unless its breaker is open or its EWMA time to first token exceeds this multiple of the pool median; then the request is balanced like any other. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
       minimum: 1,
       default: AFFINITY_MAX_SLOWDOWN,
+    }),
+    maxExtraInFlight: Type.Integer({
+      description: `The sticky endpoint of a key is also given up when it has more than this many requests in flight (from this sidecar) beyond the least busy candidate: a cache hit does not pay for a wait in its queue. An integer from 0. Default: ${AFFINITY_MAX_EXTRA_IN_FLIGHT}.`,
+      minimum: 0,
+      maximum: 1_000_000,
+      default: AFFINITY_MAX_EXTRA_IN_FLIGHT,
     }),
   },
   {

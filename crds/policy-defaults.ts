@@ -10,3 +10,11 @@
  * prefix) stops paying for the queueing behind a clearly slower endpoint.
  */
 export const AFFINITY_MAX_SLOWDOWN = 2.5;
+
+/**
+ * Prefix affinity also gives up the sticky endpoint when it has more than this many requests in
+ * flight (from this sidecar) beyond the least busy candidate: a cache hit saves the prefill of the
+ * shared prefix, but not a wait in the queue behind the requests that followed the same key
+ * there. 1 is what the routing benchmark found best on the Mooncake trace (docs/benchmarks.md).
+ */
+export const AFFINITY_MAX_EXTRA_IN_FLIGHT = 1;

@@ -21,6 +21,12 @@ export interface AffinityPolicy {
    * (see AFFINITY_MAX_SLOWDOWN for the default).
    */
   maxSlowdown: number;
+  /**
+   * The sticky endpoint is also given up when it has more than this many attempts in flight
+   * beyond the least busy candidate (AFFINITY_MAX_EXTRA_IN_FLIGHT by default; optional so that a
+   * snapshot of an older controller still applies).
+   */
+  maxExtraInFlight?: number | undefined;
 }
 
 export interface HealthPolicy {

@@ -27,7 +27,13 @@ const DEFAULT_POLICY: PoolPolicy = {
   costWeightPerMs: undefined,
   defaultTtftMs: 500,
   models: [],
-  affinity: { key: 'Prefix', header: 'x-session-id', prefixChars: 4096, maxSlowdown: 2.5 },
+  affinity: {
+    key: 'Prefix',
+    header: 'x-session-id',
+    prefixChars: 4096,
+    maxSlowdown: 2.5,
+    maxExtraInFlight: 1,
+  },
   health: {
     windowMs: 10_000,
     minRequests: 20,

@@ -87,6 +87,7 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
       header: affinity.header.toLowerCase(),
       prefixChars: affinity.prefixChars,
       maxSlowdown: affinity.maxSlowdown,
+      maxExtraInFlight: affinity.maxExtraInFlight,
     },
     health: {
       windowMs: ms('health', 'window', health.window),

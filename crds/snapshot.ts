@@ -37,6 +37,7 @@ export const PoolPolicySchema = Type.Object({
     header: Type.String(),
     prefixChars: Type.Integer({ minimum: 1 }),
     maxSlowdown: Type.Number({ minimum: 1 }),
+    maxExtraInFlight: Type.Optional(Type.Integer({ minimum: 0 })),
   }),
   health: Type.Object({
     windowMs: PositiveMs,

@@ -48,7 +48,13 @@ function lines(doc: unknown): string[] {
 
 const DEFAULT_SECTIONS = {
   defaultTtft: '500ms',
-  affinity: { key: 'Prefix', header: 'x-session-id', prefixChars: 4096, maxSlowdown: 2.5 },
+  affinity: {
+    key: 'Prefix',
+    header: 'x-session-id',
+    prefixChars: 4096,
+    maxSlowdown: 2.5,
+    maxExtraInFlight: 1,
+  },
   health: {
     window: '10s',
     minRequests: 20,

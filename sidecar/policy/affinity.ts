@@ -6,8 +6,8 @@
 import { fmix32, fnv1a64, toHex64 } from './hash.ts';
 import type { AffinityPolicy } from './types.ts';
 
-/** The default of `affinity.maxSlowdown`; defined with the schema's other defaults. */
-export { AFFINITY_MAX_SLOWDOWN } from '../../crds/policy-defaults.ts';
+/** The defaults of `affinity.maxSlowdown` and `maxExtraInFlight`; defined with the schema's other defaults. */
+export { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from '../../crds/policy-defaults.ts';
 
 /**
  * Prompts whose stable prefix is shorter than this get no affinity key and are load-balanced.

@@ -6,6 +6,8 @@ import {
   Balancer,
   DEFAULT_SHED_RETRY_AFTER_MS,
   MAX_RETRY_AFTER_COOLDOWN_MS,
+  normalisedTtftMs,
+  REFERENCE_REQUEST_BYTES,
 } from './balancer.ts';
 import { seededRng } from './rng.ts';
 import { endpoint, fakeClock, scriptedRng, testPolicy, type PolicyOverrides } from './testing.ts';
@@ -304,9 +306,28 @@ describe('affinity', () => {
     assert.equal(picked(off.balancer.pick({ affinityKey: 'k' })).affinity, 'none');
   });
 
-  test('keeps sending a key to its sticky endpoint, even while it is the busier one', () => {
+  test('keeps a key on its sticky endpoint while it is at most maxExtraInFlight busier than the least busy', () => {
     const specs = five();
     const { balancer, statusOf } = setup({ endpoints: specs, policy: withKey() });
+    const home = homeOf('session-1', specs);
+    // The default slack is 1: home at 0 and at 1 in flight (the others at 0) still wins.
+    for (let i = 0; i < 2; i++) {
+      const result = picked(balancer.pick({ affinityKey: 'session-1' }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, home);
+    }
+    const third = picked(balancer.pick({ affinityKey: 'session-1' }));
+    assert.equal(third.affinity, 'slow');
+    assert.notEqual(third.attempt.endpoint.id, home);
+    assert.equal(statusOf(home).inFlight, 2);
+  });
+
+  test('a large maxExtraInFlight keeps the key at home however busy it is', () => {
+    const specs = five();
+    const { balancer, statusOf } = setup({
+      endpoints: specs,
+      policy: withKey({ affinity: { key: 'Header', maxExtraInFlight: 1000 } }),
+    });
     const home = homeOf('session-1', specs);
     for (let i = 0; i < 50; i++) {
       const result = picked(balancer.pick({ affinityKey: 'session-1' }));
@@ -455,7 +476,10 @@ describe('affinity', () => {
       endpoint('c', { tier: 1 }),
       endpoint('d', { tier: 1 }),
     ];
-    const { balancer } = setup({ endpoints, policy: withKey({ mode: 'Failover' }) });
+    const { balancer } = setup({
+      endpoints,
+      policy: withKey({ mode: 'Failover', affinity: { key: 'Header', maxExtraInFlight: 1000 } }),
+    });
     for (let k = 0; k < 50; k++) {
       const result = picked(balancer.pick({ affinityKey: `k${k}` }));
       assert.equal(result.affinity, 'hit');
@@ -1143,5 +1167,27 @@ describe('robustness', () => {
   test('defaults the pick request when the shell passes none', () => {
     const { balancer } = setup({ endpoints: [endpoint('a')] });
     assert.equal(picked(balancer.pick()).attempt.endpoint.id, 'a');
+  });
+});
+
+describe('TTFT samples normalised by request size', () => {
+  test('a sample of a large request counts as that of a reference-size one', () => {
+    assert.equal(normalisedTtftMs(300, undefined), 300);
+    assert.equal(normalisedTtftMs(300, 100), 300, 'small requests count as they are');
+    assert.equal(normalisedTtftMs(300, REFERENCE_REQUEST_BYTES), 300);
+    assert.equal(normalisedTtftMs(300, REFERENCE_REQUEST_BYTES * 10), 30);
+  });
+
+  test('the EWMA is fed the normalised sample when the shell gives the size', () => {
+    const { balancer, statusOf, clock } = setup({
+      endpoints: [endpoint('a')],
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
+    const first = picked(balancer.pick({ requestBytes: REFERENCE_REQUEST_BYTES * 4 })).attempt;
+    clock.advance(400);
+    balancer.firstByte(first);
+    balancer.finish(first, OK);
+    // 400 ms for four times the reference size: 100 ms fed, 0.8 × 500 + 0.2 × 100 = 420.
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
   });
 });

@@ -13,7 +13,7 @@
  * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
-import { AFFINITY_MAX_SLOWDOWN, rendezvousPick } from './affinity.ts';
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN, rendezvousPick } from './affinity.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
@@ -49,6 +49,19 @@ export const DEFAULT_SHED_RETRY_AFTER_MS = 1000;
  * response; if it is still limiting after a minute, the next 429 extends the cooldown.
  */
 export const MAX_RETRY_AFTER_COOLDOWN_MS = 60_000;
+
+/**
+ * TTFT grows with the prompt the server must prefill, so raw samples mix load with request size
+ * (a 60 KB prompt is slow anywhere). A sample is scaled to what a request of REFERENCE_REQUEST_BYTES
+ * would have taken: `ttft × REFERENCE / bytes` for larger requests; smaller ones count as they
+ * are (their TTFT is mostly fixed cost). Without a size (the shell did not say) it is kept.
+ */
+export const REFERENCE_REQUEST_BYTES = 4096;
+
+export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
+  if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
+  return (ttftMs * REFERENCE_REQUEST_BYTES) / requestBytes;
+}
 
 export interface BalancerDeps {
   clock: Clock;
@@ -90,6 +103,8 @@ interface EndpointState {
 interface AttemptRecord {
   readonly state: EndpointState;
   readonly probeToken: number | undefined;
+  /** Size of the request body, when the shell told: TTFT samples are normalised by it. */
+  readonly requestBytes: number | undefined;
   ttftMs: number | undefined;
   finished: boolean;
 }
@@ -160,11 +175,19 @@ export class Balancer implements PoolBalancer {
           : this.#picker === 'random'
             ? pickRandom(candidates, this.#rng)
             : pickLeastConnections(candidates, this.#rng);
-      return { kind: 'picked', attempt: this.#start(chosen, now), affinity: 'none' };
+      return {
+        kind: 'picked',
+        attempt: this.#start(chosen, now, request.requestBytes),
+        affinity: 'none',
+      };
     }
     const sticky = this.#sticky(request.affinityKey, pool, candidates);
     const chosen = sticky.endpoint ?? pickTwoChoices(candidates, this.#rng, (s) => this.#score(s));
-    return { kind: 'picked', attempt: this.#start(chosen, now), affinity: sticky.result };
+    return {
+      kind: 'picked',
+      attempt: this.#start(chosen, now, request.requestBytes),
+      affinity: sticky.result,
+    };
   }
 
   firstByte(attempt: Attempt): void {
@@ -192,7 +215,7 @@ export class Balancer implements PoolBalancer {
       // Only streamed first tokens are TTFTs: a non-streamed body's first byte arrives after the
       // whole generation and would make long answers look like a slow endpoint (docs/policy.md).
       if ((outcome as { streamed?: unknown }).streamed === true && record.ttftMs !== undefined) {
-        this.#feedEwma(state, record.ttftMs);
+        this.#feedEwma(state, normalisedTtftMs(record.ttftMs, record.requestBytes));
       }
     } else if (kind === 'error') {
       this.#count(state, now, 'errors');
@@ -341,6 +364,12 @@ export class Balancer implements PoolBalancer {
     const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
     const reference = median(candidates.map((s) => this.#ewma.valueMs(s.id))) as number;
     if (this.#ewma.valueMs(home.id) > maxSlowdown * reference) return { result: 'slow' };
+    // Busier than the least busy candidate by more than the slack: the queue there costs more
+    // than the cache hit saves. Counted as 'slow' (the home would answer later).
+    const slack = this.#policy.affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
+    let least = Infinity;
+    for (const c of candidates) least = Math.min(least, c.inFlight);
+    if (home.inFlight > least + slack) return { result: 'slow' };
     return { endpoint: home, result: 'hit' };
   }
 
@@ -355,7 +384,7 @@ export class Balancer implements PoolBalancer {
     );
   }
 
-  #start(state: EndpointState, now: number): Attempt {
+  #start(state: EndpointState, now: number, requestBytes?: number): Attempt {
     const idleAfterMs = this.#policy.coldStart.idleAfterMs;
     // Idle = nothing in flight and nothing finished for idleAfterMs. Checked when the attempt
     // starts, not when it ends, so that a long stream is not mistaken for idleness.
@@ -369,7 +398,13 @@ export class Balancer implements PoolBalancer {
       probe: probeToken !== undefined,
     });
     state.inFlight += 1;
-    this.#attempts.set(attempt, { state, probeToken, ttftMs: undefined, finished: false });
+    this.#attempts.set(attempt, {
+      state,
+      probeToken,
+      requestBytes,
+      ttftMs: undefined,
+      finished: false,
+    });
     return attempt;
   }
 

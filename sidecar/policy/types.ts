@@ -51,6 +51,8 @@ export interface PickRequest {
   affinityKey?: string | undefined;
   /** Endpoints already tried for this client request: a retry never goes back to them. */
   exclude?: ReadonlySet<string> | undefined;
+  /** Size of the request body in bytes: TTFT samples are normalised by it (docs/policy.md). */
+  requestBytes?: number | undefined;
 }
 
 /** How an attempt ended, as seen by the shell. */

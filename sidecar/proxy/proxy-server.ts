@@ -532,7 +532,11 @@ class Exchange {
 
   /** The first attempt: pick (or shed at once) and dispatch. */
   private next(): void {
-    const pick = this.pool.balancer.pick({ affinityKey: this.affinityKey, exclude: this.tried });
+    const pick = this.pool.balancer.pick({
+      affinityKey: this.affinityKey,
+      exclude: this.tried,
+      requestBytes: this.raw.length,
+    });
     if (pick.kind === 'shed') {
       this.options.metrics.shed.inc();
       const seconds = Math.max(1, Math.ceil(pick.retryAfterMs / 1000));
@@ -780,7 +784,11 @@ class Exchange {
       if (decision.kind === 'budget-exhausted') this.options.metrics.retryBudgetExhausted.inc();
       return false;
     }
-    const pick = this.pool.balancer.pick({ affinityKey: this.affinityKey, exclude: this.tried });
+    const pick = this.pool.balancer.pick({
+      affinityKey: this.affinityKey,
+      exclude: this.tried,
+      requestBytes: this.raw.length,
+    });
     if (pick.kind === 'shed') return false;
     this.options.metrics.retries.inc();
     this.options.logger.debug(
