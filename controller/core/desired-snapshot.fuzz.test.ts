@@ -8,10 +8,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { parse } from 'yaml';
-import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from '../../crds/examples.ts';
 import type { InferencePool } from '../../crds/inference-pool.schema.ts';
-import { mutate, mutation, type Json } from '../../test/reliability/pool-arbitraries.ts';
+import { poolDocument, SERVICE_POOL } from '../../test/reliability/pool-arbitraries.ts';
 import {
   CONDITION_MESSAGE_MAX_BYTES,
   desiredSnapshot,
@@ -22,26 +20,6 @@ import { SERVICE_NAME_LABEL } from './objects.ts';
 import { poolStatus } from './status.ts';
 import { base64, NAMESPACE } from './testing.ts';
 
-/** A pool that references Services and Secrets, so that mutations reach those code paths too. */
-const SERVICE_POOL = {
-  apiVersion: 'switchyard.dev/v1alpha1',
-  kind: 'InferencePool',
-  metadata: { name: 'chat', namespace: NAMESPACE, generation: 3 },
-  spec: {
-    mode: 'Failover',
-    backends: [
-      { name: 'vllm', service: { name: 'vllm', port: 'http' } },
-      { name: 'by-number', service: { name: 'tgi', port: 8000 }, model: 'x' },
-      {
-        name: 'provider',
-        url: 'https://api.example.com/v1',
-        apiKeySecretRef: { name: 'provider-key', key: 'apiKey' },
-      },
-    ],
-  },
-};
-
-const BASES: Json[] = [parse(BALANCE_EXAMPLE), parse(FAILOVER_EXAMPLE), SERVICE_POOL];
 const NAMES = ['vllm', 'tgi', 'provider-key', 'other', ''];
 const SECRET_PREFIX = 'sk-fuzz-';
 
@@ -192,21 +170,6 @@ const coherentWorld = fc
 
 const world = fc.oneof(randomWorld, coherentWorld);
 
-/** What a pool from the API may look like: a mutated valid one, or any spec at all. */
-const poolObject: fc.Arbitrary<Json> = fc.oneof(
-  {
-    weight: 3,
-    arbitrary: fc.array(mutation, { maxLength: 2 }).map((ms) => mutate(SERVICE_POOL, ms)),
-  },
-  {
-    weight: 3,
-    arbitrary: fc
-      .tuple(fc.nat(BASES.length - 1), fc.array(mutation, { maxLength: 5 }))
-      .map(([i, ms]) => mutate(BASES[i], ms)),
-  },
-  fc.jsonValue().map((spec) => ({ ...SERVICE_POOL, spec })),
-);
-
 function secretValues(secrets: readonly Secret[]): string[] {
   const values: string[] = [];
   for (const s of secrets) {
@@ -247,7 +210,7 @@ describe('desiredSnapshot on anything', () => {
   test('never throws, and every result can be written and served', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.tuple(poolObject, world), { minLength: 1, maxLength: 4 }),
+        fc.array(fc.tuple(poolDocument, world), { minLength: 1, maxLength: 4 }),
         (steps) => {
           let previous: ReconcileResult | undefined;
           for (const [doc, w] of steps) {

@@ -4,6 +4,8 @@
  * mutations of valid pools (set, delete, add a field anywhere) with values likely to matter.
  */
 import fc from 'fast-check';
+import { parse } from 'yaml';
+import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from '../../crds/examples.ts';
 
 export type Json = unknown;
 
@@ -119,4 +121,47 @@ export const mutation: fc.Arbitrary<Mutation> = fc.oneof(
     ),
     value: interesting,
   }),
+);
+
+/** A pool that references Services and Secrets, so that mutations reach those code paths too. */
+export const SERVICE_POOL = {
+  apiVersion: 'switchyard.dev/v1alpha1',
+  kind: 'InferencePool',
+  metadata: { name: 'chat', namespace: 'apps', generation: 3 },
+  spec: {
+    mode: 'Failover',
+    backends: [
+      { name: 'vllm', service: { name: 'vllm', port: 'http' } },
+      { name: 'by-number', service: { name: 'tgi', port: 8000 }, model: 'x' },
+      {
+        name: 'provider',
+        url: 'https://api.example.com/v1',
+        apiKeySecretRef: { name: 'provider-key', key: 'apiKey' },
+      },
+    ],
+  },
+};
+
+const BASES: Json[] = [
+  parse(BALANCE_EXAMPLE) as Json,
+  parse(FAILOVER_EXAMPLE) as Json,
+  SERVICE_POOL,
+];
+
+/**
+ * What a pool from the API may look like: SERVICE_POOL lightly mutated, an example mutated more,
+ * or any spec at all.
+ */
+export const poolDocument: fc.Arbitrary<Json> = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc.array(mutation, { maxLength: 2 }).map((ms) => mutate(SERVICE_POOL, ms)),
+  },
+  {
+    weight: 3,
+    arbitrary: fc
+      .tuple(fc.nat(BASES.length - 1), fc.array(mutation, { maxLength: 5 }))
+      .map(([i, ms]) => mutate(BASES[i], ms)),
+  },
+  fc.jsonValue().map((spec) => ({ ...SERVICE_POOL, spec })),
 );
