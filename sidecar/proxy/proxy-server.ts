@@ -48,6 +48,8 @@ const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encod
 export const CLIENT_HEADERS_TIMEOUT_MS = 10_000;
 export const CLIENT_REQUEST_TIMEOUT_MS = 30_000;
 const CLIENT_TIMEOUT_CHECK_EVERY_MS = 1_000;
+/** How long the body of a retried 5xx/429 may take to drain before its connection is dropped. */
+const UPSTREAM_DRAIN_TIMEOUT_MS = 1_000;
 /** How long an idle kept-alive client connection stays open (longer than common client pools' 60 s). */
 const CLIENT_KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
@@ -643,11 +645,20 @@ class Exchange {
           : { kind: 'error' };
       this.settle(state, outcome, status === 429 ? '429' : '5xx');
       if (this.retry()) {
-        proxyRes.resume(); // drain so the connection can be reused
+        // Drain so the connection can be reused, but not from an upstream that stalls after its
+        // error head: that would hold the socket for as long as the upstream does.
+        const drainLimit = setTimeout(() => proxyRes.destroy(), UPSTREAM_DRAIN_TIMEOUT_MS);
+        proxyRes.once('close', () => clearTimeout(drainLimit));
+        proxyRes.resume();
         return;
       }
-      // No retry possible: the client gets the upstream's own answer.
+      // No retry possible: the client gets the upstream's own answer, if its body comes in time.
       this.relay(state, proxyRes, status, false);
+      const leftMs = state.sentAtMs + this.pool.timeouts.firstByteMs - this.options.nowMs();
+      state.firstByteTimer = setTimeout(
+        () => this.onErrorBodyTimeout(state, proxyRes, status),
+        Math.max(0, leftMs),
+      );
       return;
     }
     this.relay(state, proxyRes, status, true);
@@ -695,6 +706,7 @@ class Exchange {
     proxyRes.once('end', () => {
       if (!state.committed) {
         state.committed = true;
+        if (state.firstByteTimer !== undefined) clearTimeout(state.firstByteTimer);
         writeHead();
       }
       res.end();
@@ -751,6 +763,25 @@ class Exchange {
       new TransportFailure(
         timeout ? 'timeout' : 'error',
         `${code || err.message} from ${state.attempt.endpoint.id}`,
+      ),
+    );
+  }
+
+  /**
+   * An error head (5xx, 429) that cannot be retried is relayed, but it too is held until its first
+   * body byte: when none comes within `timeouts.firstByte`, nothing has reached the client yet
+   * and it gets a 504 instead of waiting for as long as the upstream stalls.
+   */
+  private onErrorBodyTimeout(state: AttemptState, proxyRes: IncomingMessage, status: number): void {
+    state.firstByteTimer = undefined;
+    if (state.committed || state.abandoned || this.clientGone || this.finished) return;
+    state.abandoned = true;
+    proxyRes.destroy();
+    state.proxyReq?.destroy();
+    this.failWith(
+      new TransportFailure(
+        'timeout',
+        `${state.attempt.endpoint.id} answered ${status} and sent no body within ${this.pool.timeouts.firstByteMs} ms`,
       ),
     );
   }

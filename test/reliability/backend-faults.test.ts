@@ -10,7 +10,15 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test, type TestContext } from 'node:test';
 import type { RunningProcess } from '../../harness/processes.ts';
 import { debugBackends, eventually, simStats, sleep, startSim } from '../helpers.ts';
-import { ask, brokenCleanly, completeStream, pool, STREAM_BODY, type Answer } from './client.ts';
+import {
+  ask,
+  brokenCleanly,
+  completeStream,
+  errorOf,
+  pool,
+  STREAM_BODY,
+  type Answer,
+} from './client.ts';
 import { FAULTS, startFaultBackend, type Fault } from './fault-backend.ts';
 import { recordFigure } from './figures.ts';
 import { endpointOf, poolYaml, sidecarOn, startScript, type SidecarOnPool } from './fixtures.ts';
@@ -177,6 +185,42 @@ describe('backend faults through a real sidecar', () => {
 
   test('headers, then silence: the first-byte timeout fires, the request is retried, 0 lost', (t) =>
     beforeFirstByte(t, 'headers then stall', FAULTS.headersThenStall));
+
+  test('an error head, then silence: retried, and its stalled connection is dropped, 0 lost', (t) =>
+    beforeFirstByte(t, 'error head then stall (retried)', FAULTS.errorHeadThenStall));
+
+  test('an error head, then silence, with no retry left: a 504 after the first-byte timeout, no hang', async (t) => {
+    const faulty = await startFaultBackend(FAULTS.errorHeadThenStall);
+    const { sidecar, stop } = await sidecarOn(
+      poolYaml(
+        [`{name: faulty, url: '${faulty.url}/v1'}`],
+        // No retry, and no breaker either: every request meets the fault.
+        ['health: {minRequests: 1000000}', 'retry: {maxAttempts: 1}', POLICY[3]!],
+      ),
+    );
+    try {
+      const answers = await pool(REQUESTS, CONCURRENCY, () =>
+        ask(sidecar.url, STREAM_BODY, { timeoutMs: 10_000 }),
+      );
+      for (const a of answers) {
+        assert.equal(a.status, 504, JSON.stringify(a));
+        assert.equal(errorOf(a)?.code, 'upstream_timeout');
+      }
+      await assertClean(sidecar, faulty.port);
+      recordFigure(t, {
+        fault: 'backend: error head then stall, no retry possible',
+        load: LOAD,
+        lost: REQUESTS,
+        requests: REQUESTS,
+        lostAre:
+          '504 upstream_timeout after timeouts.firstByte (they used to hang until the upstream closed)',
+        slowestMs: Math.round(Math.max(...answers.map((a) => a.ms))),
+      });
+    } finally {
+      await stop();
+      await faulty.close();
+    }
+  });
 
   test('slow accept: connects hang, the timeouts fire, retried, 0 lost; back after the stall', async (t) => {
     const stalled = await startScript(STALLED_LISTENER, ['--stall-ms', '4000']);

@@ -51,6 +51,11 @@ export const FAULTS = {
     then: 'end',
   },
   headersThenStall: { parts: [sseHead()], then: 'stall' },
+  /** A 503 head whose body (delimited by the connection's end) never comes. */
+  errorHeadThenStall: {
+    parts: ['HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\r\n'],
+    then: 'stall',
+  },
   resetMidStream: { parts: [sseHead(), ...TWO_EVENTS], then: 'reset', gapMs: 20 },
   stallMidStream: { parts: [sseHead(), ...TWO_EVENTS], then: 'stall', gapMs: 20 },
   /** A chunk that announces 256 bytes, delivers 20, and the connection ends. */
