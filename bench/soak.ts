@@ -17,9 +17,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseDurationMs } from '../cli/args.ts';
-import { startSwitchyard, stopAll, type RunningProcess } from '../harness/processes.ts';
+import { stopAll, type RunningProcess } from '../harness/processes.ts';
 import { seededRng } from '../sidecar/policy/rng.ts';
+import { balancePool, startSim } from '../test/helpers.ts';
 import { ask, completeStream, type Answer } from '../test/reliability/client.ts';
+import { sidecarOn, type SidecarOnPool } from '../test/reliability/fixtures.ts';
 import { establishedWith } from '../test/reliability/proc.ts';
 import { cpuSeconds, machineCpuSeconds, rssMb } from './overhead-peers.ts';
 
@@ -138,56 +140,13 @@ const LOOP_RESOLUTION_MS = 10;
 async function main(): Promise<void> {
   const flags = parseFlags();
   const rng = seededRng(flags.seed);
-  const simFlags = [
-    '--prefill-ms-per-token',
-    '0.01',
-    '--decode-ms-per-token',
-    '2',
-    '--slots',
-    '512',
-  ];
   const sims: RunningProcess[] = [];
-  let sidecar: RunningProcess | undefined;
-  const dir = join(os.tmpdir(), `switchyard-soak-${process.pid}`);
-  mkdirSync(dir, { recursive: true });
+  let fixture: SidecarOnPool | undefined;
   try {
     for (let i = 0; i < flags.sims; i++)
-      sims.push(
-        await startSwitchyard([
-          'sim',
-          '--port',
-          '0',
-          '--name',
-          `s${i}`,
-          '--seed',
-          String(i),
-          ...simFlags,
-        ]),
-      );
-    const poolFile = join(dir, 'pool.yaml');
-    writeFileSync(
-      poolFile,
-      [
-        'apiVersion: switchyard.dev/v1alpha1',
-        'kind: InferencePool',
-        'metadata: {name: soak}',
-        'spec:',
-        '  backends:',
-        ...sims.map((s, i) => `  - {name: s${i}, url: '${s.url}/v1'}`),
-        '',
-      ].join('\n'),
-    );
-    sidecar = await startSwitchyard([
-      'sidecar',
-      '--pool-file',
-      poolFile,
-      '--listen',
-      '127.0.0.1:0',
-      '--admin',
-      '127.0.0.1:0',
-      '--log-level',
-      'warn',
-    ]);
+      sims.push(await startSim(`s${i}`, ['--slots', '512', '--seed', String(i)]));
+    fixture = await sidecarOn(balancePool(sims.map((s) => s.url)), ['--log-level', 'warn']);
+    const { sidecar } = fixture;
     const { pid } = sidecar;
     const adminUrl = sidecar.adminUrl!;
     const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
@@ -217,7 +176,7 @@ async function main(): Promise<void> {
       clientInFlight++;
       let a: Answer;
       try {
-        a = await ask(sidecar!.url, body, {
+        a = await ask(sidecar.url, body, {
           abortAfterBytes,
           agent: abort ? false : agent,
           timeoutMs: 60_000,
@@ -428,7 +387,8 @@ async function main(): Promise<void> {
     );
     if (counts.failed > 0 || !settled || after.clientConnections > 0) process.exitCode = 1;
   } finally {
-    await stopAll([sidecar, ...sims]);
+    await fixture?.stop();
+    await stopAll(sims);
   }
 }
 

@@ -17,7 +17,8 @@ import { findSecrets } from '../reliability/secrets.ts';
 import { recordFigure } from '../reliability/figures.ts';
 import { installInferencePoolCrd } from './crd.ts';
 import { forgeServiceAccountToken } from './tokens.ts';
-import { chatTo, keepSending } from './traffic.ts';
+import { controllerSidecarArgs, createNamespaces } from './test-controller.ts';
+import { chatTo, keepSending, postChat } from './traffic.ts';
 import { makeServingTls, type ServingTls } from './tls.ts';
 import {
   assertTestAddress,
@@ -53,54 +54,36 @@ async function getJson<T>(url: string): Promise<T> {
   return (await (await fetch(url)).json()) as T;
 }
 
-/** GET on the controller's stream port with the test CA; returns status and body (streams are cut after the head). */
+/**
+ * A request to the controller's stream port with the test CA: a GET of the stream (cut after its
+ * head when it is a 200), or a POST of an empty report when `report` is set. Status and body.
+ */
 function streamRequest(
   url: string,
   ca: string,
   token: string | undefined,
+  report = false,
 ): Promise<{ status: number; body: string }> {
+  const body = report
+    ? JSON.stringify({ sidecar: 'x', appliedVersion: 0, appliedHash: '', endpoints: [] })
+    : undefined;
   return new Promise((resolve, reject) => {
-    const req = https.get(
-      url,
-      { ca, headers: token === undefined ? {} : { authorization: `Bearer ${token}` } },
-      (res) => {
-        if (res.statusCode === 200) {
-          resolve({ status: 200, body: '' });
-          req.destroy();
-          return;
-        }
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      },
-    );
-    req.on('error', reject);
-  });
-}
-
-/** POST of an empty report on the controller's reports path; returns status and body. */
-function reportRequest(
-  url: string,
-  ca: string,
-  token: string | undefined,
-): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const body = JSON.stringify({
-      sidecar: 'x',
-      appliedVersion: 0,
-      appliedHash: '',
-      endpoints: [],
-    });
     const req = https.request(url, {
-      method: 'POST',
+      method: report ? 'POST' : 'GET',
       ca,
       headers: {
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(body),
+        ...(body === undefined
+          ? {}
+          : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }),
         ...(token === undefined ? {} : { authorization: `Bearer ${token}` }),
       },
     });
     req.on('response', (res) => {
+      if (res.statusCode === 200 && !report) {
+        resolve({ status: 200, body: '' });
+        req.destroy();
+        return;
+      }
       let text = '';
       res.on('data', (c: Buffer) => (text += c.toString()));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
@@ -148,28 +131,23 @@ describe(
       '1s',
     ];
 
-    const startSidecar = (id: string, controllerUrl: string): Promise<RunningProcess> =>
-      startSwitchyard([
-        'sidecar',
-        '--controller',
-        controllerUrl,
-        '--pool',
-        'chat',
-        '--namespace',
-        NS,
-        '--token-file',
-        tokenFile,
-        '--ca-file',
-        tls.caFile,
-        '--cache-file',
-        join(dir, `${id}.snapshot.json`),
-        '--sidecar-id',
-        id,
-        '--listen',
-        '127.0.0.1:0',
-        '--admin',
-        '127.0.0.1:0',
-      ]);
+    const startSidecar = (
+      id: string,
+      controllerUrl: string,
+      pool = 'chat',
+      cacheFile = join(dir, `${id}.snapshot.json`),
+    ): Promise<RunningProcess> =>
+      startSwitchyard(
+        controllerSidecarArgs({
+          controllerUrl,
+          pool,
+          namespace: NS,
+          tokenFile,
+          caFile: tls.caFile,
+          cacheFile,
+          sidecarId: id,
+        }),
+      );
 
     const endpointsOf = async (sidecar: RunningProcess): Promise<string[]> =>
       (await getJson<DebugBackends>(`${sidecar.adminUrl}/debug/backends`)).endpoints
@@ -191,16 +169,7 @@ describe(
       return performance.now() - started;
     };
 
-    const chat = async (sidecar: RunningProcess): Promise<Response> =>
-      fetch(`${sidecar.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'm',
-          max_tokens: 3,
-          messages: [{ role: 'user', content: 'hello' }],
-        }),
-      });
+    const chat = (sidecar: RunningProcess): Promise<Response> => postChat(sidecar.url);
 
     const id = (host: TestHost): string => `in-cluster/${host.ip}:8000`;
 
@@ -209,12 +178,7 @@ describe(
       tls = makeServingTls(dir);
       cluster = await startCluster();
       await installInferencePoolCrd(cluster);
-      for (const name of [NS, 'switchyard', 'other'])
-        await cluster.request('POST', '/api/v1/namespaces', {
-          apiVersion: 'v1',
-          kind: 'Namespace',
-          metadata: { name },
-        });
+      await createNamespaces(cluster, [NS, 'switchyard', 'other']);
       for (const label of ['h1', 'h2']) {
         const host = await createTestHost(label);
         hosts.push(host);
@@ -400,27 +364,7 @@ spec:
 `,
       );
       const cacheFile = join(dir, 'keyed.snapshot.json');
-      const keyedSidecar = await startSwitchyard([
-        'sidecar',
-        '--controller',
-        controller!.url,
-        '--pool',
-        'keyed',
-        '--namespace',
-        NS,
-        '--token-file',
-        tokenFile,
-        '--ca-file',
-        tls.caFile,
-        '--cache-file',
-        cacheFile,
-        '--sidecar-id',
-        'keyed-1',
-        '--listen',
-        '127.0.0.1:0',
-        '--admin',
-        '127.0.0.1:0',
-      ]);
+      const keyedSidecar = await startSidecar('keyed-1', controller!.url, 'keyed', cacheFile);
       try {
         await waitFor(
           'the keyed snapshot',
@@ -516,7 +460,7 @@ spec:
       for (const [name, r] of Object.entries(refusals)) {
         const stream = await streamRequest(url, ca, r.token);
         assert.equal(stream.status, r.status, `stream, ${name}: ${stream.body}`);
-        const report = await reportRequest(url.replace(/snapshots$/, 'reports'), ca, r.token);
+        const report = await streamRequest(url.replace(/snapshots$/, 'reports'), ca, r.token, true);
         assert.equal(report.status, r.status, `report, ${name}: ${report.body}`);
         for (const [kind, body] of [
           ['stream', stream.body],

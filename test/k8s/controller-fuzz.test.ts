@@ -10,11 +10,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
-import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
+import type { RunningProcess } from '../../harness/processes.ts';
 import { recordFigure } from '../reliability/figures.ts';
 import { mutate, mutation, poolDocument, type Json } from '../reliability/pool-arbitraries.ts';
 import { startCluster, waitFor, type Cluster } from './cluster.ts';
 import { installInferencePoolCrd } from './crd.ts';
+import { createNamespaces, startPlainController } from './test-controller.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
 const NS = 'apps';
@@ -37,12 +38,7 @@ describe(
     before(async () => {
       cluster = await startCluster();
       await installInferencePoolCrd(cluster);
-      for (const name of [NS, 'switchyard'])
-        await cluster.request('POST', '/api/v1/namespaces', {
-          apiVersion: 'v1',
-          kind: 'Namespace',
-          metadata: { name },
-        });
+      await createNamespaces(cluster, [NS, 'switchyard']);
       await cluster.applyYaml(
         `apiVersion: v1
 kind: Service
@@ -55,20 +51,7 @@ metadata: {name: provider-key, namespace: ${NS}}
 stringData: {apiKey: sk-fuzz}
 `,
       );
-      controller = await startSwitchyard([
-        'controller',
-        '--kubeconfig',
-        cluster.kubeconfigPath,
-        '--insecure-http',
-        '--listen',
-        '127.0.0.1:0',
-        '--admin',
-        '127.0.0.1:0',
-        '--lease-namespace',
-        'switchyard',
-        '--identity',
-        'controller-0',
-      ]);
+      controller = await startPlainController(cluster);
     });
     after(async () => {
       await controller?.stop();

@@ -21,15 +21,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it, type TestContext } from 'node:test';
-import {
-  SWITCHYARD_BIN,
-  startSwitchyard,
-  stopAll,
-  type RunningProcess,
-} from '../../harness/processes.ts';
+import { SWITCHYARD_BIN, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { recordFigure } from '../reliability/figures.ts';
 import { startCluster, waitFor, type Cluster } from './cluster.ts';
 import { installInferencePoolCrd } from './crd.ts';
+import {
+  controllerSidecarArgs,
+  createNamespaces,
+  startPlainController,
+} from './test-controller.ts';
 import {
   assertTestAddress,
   createTestHost,
@@ -97,11 +97,7 @@ describe(
           await startSwitchyardIn(pod, ['sim', '--port', port, '--name', port, ...SIM_FLAGS]),
         );
       assertTestAddress(pod.ip);
-      await cluster.request('POST', '/api/v1/namespaces', {
-        apiVersion: 'v1',
-        kind: 'Namespace',
-        metadata: { name: 'switchyard' },
-      });
+      await createNamespaces(cluster, ['switchyard']);
       const token = await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' });
       await cluster.applyYaml(
         `apiVersion: switchyard.dev/v1alpha1
@@ -116,41 +112,20 @@ spec:
       );
       const tokenFile = join(dir, 'token');
       writeFileSync(tokenFile, token.token);
-      controller = await startSwitchyard([
-        'controller',
-        '--kubeconfig',
-        cluster.kubeconfigPath,
-        '--insecure-http', // the certificate of tls.ts names 127.0.0.1 only; TLS is not under test
-        '--listen',
-        `${pod.peerIp}:0`,
-        '--admin',
-        '127.0.0.1:0',
-        '--lease-namespace',
-        'switchyard',
-        '--identity',
-        'controller-0',
-        '--heartbeat',
-        '1s',
-      ]);
+      // Plain HTTP: the certificate of tls.ts names 127.0.0.1 only, and TLS is not under test.
+      controller = await startPlainController(cluster, `${pod.peerIp}:0`, ['--heartbeat', '1s']);
       sidecar = pod.spawn(process.execPath, [
         SWITCHYARD_BIN,
-        'sidecar',
-        '--controller',
-        controller.url,
-        '--pool',
-        'chat',
-        '--namespace',
-        NS,
-        '--token-file',
-        tokenFile,
-        '--cache-file',
-        join(dir, 'snapshot.json'),
-        '--sidecar-id',
-        'pod-1',
-        '--listen',
-        '127.0.0.1:8080',
-        '--admin',
-        '127.0.0.1:9090',
+        ...controllerSidecarArgs({
+          controllerUrl: controller.url,
+          pool: 'chat',
+          namespace: NS,
+          tokenFile,
+          cacheFile: join(dir, 'snapshot.json'),
+          sidecarId: 'pod-1',
+          listen: '127.0.0.1:8080', // the pod's own loopback: no other process can hold it
+          admin: '127.0.0.1:9090',
+        }),
       ]);
       inPod.push(sidecar);
       await sidecar.waitForLine(/"msg":"snapshot applied"/, 30_000);

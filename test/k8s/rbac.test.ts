@@ -29,6 +29,7 @@ import { CHART, helm, type Helm } from '../chart/tools.ts';
 import { recordFigure } from '../reliability/figures.ts';
 import { startCluster, waitFor, type Cluster, type K8sObject } from './cluster.ts';
 import { installInferencePoolCrd } from './crd.ts';
+import { createNamespaces } from './test-controller.ts';
 
 const enabled =
   process.env['SWITCHYARD_K8S_TESTS'] !== '0' && process.env['SWITCHYARD_HELM_TESTS'] !== '0';
@@ -177,12 +178,7 @@ describe(
         rendered = parseAllDocuments(text)
           .map((d) => d.toJS() as K8sObject | null)
           .filter((o): o is K8sObject => o !== null);
-        for (const name of [RELEASE_NS, APP_NS])
-          await cluster.request('POST', '/api/v1/namespaces', {
-            apiVersion: 'v1',
-            kind: 'Namespace',
-            metadata: { name },
-          });
+        await createNamespaces(cluster, [RELEASE_NS, APP_NS]);
         const wanted = [
           'ServiceAccount',
           'ClusterRole',

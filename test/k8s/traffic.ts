@@ -43,18 +43,23 @@ export function keepSending(send: () => Promise<true | string>, concurrency = 1)
   };
 }
 
-/** A `send` that posts a small chat completion to `url` and wants a 200. */
+/** Posts a small chat completion to the sidecar at `baseUrl`. */
+export function postChat(baseUrl: string): Promise<Response> {
+  return fetch(`${baseUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'm',
+      max_tokens: 3,
+      messages: [{ role: 'user', content: 'hi' }],
+    }),
+  });
+}
+
+/** A `send` that posts a small chat completion to `url()` and wants a 200. */
 export function chatTo(url: () => string): () => Promise<true | string> {
   return async () => {
-    const res = await fetch(`${url()}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model: 'm',
-        max_tokens: 3,
-        messages: [{ role: 'user', content: 'hi' }],
-      }),
-    });
+    const res = await postChat(url());
     const text = await res.text();
     return res.status === 200 ? true : `${res.status} ${text.slice(0, 200)}`;
   };

@@ -19,7 +19,7 @@ import {
   STREAM_BODY,
   type Answer,
 } from './client.ts';
-import { FAULTS, startFaultBackend, type Fault } from './fault-backend.ts';
+import { FAULTS, startFaultBackend, type Fault, type FaultBackend } from './fault-backend.ts';
 import { recordFigure } from './figures.ts';
 import { endpointOf, poolYaml, sidecarOn, startScript, type SidecarOnPool } from './fixtures.ts';
 import { establishedWith } from './proc.ts';
@@ -54,6 +54,26 @@ describe('backend faults through a real sidecar', () => {
         POLICY,
       ),
     );
+
+  /**
+   * Runs `body` against a fault backend playing `fault` and a sidecar in front of it (Failover to
+   * the healthy simulator unless `yaml` says otherwise); stops both afterwards.
+   */
+  async function onFaulty(
+    fault: Fault,
+    body: (faulty: FaultBackend, sidecar: RunningProcess) => Promise<void>,
+    yaml?: (faultyUrl: string) => string,
+  ): Promise<void> {
+    const faulty = await startFaultBackend(fault);
+    const { sidecar, stop } =
+      yaml === undefined ? await failoverTo(faulty.url) : await sidecarOn(yaml(faulty.url));
+    try {
+      await body(faulty, sidecar);
+    } finally {
+      await stop();
+      await faulty.close();
+    }
+  }
 
   /** Sends the load; returns the answers and when the faulty endpoint's breaker opened. */
   async function load(
@@ -118,9 +138,7 @@ describe('backend faults through a real sidecar', () => {
 
   /** Faults before the first body byte: retried, so the client sees none of them. */
   async function beforeFirstByte(t: TestContext, name: string, fault: Fault): Promise<void> {
-    const faulty = await startFaultBackend(fault);
-    const { sidecar, stop } = await failoverTo(faulty.url);
-    try {
+    await onFaulty(fault, async (faulty, sidecar) => {
       const { answers, markedAfterMs } = await load(sidecar);
       const lost = answers.filter((a) => !completeStream(a));
       assert.equal(lost.length, 0, `failed: ${JSON.stringify(lost[0])}`);
@@ -143,17 +161,12 @@ describe('backend faults through a real sidecar', () => {
         slowestMs: Math.round(slowest),
         recoveryMs: Math.round(back.recoveryMs),
       });
-    } finally {
-      await stop();
-      await faulty.close();
-    }
+    });
   }
 
-  test('connection refused: retried on the healthy endpoint, 0 lost; back once it listens', async (t) => {
-    const faulty = await startFaultBackend();
-    await faulty.refuse();
-    const { sidecar, stop } = await failoverTo(faulty.url);
-    try {
+  test('connection refused: retried on the healthy endpoint, 0 lost; back once it listens', (t) =>
+    onFaulty(FAULTS.ok, async (faulty, sidecar) => {
+      await faulty.refuse();
       const { answers, markedAfterMs } = await load(sidecar);
       assert.equal(answers.filter((a) => !completeStream(a)).length, 0);
       assert.equal(faulty.connections, 0);
@@ -168,11 +181,7 @@ describe('backend faults through a real sidecar', () => {
         markedAfterMs: Math.round(markedAfterMs!),
         recoveryMs: Math.round(back.recoveryMs),
       });
-    } finally {
-      await stop();
-      await faulty.close();
-    }
-  });
+    }));
 
   test('reset before the response head: retried, 0 lost', (t) =>
     beforeFirstByte(t, 'reset before headers', FAULTS.resetBeforeHeaders));
@@ -190,36 +199,34 @@ describe('backend faults through a real sidecar', () => {
     beforeFirstByte(t, 'error head then stall (retried)', FAULTS.errorHeadThenStall));
 
   test('an error head, then silence, with no retry left: a 504 after the first-byte timeout, no hang', async (t) => {
-    const faulty = await startFaultBackend(FAULTS.errorHeadThenStall);
-    const { sidecar, stop } = await sidecarOn(
-      poolYaml(
-        [`{name: faulty, url: '${faulty.url}/v1'}`],
-        // No retry, and no breaker either: every request meets the fault.
-        ['health: {minRequests: 1000000}', 'retry: {maxAttempts: 1}', POLICY[3]!],
-      ),
+    await onFaulty(
+      FAULTS.errorHeadThenStall,
+      async (faulty, sidecar) => {
+        const answers = await pool(REQUESTS, CONCURRENCY, () =>
+          ask(sidecar.url, STREAM_BODY, { timeoutMs: 10_000 }),
+        );
+        for (const a of answers) {
+          assert.equal(a.status, 504, JSON.stringify(a));
+          assert.equal(errorOf(a)?.code, 'upstream_timeout');
+        }
+        await assertClean(sidecar, faulty.port);
+        recordFigure(t, {
+          fault: 'backend: error head then stall, no retry possible',
+          load: LOAD,
+          lost: REQUESTS,
+          requests: REQUESTS,
+          lostAre:
+            '504 upstream_timeout after timeouts.firstByte (they used to hang until the upstream closed)',
+          slowestMs: Math.round(Math.max(...answers.map((a) => a.ms))),
+        });
+      },
+      (url) =>
+        poolYaml(
+          [`{name: faulty, url: '${url}/v1'}`],
+          // No retry, and no breaker either: every request meets the fault.
+          ['health: {minRequests: 1000000}', 'retry: {maxAttempts: 1}', POLICY[3]!],
+        ),
     );
-    try {
-      const answers = await pool(REQUESTS, CONCURRENCY, () =>
-        ask(sidecar.url, STREAM_BODY, { timeoutMs: 10_000 }),
-      );
-      for (const a of answers) {
-        assert.equal(a.status, 504, JSON.stringify(a));
-        assert.equal(errorOf(a)?.code, 'upstream_timeout');
-      }
-      await assertClean(sidecar, faulty.port);
-      recordFigure(t, {
-        fault: 'backend: error head then stall, no retry possible',
-        load: LOAD,
-        lost: REQUESTS,
-        requests: REQUESTS,
-        lostAre:
-          '504 upstream_timeout after timeouts.firstByte (they used to hang until the upstream closed)',
-        slowestMs: Math.round(Math.max(...answers.map((a) => a.ms))),
-      });
-    } finally {
-      await stop();
-      await faulty.close();
-    }
   });
 
   test('slow accept: connects hang, the timeouts fire, retried, 0 lost; back after the stall', async (t) => {
@@ -256,10 +263,8 @@ describe('backend faults through a real sidecar', () => {
    * must end with the sidecar's SSE error event, cleanly (no hang, no reset).
    */
   async function afterFirstByte(t: TestContext, name: string, fault: Fault): Promise<void> {
-    const faulty = await startFaultBackend(fault);
-    const { sidecar, stop } = await failoverTo(faulty.url);
-    const healthyBefore = await healthyRequests();
-    try {
+    await onFaulty(fault, async (faulty, sidecar) => {
+      const healthyBefore = await healthyRequests();
       const { answers, markedAfterMs } = await load(sidecar);
       const answered = answers.filter((a) => a.headers['x-switchyard-backend'] !== undefined);
       const fromFaulty = answers.filter((a) =>
@@ -290,10 +295,7 @@ describe('backend faults through a real sidecar', () => {
         markedAfterMs: Math.round(markedAfterMs!),
         recoveryMs: Math.round(back.recoveryMs),
       });
-    } finally {
-      await stop();
-      await faulty.close();
-    }
+    });
   }
 
   test('reset mid-stream: an SSE error event ends the stream, no retry', (t) =>
@@ -309,9 +311,7 @@ describe('backend faults through a real sidecar', () => {
     afterFirstByte(t, 'bad chunk framing', FAULTS.badChunkSize));
 
   test('a JSON answer shorter than its content-length: the client connection is cut, not hung', async (t) => {
-    const faulty = await startFaultBackend(FAULTS.shortContentLength);
-    const { sidecar, stop } = await failoverTo(faulty.url);
-    try {
+    await onFaulty(FAULTS.shortContentLength, async (faulty, sidecar) => {
       const { answers } = await load(sidecar, { ...STREAM_BODY, stream: false });
       const fromFaulty = answers.filter((a) =>
         String(a.headers['x-switchyard-backend']).startsWith('faulty/'),
@@ -327,16 +327,11 @@ describe('backend faults through a real sidecar', () => {
         requests: REQUESTS,
         lostAre: 'responses under way on the faulty endpoint; the client connection is closed',
       });
-    } finally {
-      await stop();
-      await faulty.close();
-    }
+    });
   });
 
   test('bad SSE framing inside valid HTTP: passed through byte for byte, the stream ends', async (t) => {
-    const faulty = await startFaultBackend(FAULTS.badSseFraming);
-    const { sidecar, stop } = await failoverTo(faulty.url);
-    try {
+    await onFaulty(FAULTS.badSseFraming, async (faulty, sidecar) => {
       const answers = await pool(REQUESTS, CONCURRENCY, () => ask(sidecar.url));
       for (const a of answers) {
         assert.equal(a.status, 200);
@@ -352,9 +347,6 @@ describe('backend faults through a real sidecar', () => {
         requests: REQUESTS,
         note: 'relayed unchanged: the sidecar does not parse SSE; the upstream answered 200',
       });
-    } finally {
-      await stop();
-      await faulty.close();
-    }
+    });
   });
 });
