@@ -282,6 +282,20 @@ async function main(): Promise<void> {
       }
       await new Promise((r) => setTimeout(r, 200));
     }
+    // Breaker transitions from the sidecar's log (warn level shows the openings).
+    const breakers: Record<string, number> = {};
+    const firstOpenings: unknown[] = [];
+    for (const line of sidecar.output().split('\n')) {
+      if (!line.includes('"msg":"circuit breaker open"')) continue;
+      const event = JSON.parse(line) as { endpoint: string; reason: string; openForMs: number };
+      breakers[event.reason] = (breakers[event.reason] ?? 0) + 1;
+      if (firstOpenings.length < 10)
+        firstOpenings.push({
+          endpoint: event.endpoint,
+          reason: event.reason,
+          openForMs: event.openForMs,
+        });
+    }
     const after = {
       settled,
       settleMs: Math.round(performance.now() - settleStarted),
@@ -359,6 +373,7 @@ async function main(): Promise<void> {
           0.5,
         ),
       },
+      breakerOpenings: { byReason: breakers, first: firstOpenings },
       after,
       samples: samples.map((s) => ({
         ...s,
@@ -380,6 +395,7 @@ async function main(): Promise<void> {
         `  heap used: ${results.heapUsed.startMb} → ${results.heapUsed.endMb} MB; slope ${results.heapUsed.slopeMbPerMin} MB/min, after warm-up ${results.heapUsed.slopeAfterWarmupMbPerMin} MB/min`,
         `  event-loop delay: p50 ${results.eventLoopDelayMs.p50} ms, p99 ${results.eventLoopDelayMs.p99} ms (worst interval ${results.eventLoopDelayMs.worstIntervalP99} ms, max ${results.eventLoopDelayMs.max} ms)`,
         `  after: ${settled ? 'nothing in flight' : `${after.inFlight} still in flight`} after ${after.settleMs} ms, ${after.clientConnections} client connections, ${after.fds} file handles`,
+        `  breaker openings: ${JSON.stringify(breakers)}`,
         `  CPU (% of a core): sidecar ${results.cpu.sidecar}, simulators and load ${results.cpu.simulatorsAndLoad}, other work ${results.cpu.otherWorkOnTheMachine}`,
         `  written to ${flags.out}`,
         '',
