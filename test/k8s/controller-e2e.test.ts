@@ -489,6 +489,47 @@ spec:
       });
     });
 
+    it(
+      'measures how long a token used just before its pod was deleted still opens a stream',
+      {
+        skip:
+          process.env['SWITCHYARD_RELIABILITY_SLOW'] !== '1' &&
+          'about a minute; SWITCHYARD_RELIABILITY_SLOW=1 runs it',
+      },
+      async (t) => {
+        const ca = readFileSync(tls.caFile, 'utf8');
+        const url = `${controller!.url}/v1/namespaces/${NS}/pools/chat/snapshots`;
+        const pods = `/api/v1/namespaces/${NS}/pods`;
+        await cluster.request('POST', pods, {
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name: 'app-cached' },
+          spec: { serviceAccountName: 'app', containers: [{ name: 'app', image: 'app' }] },
+        });
+        const { token } = await cluster.createServiceAccountToken(NS, 'app', {
+          audience: 'switchyard',
+          boundPod: 'app-cached',
+        });
+        assert.equal((await streamRequest(url, ca, token)).status, 200);
+        await cluster.request('DELETE', `${pods}/app-cached?gracePeriodSeconds=0`);
+        const deleted = performance.now();
+        const refusedAfterMs = await waitFor(
+          'the token to be refused',
+          async () =>
+            (await streamRequest(url, ca, token)).status === 401 && performance.now() - deleted,
+          { timeoutMs: 120_000, intervalMs: 500 },
+        );
+        recordFigure(t, {
+          fault: 'security: a token of a deleted pod, reviewed just before the deletion',
+          load: 'one stream request every 0.5 s',
+          lost: 0,
+          requests: 1,
+          recoveryMs: Math.round(refusedAfterMs),
+          note: 'new streams are accepted until the controller’s 60 s TokenReview cache expires',
+        });
+      },
+    );
+
     it('keeps routing with zero failed requests while the controller is killed, serves a restarted sidecar from its cache, and resyncs', async (t) => {
       // Two sidecars under steady traffic; the second is restarted while the controller is down.
       const first = sidecars[0]!;
