@@ -42,6 +42,8 @@ export interface SimOptions {
   coldIdleMs: number;
   /** Returned as `system_fingerprint`; undefined = the field is omitted. */
   fingerprint: string | undefined;
+  /** Tokens per SSE chunk after the first (1 = one chunk a token, as engines usually stream). */
+  tokensPerChunk: number;
   /** Time compression: every simulated delay is divided by this. */
   speed: number;
   /** Seed of the fault draws and of the generated text. */
@@ -67,6 +69,7 @@ export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   coldStartMs: 0,
   coldIdleMs: 10_000,
   fingerprint: undefined,
+  tokensPerChunk: 1,
   speed: 1,
   seed: 1,
 });
@@ -210,6 +213,13 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
   spec('fingerprint', '<fp>', 'string', 'system_fingerprint to return (default none)', {
     optional: true,
   }),
+  spec(
+    'tokensPerChunk',
+    '<n>',
+    'integer',
+    'tokens per streamed chunk after the first (more: fewer, larger chunks)',
+    { min: 1, max: 100_000 },
+  ),
   spec('speed', '<factor>', 'number', 'time compression: every delay is divided by this', POSITIVE),
   spec('seed', '<n>', 'integer', 'seed for fault draws and generated text', {
     min: 0,

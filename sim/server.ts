@@ -711,7 +711,10 @@ class Simulator {
     let target = job.outputTokens;
     if (job.stream && job.intervalMs > 0) {
       const batch = Math.max(1, Math.ceil(MIN_TICK_MS / job.intervalMs));
-      target = Math.min(job.outputTokens, job.emitted + batch);
+      // Writes end on chunk boundaries: after the first token, every tokensPerChunk tokens.
+      const per = this.#opts.tokensPerChunk;
+      const boundary = 1 + Math.ceil((job.emitted + batch - 1) / per) * per;
+      target = Math.min(job.outputTokens, per > 1 ? boundary : job.emitted + batch);
     }
     const delay = Math.max(0, (target - job.progress) * job.intervalMs);
     job.timer = arm(() => this.#tick(job), delay);
@@ -746,14 +749,26 @@ class Simulator {
     return index === 0 ? word.charAt(0).toUpperCase() + word.slice(1) : ' ' + word;
   }
 
-  /** Produce tokens [emitted, upto): one write for a stream, appended text otherwise. */
+  /**
+   * Produce tokens [emitted, upto): one write for a stream (the first token alone in its chunk,
+   * then `tokensPerChunk` tokens a chunk), appended text otherwise.
+   */
   #emit(job: Job, upto: number): void {
     const writer = job.writer;
+    const per = this.#opts.tokensPerChunk;
     let out = '';
+    let pending = '';
     for (let i = job.emitted; i < upto; i++) {
       const word = this.#word(job, i);
       if (writer === undefined) job.text += word;
-      else out += i === 0 ? writer.first(word) : writer.token(word);
+      else if (i === 0) out += writer.first(word);
+      else {
+        pending += word;
+        if (i % per === 0 || i === upto - 1) {
+          out += writer.token(pending);
+          pending = '';
+        }
+      }
     }
     job.emitted = upto;
     if (out !== '') job.res.write(out);

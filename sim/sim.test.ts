@@ -187,6 +187,31 @@ void test('SSE framing is exactly OpenAI-like', async () => {
   });
 });
 
+void test('tokensPerChunk groups the tokens after the first, and the text stays the same', async () => {
+  const contents = async (tokensPerChunk: number): Promise<string[]> => {
+    let out: string[] = [];
+    await withSim({ tokensPerChunk, decodeMsPerToken: 1 }, async (sim) => {
+      const res = await post(
+        sim.url + '/v1/chat/completions',
+        chat('group', { stream: true, max_tokens: 20 }),
+      );
+      const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'));
+      out = events
+        .map((e) => JSON.parse(e.slice(6)) as { choices: [{ delta: { content?: string } }] })
+        .flatMap((c) =>
+          c.choices[0].delta.content === undefined ? [] : [c.choices[0].delta.content],
+        );
+    });
+    return out;
+  };
+  const single = await contents(1);
+  const grouped = await contents(8);
+  assert.equal(single.length, 20);
+  assert.equal(grouped.length, 1 + 3, 'the first token alone, then 8 + 8 + 3');
+  assert.equal(grouped[0], single[0]);
+  assert.equal(grouped.join(''), single.join(''));
+});
+
 void test('max_tokens and max_completion_tokens are honoured; default length is 16..128 and stable', async () => {
   await withSim({ decodeMsPerToken: 0 }, async (_sim, client) => {
     const a = await client.chat.completions.create({

@@ -6,6 +6,7 @@
  */
 import http from 'node:http';
 import type { ClientResult } from './metrics.ts';
+import { BENCH_CLIENT_KEY } from './routers.ts';
 import type { Oracle } from './oracle.ts';
 import type { PromptBuilder } from './prompt.ts';
 import type { TraceRequest } from './trace.ts';
@@ -76,7 +77,11 @@ function send(
         path: url.pathname,
         method: 'POST',
         agent: agentFor(baseUrl),
-        headers: { 'content-type': 'application/json', 'content-length': payload.length },
+        headers: {
+          'content-type': 'application/json',
+          'content-length': payload.length,
+          authorization: `Bearer ${BENCH_CLIENT_KEY}`,
+        },
         timeout: timeoutMs,
       },
       (res) => {

@@ -24,6 +24,9 @@ import {
   type Child,
 } from '../overhead-peers.ts';
 
+/** The API key every client of the benchmark sends (LiteLLM's proxy insists on a master key). */
+export const BENCH_CLIENT_KEY = 'sk-switchyard-bench-0000000000000000';
+
 export interface BackendEndpoint {
   name: string;
   /** Base URL without /v1. */
@@ -145,13 +148,14 @@ const inside = (
 // Peers
 // --------------------------------------------------------------------------------------------
 
+/** Starts `count` instances at once (LiteLLM takes seconds each); all or none. */
 async function instances(count: number, start: (i: number) => Promise<Child>): Promise<RouterSet> {
-  const children: Child[] = [];
-  try {
-    for (let i = 0; i < count; i++) children.push(await start(i));
-  } catch (err) {
+  const started = await Promise.allSettled(Array.from({ length: count }, (_, i) => start(i)));
+  const children = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const failed = started.find((r) => r.status === 'rejected');
+  if (failed !== undefined) {
     await Promise.all(children.map((c) => c.stop()));
-    throw err;
+    throw failed.reason;
   }
   return {
     urls: children.map((c) => c.url),
@@ -169,7 +173,7 @@ function haproxy(balance: string, label: string): PolicyDefinition {
   return {
     name: `haproxy-${label}`,
     family: 'peer',
-    describe: `HAProxy, balance ${balance}, observe layer7 (error-limit 10, on-error mark-down), retry-on 500/502/503/504/429 with redispatch`,
+    describe: `HAProxy, balance ${balance}, observe layer7 (error-limit 10, on-error mark-down), retry-on 500/502/503/504 with redispatch`,
     unavailable: () =>
       which('haproxy') === undefined
         ? 'haproxy is not installed (apt-get install haproxy)'
@@ -199,7 +203,8 @@ function haproxy(balance: string, label: string): PolicyDefinition {
             '  http-reuse always',
             '  retries 2',
             '  option redispatch 1',
-            '  retry-on conn-failure empty-response response-timeout 500 502 503 504 429',
+            // 2.6 retries on these statuses (429 is not among those it knows).
+            '  retry-on conn-failure empty-response response-timeout 500 502 503 504',
             '',
             'frontend llm',
             `  bind 127.0.0.1:${port}`,
@@ -305,7 +310,6 @@ function caddy(policy: string, label: string): PolicyDefinition {
             '{',
             '  admin off',
             '  auto_https off',
-            '  persist_config off',
             '}',
             `http://127.0.0.1:${port} {`,
             `  reverse_proxy ${ctx.backends.map((b) => hostPort(b.url)).join(' ')} {`,
@@ -386,6 +390,8 @@ function litellm(strategy: string, label: string): PolicyDefinition {
               cooldown_time: 10,
             },
             litellm_settings: { drop_params: true, request_timeout: 300, telemetry: false },
+            // The proxy refuses to start without one; the load generator sends it to every router.
+            general_settings: { master_key: BENCH_CLIENT_KEY },
           }),
         );
         return spawnListening(

@@ -70,6 +70,12 @@ export interface BenchResults {
 
 const MODEL = 'bench-model';
 const WARM_UP_REQUESTS = 300;
+/**
+ * A client gives up on a request after two simulated minutes (15 s of wall time at speed 8) and
+ * counts it as an error: what an application's timeout does, and what keeps a router that cannot
+ * keep up from stretching a run without end.
+ */
+const CLIENT_TIMEOUT_SIMULATED_MS = 120_000;
 
 export async function runBench(settings: BenchSettings): Promise<BenchResults> {
   const started = performance.now();
@@ -143,17 +149,25 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
           let routers: RouterSet | undefined;
           try {
             if (def.family !== 'oracle') {
-              routers = await def.start({
-                backends: specs.map((s, i) => ({
-                  name: s.name,
-                  url: fleet.urls[i]!,
-                  costPerMTok: s.costPerMTok,
-                })),
-                instances: settings.routers,
-                speed: settings.speed,
-                costWeightPerMs: weight,
-                seed: settings.seed,
-              });
+              try {
+                routers = await def.start({
+                  backends: specs.map((s, i) => ({
+                    name: s.name,
+                    url: fleet.urls[i]!,
+                    costPerMTok: s.costPerMTok,
+                  })),
+                  instances: settings.routers,
+                  speed: settings.speed,
+                  costWeightPerMs: weight,
+                  seed: settings.seed,
+                });
+              } catch (err) {
+                // A peer that will not start (a config its version refuses): say so and go on.
+                const reason = `did not start: ${(err as Error).message.split('\n').slice(0, 6).join(' | ')}`;
+                skipped[label] = reason;
+                progress.done(`[${name}] ${label}: ${reason}`);
+                continue;
+              }
             }
             const results = await replay(
               def.family === 'oracle'
@@ -168,6 +182,7 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
                 timeScale: settings.timeScale,
                 speed: settings.speed,
                 onResult: (done) => progress.update(done),
+                timeoutMs: CLIENT_TIMEOUT_SIMULATED_MS / settings.speed,
               },
             );
             const counters = await fleet.counters(specs);
@@ -187,8 +202,9 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
               `[${name}] ${label}: TTFT p50 ${fmt(summary.ttftMs.p50)} p99 ${fmt(summary.ttftMs.p99)} ms, errors ${(summary.errorRate * 100).toFixed(2)} %, hit rate ${(summary.cacheHitRate * 100).toFixed(1)} %`,
             );
           } finally {
-            await routers?.stop();
+            // The client's kept-alive sockets first: a sidecar draining on SIGTERM waits for them.
             closeReplayAgents();
+            await routers?.stop();
             await fleet.idle();
           }
         }

@@ -43,6 +43,9 @@ export const BASE_BACKEND: Partial<SimOptions> = {
   cacheBlocks: 4096,
   charsPerToken: 4,
   coldStartMs: 0,
+  // Eight tokens a chunk after the first: a router's per-chunk work, multiplied by the time
+  // compression, would otherwise dominate (TTFT, the first chunk, is unaffected).
+  tokensPerChunk: 8,
 };
 
 function fleet(count: number, heterogeneous: boolean, cost = 1): BackendSpec[] {

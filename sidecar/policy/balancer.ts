@@ -4,7 +4,7 @@
  *   candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
  *     → tier (Failover: the first tier with a candidate; Balance: all)
  *     → affinity (rendezvous-sticky endpoint unless broken or slow)
- *     → P2C on score
+ *     → least loaded, then P2C on score
  *     → breaker probe slot, in-flight +1
  *
  * and, as attempts end, the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
@@ -18,7 +18,7 @@ import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './bas
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { median } from './median.ts';
-import { pickTwoChoices } from './p2c.ts';
+import { pickLeastLoaded } from './p2c.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { score } from './score.ts';
 import { SlidingWindow } from './sliding-window.ts';
@@ -171,7 +171,7 @@ export class Balancer implements PoolBalancer {
     if (this.#picker !== 'p2c') {
       const chosen =
         this.#picker === 'round-robin'
-          ? this.#roundRobin.pick(candidates, pool)
+          ? this.#roundRobin.pick(candidates, pool, this.#rng)
           : this.#picker === 'random'
             ? pickRandom(candidates, this.#rng)
             : pickLeastConnections(candidates, this.#rng);
@@ -182,7 +182,14 @@ export class Balancer implements PoolBalancer {
       };
     }
     const sticky = this.#sticky(request.affinityKey, pool, candidates);
-    const chosen = sticky.endpoint ?? pickTwoChoices(candidates, this.#rng, (s) => this.#score(s));
+    const chosen =
+      sticky.endpoint ??
+      pickLeastLoaded(
+        candidates,
+        this.#rng,
+        (s) => s.inFlight,
+        (s) => this.#score(s),
+      );
     return {
       kind: 'picked',
       attempt: this.#start(chosen, now, request.requestBytes),
@@ -445,11 +452,22 @@ export class Balancer implements PoolBalancer {
    */
   #isSlow(state: EndpointState): boolean {
     if (!this.#ewma.hasSamples(state.id)) return false;
-    const peers = this.#order.filter(
+    const group = this.#order.filter(
       (p) =>
         p.spec.drifted !== true &&
         (this.#policy.mode !== 'Failover' || p.spec.tier === state.spec.tier),
     );
+    // The last endpoint still serving is never slow: slower is better than nothing (the pool
+    // would shed every request with 503 while this one could answer). And endpoints that are
+    // out (breaker open) are no reference: their EWMA is from before, when they were not carrying
+    // the load that has moved to the others since.
+    const serving = group.filter((p) => p.breaker.state !== 'open');
+    if (
+      state.breaker.state === 'closed' &&
+      !serving.some((p) => p !== state && p.breaker.state === 'closed')
+    )
+      return false;
+    const peers = serving;
     const reference = this.#ewma.medianOfPeersMs(
       state.id,
       peers.map((p) => p.id),

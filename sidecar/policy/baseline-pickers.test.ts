@@ -7,20 +7,26 @@ import { endpoint, fakeClock, scriptedRng, testPolicy } from './testing.ts';
 const c = (id: string, inFlight = 0) => ({ id, inFlight });
 
 describe('baseline pickers', () => {
-  it('round-robin walks the pool in order and skips what is not a candidate', () => {
+  it('round-robin walks the pool in order from a random start, and skips what is not a candidate', () => {
     const pool = [c('a'), c('b'), c('c')];
     const rr = new RoundRobin();
+    const rng = scriptedRng([0.5]); // drawn once, on the first pick: start at b
     assert.deepEqual(
-      [1, 2, 3, 4].map(() => rr.pick(pool, pool).id),
-      ['a', 'b', 'c', 'a'],
+      [1, 2, 3, 4].map(() => rr.pick(pool, pool, rng).id),
+      ['b', 'c', 'a', 'b'],
     );
     const withoutB = [pool[0]!, pool[2]!];
     assert.deepEqual(
-      [1, 2, 3].map(() => rr.pick(withoutB, pool).id),
+      [1, 2, 3].map(() => rr.pick(withoutB, pool, rng).id),
       ['c', 'a', 'c'],
     );
-    assert.equal(rr.pick([c('x')], pool).id, 'x', 'a candidate outside the pool is still served');
-    assert.throws(() => rr.pick([], pool), RangeError);
+    assert.equal(
+      rr.pick([c('x')], pool, rng).id,
+      'x',
+      'a candidate outside the pool is still served',
+    );
+    assert.throws(() => rr.pick([], pool, rng), RangeError);
+    assert.equal(new RoundRobin().pick(pool, pool, scriptedRng([NaN])).id, 'a');
   });
 
   it('random takes the draw’s position, and survives a broken draw', () => {
@@ -47,7 +53,7 @@ describe('Balancer with a baseline picker', () => {
   it('round-robin ignores affinity and load', () => {
     const balancer = new Balancer(testPolicy(), endpoints, {
       clock: fakeClock(),
-      rng: scriptedRng([]),
+      rng: scriptedRng([0]),
       picker: 'round-robin',
     });
     const ids = [1, 2, 3, 4].map(() => {

@@ -3,8 +3,8 @@
  * same sidecar so that only the choice differs (`switchyard sidecar --picker …`; docs/policy.md).
  * They replace affinity and P2C; breakers, cooldowns, retries and failover tiers still apply.
  *
- * - `round-robin`: the next candidate in pool order after the previous pick (what a Kubernetes
- *   Service or most proxies do by default);
+ * - `round-robin`: the next candidate in pool order after the previous pick, from a random start
+ *   (as Envoy does: routers that all started at the first endpoint would move in lockstep);
  * - `random`: a uniform random candidate;
  * - `least-connections`: the candidate with the fewest attempts in flight, ties broken at random
  *   (the best load-only policy without latency information).
@@ -22,11 +22,19 @@ export interface PickerCandidate {
 
 /** Round-robin by position in `pool` (all endpoints, in order): robust to candidates coming and going. */
 export class RoundRobin {
-  #next = 0;
+  #next: number | undefined;
 
-  pick<T extends PickerCandidate>(candidates: readonly T[], pool: readonly PickerCandidate[]): T {
+  pick<T extends PickerCandidate>(
+    candidates: readonly T[],
+    pool: readonly PickerCandidate[],
+    rng: Rng,
+  ): T {
     if (candidates.length === 0) throw new RangeError('round-robin needs a candidate');
     const n = pool.length;
+    if (this.#next === undefined) {
+      const u = rng.next();
+      this.#next = Number.isFinite(u) ? Math.min(n - 1, Math.max(0, Math.floor(u * n))) : 0;
+    }
     for (let step = 0; step < n; step++) {
       const at = pool[(this.#next + step) % n];
       const found = candidates.find((c) => c.id === at?.id);
