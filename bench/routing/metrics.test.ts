@@ -68,6 +68,7 @@ describe('benchmark metrics', () => {
     assert.equal(s.requests, 4);
     assert.equal(s.errors, 1);
     assert.equal(s.errorRate, 0.25);
+    assert.deepEqual(s.errorKinds, { '500': 1 });
     assert.deepEqual(s.ttftMs, { p50: 20, p90: 30, p99: 30 });
     assert.deepEqual(s.e2eMs, { p50: 200, p90: 300, p99: 300 });
     // 3 completed over 1 s of wall time at speed 10 = 10 simulated seconds.
@@ -81,6 +82,7 @@ describe('benchmark metrics', () => {
   it('an empty run is all zeros, not NaN or a division error', () => {
     const s = summarise([], [backend('a')], 1);
     assert.equal(s.errorRate, 0);
+    assert.deepEqual(s.errorKinds, {});
     assert.equal(s.throughputRps, 0);
     assert.equal(s.cacheHitRate, 0);
     assert.equal(s.costPer1k, 0);

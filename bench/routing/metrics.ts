@@ -36,6 +36,8 @@ export interface PolicyResult {
   requests: number;
   errors: number;
   errorRate: number;
+  /** What the errors were: an HTTP status, `incomplete` (a 2xx stream cut short), `no-response`. */
+  errorKinds: Record<string, number>;
   ttftMs: Quantiles;
   e2eMs: Quantiles;
   cacheHitRate: number;
@@ -82,10 +84,17 @@ export function summarise(
     0,
   );
   const received = backends.reduce((n, b) => n + b.requests, 0);
+  const errorKinds: Record<string, number> = {};
+  for (const r of results) {
+    if (r.ok) continue;
+    const kind = r.status === 0 ? 'no-response' : r.status < 300 ? 'incomplete' : String(r.status);
+    errorKinds[kind] = (errorKinds[kind] ?? 0) + 1;
+  }
   return {
     requests: results.length,
     errors,
     errorRate: results.length === 0 ? 0 : errors / results.length,
+    errorKinds,
     ttftMs: quantiles(ttft),
     e2eMs: quantiles(ok.map((r) => r.e2eMs)),
     cacheHitRate: lookups === 0 ? 0 : hits / lookups,

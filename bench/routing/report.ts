@@ -126,6 +126,18 @@ export function renderReport(results: BenchResults, plots: string[]): string {
         `| ${policy} | ${ms(r.ttftMs.p50)} | ${ms(r.ttftMs.p90)} | ${ms(r.ttftMs.p99)} | ${ms(r.e2eMs.p50)} | ${ms(r.e2eMs.p99)} | ${pct(r.errorRate, 2)} | ${pct(r.cacheHitRate)} | ${r.throughputRps.toFixed(2)} | ${r.costPer1k.toFixed(2)} | ${shareText(r.share)} |`,
       );
     }
+    const kinds = Object.entries(byPolicy).filter(
+      ([, r]) => Object.keys(r.errorKinds ?? {}).length > 0,
+    );
+    if (kinds.length > 0) {
+      out.push('Errors by kind:', '');
+      for (const [policy, r] of kinds)
+        out.push(
+          `- ${policy}: ${Object.entries(r.errorKinds)
+            .map(([k, n]) => `${n} × ${k}`)
+            .join(', ')}`,
+        );
+    }
     out.push('');
     for (const plot of plots.filter((p) => p.endsWith('.png') && p.startsWith(`${scenario}-`)))
       out.push(`![${plot}](${plot})`, '');
