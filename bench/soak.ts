@@ -36,6 +36,8 @@ const HELP = `npm run bench:soak -- [flags]
   --sample-every <d>     sampling interval of RSS, heap and event-loop delay (default 5s)
   --warmup <d>           samples before this are left out of the "after warm-up" slopes
                          (default 2m, or a fifth of the duration when shorter)
+  --health <mapping>     the pool's spec.health, as YAML, e.g. '{maxTtftSlowdown: 1000}'
+                         (default: none, the defaults of docs/configuration.md)
   --seed <n>             seeds the workload (default 6)
   --out <file>           results JSON (default bench/results/soak.json)
 `;
@@ -48,6 +50,7 @@ interface Flags {
   sampleEveryMs: number;
   warmupMs: number;
   seed: number;
+  health: string | undefined;
   out: string;
 }
 
@@ -61,6 +64,7 @@ function parseFlags(): Flags {
       'sample-every': { type: 'string', default: '5s' },
       warmup: { type: 'string' },
       seed: { type: 'string', default: '6' },
+      health: { type: 'string' },
       out: { type: 'string', default: join(REPO, 'bench/results/soak.json') },
       help: { type: 'boolean', default: false },
     },
@@ -81,6 +85,7 @@ function parseFlags(): Flags {
         ? Math.min(120_000, durationMs / 5)
         : parseDurationMs(values.warmup),
     seed: Number(values.seed),
+    health: values.health,
     out: values.out,
   };
 }
@@ -145,7 +150,13 @@ async function main(): Promise<void> {
   try {
     for (let i = 0; i < flags.sims; i++)
       sims.push(await startSim(`s${i}`, ['--slots', '512', '--seed', String(i)]));
-    fixture = await sidecarOn(balancePool(sims.map((s) => s.url)), ['--log-level', 'warn']);
+    fixture = await sidecarOn(
+      balancePool(
+        sims.map((s) => s.url),
+        flags.health === undefined ? '' : `  health: ${flags.health}`,
+      ),
+      ['--log-level', 'warn'],
+    );
     const { sidecar } = fixture;
     const { pid } = sidecar;
     const adminUrl = sidecar.adminUrl!;
