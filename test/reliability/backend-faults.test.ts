@@ -28,12 +28,15 @@ const STALLED_LISTENER = fileURLToPath(new URL('./stalled-listener.ts', import.m
 const REQUESTS = 20;
 const CONCURRENCY = 4;
 const LOAD = `${REQUESTS} streams, ${CONCURRENCY} at a time`;
-/** Short timeouts so that each fault costs the test little; openFor long enough to be seen. */
+/**
+ * Timeouts short enough that each fault costs the test little, long enough that a healthy
+ * simulator on a busy 2-core machine never trips them; openFor long enough to be seen.
+ */
 const POLICY = [
   'mode: Failover',
   'health: {window: 30s, minRequests: 5, maxErrorRate: 0.5, openFor: 1s, maxOpenFor: 2s}',
   'retry: {budgetPercent: 100, minPerSecond: 100, maxAttempts: 2}',
-  'timeouts: {connect: 250ms, firstByte: 400ms, idle: 800ms}',
+  'timeouts: {connect: 500ms, firstByte: 1s, idle: 1500ms}',
 ];
 
 describe('backend faults through a real sidecar', () => {
