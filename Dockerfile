@@ -19,6 +19,7 @@ COPY bin ./bin
 COPY cli ./cli
 COPY controller ./controller
 COPY crds ./crds
+COPY probe ./probe
 COPY sidecar ./sidecar
 COPY sim ./sim
 # Non-root (the restricted Pod Security Standard needs it), above 10000 so it is no user of the

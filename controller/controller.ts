@@ -18,9 +18,11 @@ import {
   type Secret,
   type Service,
 } from './core/objects.ts';
+import { driftEvent } from './core/drift-events.ts';
 import { PoolIndex } from './core/pool-index.ts';
 import { poolStatus, statusEqual, type SidecarState as SidecarStatusView } from './core/status.ts';
 import { WorkQueue } from './core/work-queue.ts';
+import { DriftMonitor, type DriftChange } from './drift-monitor.ts';
 import { recordEvent } from './event-recorder.ts';
 import type { InjectionConfig } from './core/injection-config.ts';
 import { InjectionAuditor } from './injection-auditor.ts';
@@ -161,6 +163,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
         caBundle?.sync();
         auditor?.auditAll();
       }
+      drift.leadershipChanged();
     },
   });
   const metrics: ControllerMetrics = new ControllerMetrics({
@@ -170,6 +173,17 @@ export async function startController(options: ControllerOptions): Promise<Runni
     podsNotInjected: () => auditor?.notInjectedCount(),
     tlsNotAfterMs: () =>
       tls === undefined ? undefined : certificateNotAfterMs(tls.current().cert),
+    drift: () => drift.drifted(),
+  });
+  const drift: DriftMonitor = new DriftMonitor({
+    logger,
+    isLeader: () => leader.isLeader(),
+    onProbe: (result) => metrics.driftProbes.inc({ result }),
+    onChange: (key, changes) => {
+      statusDirty.add(key);
+      void flushStatus();
+      void recordDriftEvents(key, changes);
+    },
   });
 
   // The serving certificate first: nothing can be served without it.
@@ -320,6 +334,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       sidecars: { reports, nowMs: performance.now(), staleAfterMs: options.sidecarStaleAfterMs },
       previous: state.lastStatus ?? pool.status,
       now: new Date().toISOString(),
+      drift: drift.section(key),
     });
     if (state.lastStatus !== undefined && statusEqual(state.lastStatus, status)) return;
     const [namespace, name] = key.split('/') as [string, string];
@@ -366,12 +381,40 @@ export async function startController(options: ControllerOptions): Promise<Runni
     }
   };
 
+  const recordDriftEvents = async (key: PoolKey, changes: DriftChange[]): Promise<void> => {
+    if (leader.isLeader() !== true) return;
+    const [namespace, name] = key.split('/') as [string, string];
+    const pool = pools.get(name, namespace);
+    if (pool === undefined) return;
+    for (const change of changes) {
+      const event = driftEvent(change, pool.spec.drift?.action ?? 'Exclude');
+      await recordEvent(
+        raw,
+        {
+          involvedObject: {
+            apiVersion: `${GROUP}/${VERSION}`,
+            kind: 'InferencePool',
+            name,
+            namespace,
+            uid: pool.metadata?.uid,
+          },
+          ...event,
+        },
+        options.lease.identity,
+      ).catch((err: unknown) =>
+        logger.warn({ err: (err as Error).message }, 'could not record an Event'),
+      );
+      logger.info({ pool: key, ...change }, event.message);
+    }
+  };
+
   const reconcile = (key: PoolKey): void => {
     const started = performance.now();
     const [namespace, name] = key.split('/') as [string, string];
     const pool = pools.get(name, namespace);
     if (pool === undefined) {
       index.deletePool(key);
+      drift.remove(key);
       states.delete(key);
       stream.remove(key);
       firstSeenMs.delete(key);
@@ -412,6 +455,9 @@ export async function startController(options: ControllerOptions): Promise<Runni
       secrets: secretMap,
       previous: previous?.result,
     });
+    // Drift detection follows what the pool resolves to (a snapshot); without one it waits.
+    if (result.snapshot !== undefined)
+      drift.sync(key, result.snapshot.policy.drift, result.snapshot.endpoints, pool.status?.drift);
     let version = previous?.version ?? 0;
     let hash = previous?.hash ?? '';
     if (result.snapshot !== undefined && result.hash !== previous?.hash) {
@@ -614,6 +660,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       wake?.();
       clearInterval(statusTimer);
       summaries.stop();
+      drift.stop();
       caBundle?.stop();
       tls?.stop();
       stream.close();

@@ -11,6 +11,7 @@ export class ControllerMetrics {
   readonly statusWrites: Counter<'result'>;
   readonly snapshotsPublished: Counter;
   readonly injections: Counter<'result'>;
+  readonly driftProbes: Counter<'result'>;
 
   constructor(read: {
     queueDepth: () => number;
@@ -20,6 +21,8 @@ export class ControllerMetrics {
     podsNotInjected?: () => number | undefined;
     /** When the served certificate expires, ms since the epoch. */
     tlsNotAfterMs?: () => number | undefined;
+    /** Per pool key: its probed endpoints and the drifted ones. */
+    drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
   }) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_controller_process_' });
@@ -101,6 +104,23 @@ export class ControllerMetrics {
       collect() {
         const n = read.podsNotInjected?.();
         if (n !== undefined) this.set(n);
+      },
+    });
+    this.driftProbes = new Counter({
+      name: 'switchyard_controller_drift_probes_total',
+      help: 'Drift probes of endpoints by the leader, by result: ok, failed (a failure is not drift).',
+      labelNames: ['result'],
+      registers,
+    });
+    new Gauge({
+      name: 'switchyard_endpoint_drifted',
+      help: '1 for an endpoint whose drift probe answers another fingerprint than its pool expects, 0 for one that matches (pools with drift.probeEvery only; on the leader).',
+      labelNames: ['pool', 'endpoint'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [pool, { ids, drifted }] of read.drift?.() ?? [])
+          for (const id of ids) this.set({ pool, endpoint: id }, drifted.has(id) ? 1 : 0);
       },
     });
     new Gauge({

@@ -574,6 +574,67 @@ export const InferencePoolStatusSchema = Type.Object(
         { description: 'The sidecars that use this pool.', additionalProperties: false },
       ),
     ),
+    drift: Type.Optional(
+      Type.Object(
+        {
+          expected: Type.Optional(
+            Type.String({
+              description:
+                'The fingerprint endpoints are compared with: the one most endpoints answer (expect: Majority) or the configured one. Unset while the majority is undecided.',
+              maxLength: 512,
+            }),
+          ),
+          endpoints: Type.Array(
+            Type.Object(
+              {
+                id: Type.String({
+                  description: 'Endpoint id: backend/host:port.',
+                  minLength: 1,
+                  maxLength: 512,
+                }),
+                fingerprint: Type.Optional(
+                  Type.String({
+                    description:
+                      'What its last successful probe answered: model/system_fingerprint/hash of the deterministic completion.',
+                    maxLength: 512,
+                  }),
+                ),
+                drifted: Type.Boolean({
+                  description:
+                    'Its fingerprint differs from expected: excluded from routing (drift.action Exclude) or only reported (Warn).',
+                }),
+                probedAt: Type.Optional(
+                  Type.String({
+                    description: 'When it was last probed (RFC 3339).',
+                    format: 'date-time',
+                    maxLength: 64,
+                  }),
+                ),
+                error: Type.Optional(
+                  Type.String({
+                    description:
+                      'Why the last probe failed, when it did (a failed probe is not drift: the last fingerprint stands).',
+                    maxLength: 256,
+                  }),
+                ),
+              },
+              { description: 'One probed endpoint.', additionalProperties: false },
+            ),
+            {
+              description: 'Every probed endpoint, drifted first (at most 256).',
+              maxItems: 256,
+              'x-kubernetes-list-type': 'map',
+              'x-kubernetes-list-map-keys': ['id'],
+            },
+          ),
+        },
+        {
+          description:
+            'Drift detection (drift.probeEvery): what each endpoint answered the probe, and which ones differ.',
+          additionalProperties: false,
+        },
+      ),
+    ),
     endpointHealth: Type.Optional(
       Type.Array(
         Type.Object(

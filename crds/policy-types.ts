@@ -75,6 +75,28 @@ export interface PoolPolicy {
   health: HealthPolicy;
   retry: RetryPolicy;
   coldStart: ColdStartPolicy;
+  /** Drift detection, when the pool sets `drift.probeEvery` (docs/drift.md). */
+  drift?: DriftPolicy | undefined;
+}
+
+export interface DriftPolicy {
+  /** How often each endpoint is probed. */
+  probeEveryMs: number;
+  /** `Majority`, or the exact fingerprint a healthy endpoint answers. */
+  expect: string;
+  /** Exclude: drifted endpoints get no traffic. Warn: reported only. */
+  action: 'Exclude' | 'Warn';
+  /** The probe prompt; undefined: the built-in one. */
+  prompt?: string | undefined;
+}
+
+/** What the last successful drift probe of an endpoint saw. */
+export interface EndpointProbe {
+  fingerprint: string;
+  model?: string | undefined;
+  systemFingerprint?: string | undefined;
+  /** The verdict, whatever the action (with Warn, a drifted endpoint still gets traffic). */
+  drifted?: boolean | undefined;
 }
 
 /** One concrete address requests can be sent to. A backend has one or more endpoints. */
@@ -95,4 +117,6 @@ export interface EndpointSpec {
   apiKey?: string | undefined;
   /** Marked by drift detection: excluded from picks while true. */
   drifted?: boolean | undefined;
+  /** The last successful drift probe, for the sidecar's passive check (and /debug/backends). */
+  probe?: EndpointProbe | undefined;
 }

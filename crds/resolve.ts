@@ -104,6 +104,16 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
       maxAttempts: retry.maxAttempts,
     },
     coldStart: { idleAfterMs: ms('coldStart', 'idleAfter', coldStart.idleAfter) },
+    ...(spec.drift?.probeEvery === undefined
+      ? {}
+      : {
+          drift: {
+            probeEveryMs: ms('drift', 'probeEvery', spec.drift.probeEvery),
+            expect: spec.drift.expect,
+            action: spec.drift.action,
+            ...(spec.drift.prompt === undefined ? {} : { prompt: spec.drift.prompt }),
+          },
+        }),
   };
   const resolvedTimeouts: PoolTimeouts = {
     connectMs: ms('timeouts', 'connect', timeouts.connect),

@@ -54,6 +54,14 @@ export const PoolPolicySchema = Type.Object({
     maxAttempts: Type.Integer({ minimum: 1 }),
   }),
   coldStart: Type.Object({ idleAfterMs: NonNegative }),
+  drift: Type.Optional(
+    Type.Object({
+      probeEveryMs: PositiveMs,
+      expect: Type.String({ minLength: 1 }),
+      action: Type.Union([Type.Literal('Exclude'), Type.Literal('Warn')]),
+      prompt: Type.Optional(Type.String()),
+    }),
+  ),
 });
 
 export const EndpointSpecSchema = Type.Object({
@@ -65,6 +73,14 @@ export const EndpointSpecSchema = Type.Object({
   model: Type.Optional(Type.String()),
   apiKey: Type.Optional(Type.String()),
   drifted: Type.Optional(Type.Boolean()),
+  probe: Type.Optional(
+    Type.Object({
+      fingerprint: Type.String({ minLength: 1 }),
+      model: Type.Optional(Type.String()),
+      systemFingerprint: Type.Optional(Type.String()),
+      drifted: Type.Optional(Type.Boolean()),
+    }),
+  ),
 });
 
 export const PoolSnapshotSchema = Type.Object({
@@ -88,6 +104,8 @@ export const EndpointHealthReportSchema = Type.Object({
   rateLimitRate: Fraction,
   ewmaTtftMs: NonNegative,
   inFlight: Type.Integer({ minimum: 0 }),
+  /** Responses whose model or system_fingerprint contradicted the endpoint's drift probe. */
+  driftMismatches: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 
 export const SidecarReportSchema = Type.Object({

@@ -36,6 +36,7 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
       breaker: s.breaker,
       slow: s.slow,
       drifted: s.drifted,
+      fingerprint: s.fingerprint ?? null,
       requests: s.requests,
       errors: s.errors,
       rateLimited: s.rateLimited,

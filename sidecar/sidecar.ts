@@ -3,7 +3,8 @@ import type http from 'node:http';
 import type { Logger } from 'pino';
 import { Balancer } from './policy/balancer.ts';
 import type { Picker } from './policy/baseline-pickers.ts';
-import type { Clock, PolicyEvent, Rng } from './policy/types.ts';
+import type { Clock, EndpointSpec, PolicyEvent, Rng } from './policy/types.ts';
+import { StandaloneDrift } from './standalone-drift.ts';
 import { createAdminServer } from './admin-server.ts';
 import {
   startControllerClient,
@@ -109,6 +110,18 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     }
   };
 
+  /** The pool file's endpoints before drift verdicts were applied to them. */
+  let fileEndpoints: readonly EndpointSpec[] = [];
+  const drift = new StandaloneDrift({
+    logger,
+    onChange: () => {
+      if (active === undefined || source.kind !== 'file') return;
+      const endpoints = drift.mark(fileEndpoints);
+      active.balancer.update(active.policy, endpoints);
+      active = { ...active, endpoints };
+    },
+  });
+
   /** `version`: the controller's snapshot version; a file's configurations are simply counted. */
   const apply = (loaded: LoadedPool, version?: number): void => {
     if (active !== undefined && active.hash === loaded.hash) return;
@@ -118,24 +131,28 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
         'pool renamed in the pool file; metrics keep the first name until restart',
       );
     }
+    // Standalone, the sidecar probes for drift itself; from the controller, the snapshot says.
+    if (source.kind === 'file') drift.configure(loaded.policy.drift, loaded.endpoints);
+    const endpoints = source.kind === 'file' ? drift.mark(loaded.endpoints) : loaded.endpoints;
     const balancer =
       active?.balancer ??
-      new Balancer(loaded.policy, loaded.endpoints, {
+      new Balancer(loaded.policy, endpoints, {
         clock,
         rng,
         onEvent,
         picker: options.picker,
       });
-    if (active !== undefined) balancer.update(loaded.policy, loaded.endpoints);
+    if (active !== undefined) balancer.update(loaded.policy, endpoints);
     active = {
       name: loaded.name,
       version: version ?? (active?.version ?? 0) + 1,
       hash: loaded.hash,
       policy: loaded.policy,
-      endpoints: loaded.endpoints,
+      endpoints,
       timeouts: loaded.timeouts,
       balancer,
     };
+    fileEndpoints = loaded.endpoints;
     metrics.retain(loaded.endpoints);
     metrics.configApplied.inc();
     logger.info(
@@ -210,6 +227,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     shutdownPromise ??= (async () => {
       draining = true;
       watcher?.close();
+      drift.stop();
       await client?.close();
       logger.info(
         { inProgress: proxy.inProgress, graceMs: options.shutdownGraceMs },

@@ -68,7 +68,7 @@ describe('desiredSnapshot: service backends', () => {
         costPerMTok: 0.2,
       },
     ]);
-    assert.deepEqual(r.endpoints, { ready: 3, total: 3 });
+    assert.deepEqual(r.endpoints, { ready: 3, total: 3, drifted: 0 });
     assert.deepEqual(
       r.conditions.map((c) => [c.type, c.status, c.reason, c.message]),
       [
@@ -88,7 +88,7 @@ describe('desiredSnapshot: service backends', () => {
       slices: [slice('vllm', [ready('10.0.0.7'), notReady('10.0.0.8')])],
     });
     assert.deepEqual(ids(r), ['in-cluster/10.0.0.7:8000']);
-    assert.deepEqual(r.endpoints, { ready: 1, total: 2 });
+    assert.deepEqual(r.endpoints, { ready: 1, total: 2, drifted: 0 });
     assert.equal(condition(r, 'Ready').message, '1 of 2 endpoints ready');
   });
 
@@ -123,7 +123,7 @@ describe('desiredSnapshot: service backends', () => {
       ],
     });
     assert.deepEqual(ids(r), ['in-cluster/10.0.0.7:8000']);
-    assert.deepEqual(r.endpoints, { ready: 1, total: 3 });
+    assert.deepEqual(r.endpoints, { ready: 1, total: 3, drifted: 0 });
   });
 
   test('resolves a numeric service port to the target port the slices carry', () => {
@@ -211,7 +211,7 @@ describe('desiredSnapshot: service backends', () => {
       },
     );
     assert.deepEqual(ids(r), ['in-cluster/10.0.0.7:8000']);
-    assert.deepEqual(r.endpoints, { ready: 1, total: 1 });
+    assert.deepEqual(r.endpoints, { ready: 1, total: 1, drifted: 0 });
   });
 
   test('names a service port that does not exist in ResolvedRefs', () => {
@@ -273,7 +273,7 @@ describe('desiredSnapshot: service backends', () => {
       [condition(r, 'Ready').status, condition(r, 'Ready').reason],
       ['False', 'BackendsNotResolved'],
     );
-    assert.deepEqual(r.endpoints, { ready: 0, total: 0 });
+    assert.deepEqual(r.endpoints, { ready: 0, total: 0, drifted: 0 });
   });
 
   test('refuses an ExternalName Service, which has no endpoints', () => {
@@ -395,7 +395,7 @@ describe('desiredSnapshot: service backends', () => {
       ],
     });
     assert.deepEqual(ids(r), ['in-cluster/10.0.0.7:8000', 'in-cluster/10.0.0.8:8000']);
-    assert.deepEqual(r.endpoints, { ready: 2, total: 3 });
+    assert.deepEqual(r.endpoints, { ready: 2, total: 3, drifted: 0 });
   });
 
   test('ignores a slice labelled for another Service but keeps an unlabelled one', () => {
@@ -418,7 +418,7 @@ describe('desiredSnapshot: service backends', () => {
       ],
     });
     assert.deepEqual(ids(r), ['in-cluster/10.0.0.7:8000']);
-    assert.deepEqual(r.endpoints, { ready: 1, total: 1 });
+    assert.deepEqual(r.endpoints, { ready: 1, total: 1, drifted: 0 });
   });
 
   test('keeps backends in spec order and sorts endpoints by id within each', () => {
@@ -626,7 +626,7 @@ describe('desiredSnapshot: url backends and API keys', () => {
       },
     );
     assert.deepEqual(ids(r), ['spare/spare.example:443']);
-    assert.deepEqual(r.endpoints, { ready: 1, total: 3 });
+    assert.deepEqual(r.endpoints, { ready: 1, total: 3, drifted: 0 });
   });
 
   test('lists both problems of a backend whose Service and Secret are missing, Service first', () => {
@@ -731,7 +731,7 @@ describe('desiredSnapshot: the spec', () => {
       /^spec\.backends\[0\]\.apiKeyEnv: .*use apiKeySecretRef$/,
     );
     assert.equal(r.snapshot, undefined);
-    assert.deepEqual(r.endpoints, { ready: 1, total: 1 });
+    assert.deepEqual(r.endpoints, { ready: 1, total: 1, drifted: 0 });
   });
 
   test('is not Accepted when two URLs of a backend are the same endpoint', () => {
@@ -819,5 +819,61 @@ describe('desiredSnapshot: the snapshot and its hash', () => {
       'other',
     );
     assert.equal(reconcile(p, world()).hash, reconcile(other, world()).hash);
+  });
+});
+
+describe('desiredSnapshot: drift verdicts from the status', () => {
+  const urls3 = {
+    name: 'gpus',
+    urls: ['http://10.0.0.1:8000/v1', 'http://10.0.0.2:8000/v1', 'http://10.0.0.3:8000/v1'],
+  };
+  const withDrift = (action: 'Exclude' | 'Warn', probing = true) => {
+    const p = pool({
+      backends: [urls3],
+      ...(probing ? { drift: { probeEvery: '1m', action } } : {}),
+    });
+    p.status = {
+      drift: {
+        expected: 'llama/fp_a/aaaaaaaaaaaa',
+        endpoints: [
+          { id: 'gpus/10.0.0.2:8000', fingerprint: 'llama/fp_b/bbbbbbbbbbbb', drifted: true },
+          { id: 'gpus/10.0.0.1:8000', fingerprint: 'llama/fp_a/aaaaaaaaaaaa', drifted: false },
+        ],
+      },
+    };
+    return p;
+  };
+  const byId = (r: ReconcileResult) => new Map((r.snapshot?.endpoints ?? []).map((e) => [e.id, e]));
+
+  test('Exclude: a drifted endpoint is marked drifted; every probed one carries its probe', () => {
+    const r = reconcile(withDrift('Exclude'));
+    const e = byId(r);
+    assert.equal(e.get('gpus/10.0.0.2:8000')?.drifted, true);
+    assert.equal(e.get('gpus/10.0.0.2:8000')?.probe?.drifted, true);
+    assert.equal(e.get('gpus/10.0.0.1:8000')?.drifted, undefined);
+    assert.deepEqual(e.get('gpus/10.0.0.1:8000')?.probe, {
+      fingerprint: 'llama/fp_a/aaaaaaaaaaaa',
+      model: 'llama',
+      systemFingerprint: 'fp_a',
+    });
+    assert.equal(e.get('gpus/10.0.0.3:8000')?.probe, undefined, 'not probed yet');
+    assert.deepEqual(r.endpoints, { ready: 2, total: 3, drifted: 1 });
+    assert.equal(r.snapshot?.policy.drift?.action, 'Exclude');
+    assert.equal(r.snapshot?.policy.drift?.probeEveryMs, 60_000);
+    assert.ok(parseSnapshot({ ...r.snapshot, version: 1 }).ok, 'the stream contract holds');
+  });
+
+  test('Warn: reported and counted, not excluded', () => {
+    const r = reconcile(withDrift('Warn'));
+    assert.equal(byId(r).get('gpus/10.0.0.2:8000')?.drifted, undefined);
+    assert.equal(byId(r).get('gpus/10.0.0.2:8000')?.probe?.drifted, true, 'reported, not excluded');
+    assert.deepEqual(r.endpoints, { ready: 3, total: 3, drifted: 1 });
+  });
+
+  test('without drift detection in the spec, a leftover status says nothing', () => {
+    const r = reconcile(withDrift('Exclude', false));
+    assert.equal(byId(r).get('gpus/10.0.0.2:8000')?.drifted, undefined);
+    assert.equal(byId(r).get('gpus/10.0.0.2:8000')?.probe, undefined);
+    assert.deepEqual(r.endpoints, { ready: 3, total: 3, drifted: 0 });
   });
 });

@@ -8,7 +8,8 @@
  */
 import { API_VERSION, KIND, type InferencePool } from '../../crds/inference-pool.schema.ts';
 import { joinPath } from '../../crds/path.ts';
-import type { EndpointSpec } from '../../crds/policy-types.ts';
+import { parseFingerprint } from '../../crds/drift.ts';
+import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
 import { resolvePolicy, urlEndpoints } from '../../crds/resolve.ts';
 import type { PoolSnapshot } from '../../crds/snapshot.ts';
 import { validatePool } from '../../crds/validate.ts';
@@ -57,8 +58,11 @@ export interface ReconcileResult {
   hash: string;
   /** Accepted, ResolvedRefs and Ready, in that order. */
   conditions: ReconcileCondition[];
-  /** Over all backends: routable endpoints of resolved backends, and all endpoints. */
-  endpoints: { ready: number; total: number };
+  /**
+   * Over all backends: routable endpoints of resolved backends (not those drift detection
+   * excludes), all endpoints, and the drifted ones (excluded or only flagged).
+   */
+  endpoints: { ready: number; total: number; drifted: number };
   /** Per backend, in spec order (empty when the spec was not valid). */
   backends: BackendSummary[];
   /** What changed since `previous`, worth a Kubernetes Event. */
@@ -126,7 +130,7 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
         },
         notAcceptedReady(),
       ],
-      endpoints: { ready: 0, total: 0 },
+      endpoints: { ready: 0, total: 0, drifted: 0 },
       backends: [],
     });
   }
@@ -200,10 +204,19 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
   const backends: BackendSummary[] = outcomes.map(
     ({ endpoints: _endpoints, problems, ...rest }) => ({ ...rest, problems: [...problems] }),
   );
-  const endpoints = outcomes.flatMap((o) => o.endpoints);
+  const endpoints = markDrift(
+    outcomes.flatMap((o) => o.endpoints),
+    resolved.ok ? resolved.policy.drift : undefined,
+    pool.status?.drift?.endpoints,
+  );
+  const excluded = endpoints.filter((e) => e.drifted === true).length;
   const counts = {
-    ready: endpoints.length,
+    ready: endpoints.length - excluded,
     total: outcomes.reduce((sum, o) => sum + o.total, 0),
+    drifted:
+      resolved.ok && resolved.policy.drift !== undefined
+        ? countDrifted(endpoints, pool.status?.drift?.endpoints)
+        : 0,
   };
   const refProblems = outcomes.flatMap((o) => o.problems);
   const resolvedRefs = resolvedRefsCondition(refProblems, outcomes.length);
@@ -247,6 +260,44 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
     endpoints: counts,
     backends,
   });
+}
+
+type DriftRecord = NonNullable<NonNullable<InferencePool['status']>['drift']>['endpoints'][number];
+
+/**
+ * Drift verdicts, as the leader recorded them in the pool's status (drift.endpoints), applied to
+ * the endpoints: every replica reads the same status, so every replica sends the same snapshot.
+ * An endpoint gets the fingerprint of its last good probe (the sidecars' passive check compares
+ * responses with it) and, when drift.action is Exclude and it drifted, `drifted: true`. Without
+ * drift detection in the spec, a stale status says nothing.
+ */
+function markDrift(
+  endpoints: EndpointSpec[],
+  drift: DriftPolicy | undefined,
+  records: readonly DriftRecord[] | undefined,
+): EndpointSpec[] {
+  if (drift === undefined || records === undefined || records.length === 0) return endpoints;
+  const byId = new Map(records.map((r) => [r.id, r]));
+  return endpoints.map((e) => {
+    const record = byId.get(e.id);
+    if (record === undefined) return e;
+    const marked: EndpointSpec = { ...e };
+    if (record.fingerprint !== undefined)
+      marked.probe = {
+        ...parseFingerprint(record.fingerprint),
+        ...(record.drifted ? { drifted: true } : {}),
+      };
+    if (record.drifted && drift.action === 'Exclude') marked.drifted = true;
+    return marked;
+  });
+}
+
+function countDrifted(
+  endpoints: readonly EndpointSpec[],
+  records: readonly DriftRecord[] | undefined,
+): number {
+  const drifted = new Set((records ?? []).filter((r) => r.drifted).map((r) => r.id));
+  return endpoints.filter((e) => drifted.has(e.id)).length;
 }
 
 function finish(input: ReconcileInput, result: Omit<ReconcileResult, 'events'>): ReconcileResult {

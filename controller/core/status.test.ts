@@ -241,3 +241,19 @@ describe('connectedSidecars', () => {
     assert.equal(connectedSidecars(r).length, 2);
   });
 });
+
+describe('poolStatus: the drift section', () => {
+  const section = {
+    expected: 'llama/fp_a/aaaaaaaaaaaa',
+    endpoints: [
+      { id: 'in-cluster/10.0.0.7:8000', fingerprint: 'llama/fp_a/aaaaaaaaaaaa', drifted: false },
+    ],
+  };
+  test('writes the leader’s view, keeps the previous one when there is none, drops it when off', () => {
+    assert.deepEqual(poolStatus(input({ drift: section })).drift, section);
+    assert.deepEqual(poolStatus(input({ previous: { drift: section } })).drift, section);
+    assert.equal(poolStatus(input({ previous: { drift: section }, drift: null })).drift, undefined);
+    assert.equal(poolStatus(input()).drift, undefined);
+    assert.ok(Value.Check(InferencePoolStatusSchema, poolStatus(input({ drift: section }))));
+  });
+});

@@ -48,6 +48,12 @@ export interface PoolStatusInput {
   now: string;
   /** The status as the API has it now; transition times of unchanged conditions are kept. */
   previous?: InferencePoolStatus | undefined;
+  /**
+   * Drift detection's view (the leader's probes), or undefined to keep what `previous` says (a
+   * leader that has not probed yet must not erase its predecessor's verdicts). `null`: drift
+   * detection is off, the section goes.
+   */
+  drift?: InferencePoolStatus['drift'] | null;
 }
 
 /** The sidecars that count as connected: streaming, or heard from within `staleAfterMs`. */
@@ -79,7 +85,11 @@ export function poolStatus(input: PoolStatusInput): InferencePoolStatus {
   return {
     observedGeneration: generation,
     conditions,
-    endpoints: { ready: result.endpoints.ready, total: result.endpoints.total, drifted: 0 },
+    endpoints: {
+      ready: result.endpoints.ready,
+      total: result.endpoints.total,
+      drifted: result.endpoints.drifted,
+    },
     ...(snapshot === undefined
       ? {}
       : { snapshot: { version: snapshot.version, hash: snapshot.hash } }),
@@ -94,7 +104,17 @@ export function poolStatus(input: PoolStatusInput): InferencePoolStatus {
           ? undefined
           : new Set(result.snapshot.endpoints.map((e) => e.id)),
     }),
+    ...driftSection(input.drift, previous?.drift),
   };
+}
+
+function driftSection(
+  drift: InferencePoolStatus['drift'] | null | undefined,
+  previous: InferencePoolStatus['drift'] | undefined,
+): { drift?: NonNullable<InferencePoolStatus['drift']> } {
+  if (drift === null) return {};
+  const section = drift ?? previous;
+  return section === undefined ? {} : { drift: section };
 }
 
 /** How the connected sidecars see one endpoint. */

@@ -90,7 +90,10 @@ export interface EndpointStatus {
   ewmaSeeded: boolean;
   breaker: BreakerState;
   slow: boolean;
+  /** Judged drifted by drift detection (excluded from picks when drift.action is Exclude). */
   drifted: boolean;
+  /** The fingerprint of its last successful drift probe, when drift detection is on. */
+  fingerprint?: string | undefined;
   requests: number;
   errors: number;
   rateLimited: number;
