@@ -165,6 +165,14 @@ export function addBenchCommand(program: Command): void {
         );
         process.exit(2);
       }
+      // Ctrl-C: exit through process.exit, so the exit hooks stop every simulator and router.
+      for (const signal of ['SIGINT', 'SIGTERM'] as const)
+        process.once(signal, () => {
+          process.stderr.write(
+            `\nswitchyard bench: ${signal}, stopping the simulators and routers\n`,
+          );
+          process.exit(130);
+        });
       const { runBench } = await import('../bench/routing/run.ts');
       const { TraceError } = await import('../bench/routing/trace.ts');
       try {
