@@ -37,6 +37,7 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
       slow: s.slow,
       drifted: s.drifted,
       fingerprint: s.fingerprint ?? null,
+      driftMismatches: s.driftMismatches,
       requests: s.requests,
       errors: s.errors,
       rateLimited: s.rateLimited,

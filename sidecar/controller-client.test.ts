@@ -358,6 +358,7 @@ describe('endpointHealth', () => {
         tier: 0,
         inFlight: 2,
         ewmaTtftMs: 140.5,
+        driftMismatches: 0,
         ewmaSeeded: false,
         breaker: 'open',
         slow: false,

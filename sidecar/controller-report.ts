@@ -15,6 +15,7 @@ export function endpointHealth(status: readonly EndpointStatus[]): EndpointHealt
       rateLimitRate: requests > 0 ? Math.min(1, rateLimited / requests) : 0,
       ewmaTtftMs: Number.isFinite(s.ewmaTtftMs) ? Math.max(0, s.ewmaTtftMs) : 0,
       inFlight: Math.max(0, Math.trunc(s.inFlight)),
+      ...(s.driftMismatches > 0 ? { driftMismatches: s.driftMismatches } : {}),
     };
   });
 }

@@ -1067,6 +1067,7 @@ describe('status', () => {
         rateLimited: 0,
         window: { requests: 0, errors: 0, rateLimited: 0 },
         costPerMTok: 0.2,
+        driftMismatches: 0,
       },
       {
         id: 'y',
@@ -1084,8 +1085,24 @@ describe('status', () => {
         rateLimited: 0,
         window: { requests: 0, errors: 0, rateLimited: 0 },
         costPerMTok: 0.6,
+        driftMismatches: 0,
       },
     ]);
+  });
+
+  test('shows the probe fingerprint and counts passive drift mismatches', () => {
+    const probe = { fingerprint: 'm/fp/abc', model: 'm', systemFingerprint: 'fp', drifted: true };
+    const { balancer, statusOf } = setup({ endpoints: [endpoint('a', { probe }), endpoint('b')] });
+    assert.equal(statusOf('a').fingerprint, 'm/fp/abc');
+    assert.equal(statusOf('a').drifted, true, 'the verdict, though not excluded');
+    assert.equal(statusOf('b').fingerprint, undefined);
+    const attempt = picked(balancer.pick({ exclude: new Set(['b']) })).attempt;
+    balancer.noteDriftMismatch(attempt);
+    balancer.noteDriftMismatch(attempt);
+    assert.equal(statusOf('a').driftMismatches, 2);
+    balancer.update(testPolicy(), [endpoint('b')]);
+    balancer.noteDriftMismatch(attempt); // a left the pool: nothing to count on
+    balancer.noteDriftMismatch({ endpoint: endpoint('z'), startedAtMs: 0, probe: false });
   });
 
   test('shows an expired open breaker as half-open', () => {

@@ -97,6 +97,8 @@ interface EndpointState {
   cooldownUntilMs: number;
   /** Left the pool in an update; its attempts may still finish, without effect. */
   removed: boolean;
+  /** Responses that contradicted the endpoint's drift probe. */
+  driftMismatches: number;
 }
 
 /** What the balancer knows about an attempt it handed out. */
@@ -203,6 +205,11 @@ export class Balancer implements PoolBalancer {
     record.ttftMs = this.#now() - attempt.startedAtMs;
   }
 
+  noteDriftMismatch(attempt: Attempt): void {
+    const record = this.#attempts.get(attempt);
+    if (record !== undefined && !record.state.removed) record.state.driftMismatches += 1;
+  }
+
   finish(attempt: Attempt, outcome: Outcome): void {
     const record = this.#attempts.get(attempt);
     if (record === undefined || record.finished) return;
@@ -277,6 +284,7 @@ export class Balancer implements PoolBalancer {
         slow: this.#isSlow(s),
         drifted: s.spec.drifted === true || s.spec.probe?.drifted === true,
         ...(s.spec.probe === undefined ? {} : { fingerprint: s.spec.probe.fingerprint }),
+        driftMismatches: s.driftMismatches,
         requests: s.requests,
         errors: s.errors,
         rateLimited: s.rateLimited,
@@ -321,6 +329,7 @@ export class Balancer implements PoolBalancer {
           dropNextSample: false,
           cooldownUntilMs: -Infinity,
           removed: false,
+          driftMismatches: 0,
         };
       } else {
         state.spec = spec;

@@ -94,6 +94,8 @@ export interface EndpointStatus {
   drifted: boolean;
   /** The fingerprint of its last successful drift probe, when drift detection is on. */
   fingerprint?: string | undefined;
+  /** Responses that contradicted that probe, since the endpoint joined. */
+  driftMismatches: number;
   requests: number;
   errors: number;
   rateLimited: number;
@@ -113,6 +115,8 @@ export interface PoolBalancer {
   pick(request: PickRequest): PickResult;
   /** The first response body byte of this attempt arrived now: its TTFT sample. */
   firstByte(attempt: Attempt): void;
+  /** The response contradicted the endpoint's drift probe (the passive check): counted. */
+  noteDriftMismatch(attempt: Attempt): void;
   /** The attempt ended (in-flight −1) with this outcome. Safe to call once per attempt only. */
   finish(attempt: Attempt, outcome: Outcome): void;
   /** Count one client request (a first attempt) into the retry budget. */

@@ -24,6 +24,8 @@ export interface EndpointMetrics {
   labels: { pool: string; backend: string; endpoint: string };
   requests: Record<CodeClass, { inc(): void }>;
   ttft: { observe(seconds: number): void };
+  /** Responses whose model or system_fingerprint contradicted the endpoint's drift probe. */
+  driftMismatches: { inc(): void };
 }
 
 /**
@@ -34,6 +36,7 @@ export class SidecarMetrics {
   readonly registry = new Registry();
   private readonly requests: Counter<'pool' | 'backend' | 'endpoint' | 'code'>;
   private readonly ttft: Histogram<'pool' | 'backend' | 'endpoint'>;
+  private readonly driftMismatches: Counter<'pool' | 'backend' | 'endpoint'>;
   private readonly byEndpoint = new Map<string, EndpointMetrics>();
   private readonly affinity: Record<AffinityResult, { inc(): void }>;
   readonly retries: { inc(): void };
@@ -62,6 +65,12 @@ export class SidecarMetrics {
       help: 'Time from sending the request to the first response body byte, per endpoint (streaming requests).',
       labelNames: ['pool', 'backend', 'endpoint'],
       buckets: TTFT_BUCKETS_S,
+      registers,
+    });
+    this.driftMismatches = new Counter({
+      name: 'switchyard_drift_mismatches_total',
+      help: "Responses whose model or system_fingerprint differed from what the endpoint's drift probe answered (the passive check; drift detection on only).",
+      labelNames: ['pool', 'backend', 'endpoint'],
       registers,
     });
     // collect() runs with `this` bound to the gauge; read the balancer through these closures.
@@ -195,6 +204,7 @@ export class SidecarMetrics {
           CODE_CLASSES.map((code) => [code, this.requests.labels({ ...labels, code })]),
         ) as Record<CodeClass, { inc(): void }>,
         ttft: this.ttft.labels(labels),
+        driftMismatches: this.driftMismatches.labels(labels),
       };
       this.byEndpoint.set(endpoint.id, m);
     }

@@ -6,6 +6,7 @@ import type { Stream } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { affinityKeyFor } from '../policy/affinity.ts';
+import { PassiveDriftCheck } from './drift-check.ts';
 import type { Attempt, EndpointSpec, Outcome } from '../policy/types.ts';
 import type { ActivePool } from '../pool-state.ts';
 import { readBody, type BodyResult } from './body.ts';
@@ -681,7 +682,16 @@ class Exchange {
       headers['x-switchyard-attempts'] = String(this.attempts);
       res.writeHead(status, headers);
     };
+    const probe = state.attempt.endpoint.probe;
+    const driftCheck =
+      feedsHealth && status >= 200 && status < 300 && probe !== undefined
+        ? new PassiveDriftCheck(probe)
+        : undefined;
     const onData = (chunk: Buffer): void => {
+      if (driftCheck?.feed(chunk) === true) {
+        this.pool.balancer.noteDriftMismatch(state.attempt);
+        state.metrics.driftMismatches.inc();
+      }
       if (!state.committed) {
         state.committed = true;
         if (state.firstByteTimer !== undefined) clearTimeout(state.firstByteTimer);

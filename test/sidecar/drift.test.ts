@@ -131,4 +131,32 @@ describe('standalone drift detection', () => {
       await pool.stop();
     }
   });
+
+  it('the passive check counts responses that contradict the probe, before the next probe', async () => {
+    const pool = await startPool(sims, (urls) =>
+      balancePool(urls, '  drift: {probeEvery: 10m}\n  affinity: {key: None}'),
+    );
+    try {
+      await eventually(
+        async () => (await endpoints(pool)).every((e) => e.fingerprint !== null),
+        5_000,
+        'every endpoint probed once',
+      );
+      // b is redeployed with another build between two probes.
+      await simConfig(pool.sims[1]!, { fingerprint: 'fp_new' });
+      for (let i = 0; i < 30; i++) {
+        await rawChat(pool.sidecar.url, hello('llama'));
+        await rawChat(pool.sidecar.url, hello('llama', { stream: true }));
+      }
+      const view = (await debugBackends(pool.sidecar)).endpoints as unknown as (DriftEndpoint & {
+        driftMismatches: number;
+      })[];
+      assert.ok(view.find((e) => e.id.startsWith('b/'))!.driftMismatches > 0);
+      assert.equal(view.find((e) => e.id.startsWith('a/'))!.driftMismatches, 0);
+      const metrics = await (await fetch(`${pool.sidecar.adminUrl}/metrics`)).text();
+      assert.match(metrics, /^switchyard_drift_mismatches_total\{[^}]*endpoint="b\/[^}]*\} [1-9]/m);
+    } finally {
+      await pool.stop();
+    }
+  });
 });
