@@ -174,6 +174,12 @@ export async function startController(options: ControllerOptions): Promise<Runni
     tlsNotAfterMs: () =>
       tls === undefined ? undefined : certificateNotAfterMs(tls.current().cert),
     drift: () => drift.drifted(),
+    fleet: () =>
+      new Map(
+        [...states].flatMap(([key, st]) =>
+          st.lastStatus?.endpointHealth === undefined ? [] : [[key, st.lastStatus.endpointHealth]],
+        ),
+      ),
   });
   const drift: DriftMonitor = new DriftMonitor({
     logger,

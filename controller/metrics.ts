@@ -21,6 +21,16 @@ export class ControllerMetrics {
     podsNotInjected?: () => number | undefined;
     /** When the served certificate expires, ms since the epoch. */
     tlsNotAfterMs?: () => number | undefined;
+    /** Per pool key: the endpoints the fleet sees unhealthy (the status' endpointHealth). */
+    fleet?: () => ReadonlyMap<
+      string,
+      readonly {
+        id: string;
+        breakerOpen: number;
+        reporting: number;
+        errorPercent?: number | undefined;
+      }[]
+    >;
     /** Per pool key: its probed endpoints and the drifted ones. */
     drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
   }) {
@@ -104,6 +114,29 @@ export class ControllerMetrics {
       collect() {
         const n = read.podsNotInjected?.();
         if (n !== undefined) this.set(n);
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_endpoint_breaker_open_sidecars',
+      help: 'How many connected sidecars see an endpoint with its circuit breaker open (endpoints some sidecar sees unhealthy; on the leader).',
+      labelNames: ['pool', 'endpoint'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [pool, entries] of read.fleet?.() ?? [])
+          for (const e of entries) this.set({ pool, endpoint: e.id }, e.breakerOpen);
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_endpoint_error_percent',
+      help: 'Errors among an endpoint’s requests as its sidecars see them, percent, averaged (endpoints some sidecar sees unhealthy; on the leader).',
+      labelNames: ['pool', 'endpoint'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [pool, entries] of read.fleet?.() ?? [])
+          for (const e of entries)
+            if (e.errorPercent !== undefined) this.set({ pool, endpoint: e.id }, e.errorPercent);
       },
     });
     this.driftProbes = new Counter({

@@ -660,6 +660,39 @@ export const InferencePoolStatusSchema = Type.Object(
               minimum: 0,
               format: 'int32',
             }),
+            errorPercent: Type.Optional(
+              Type.Integer({
+                description:
+                  'Errors among its requests in the sidecars’ health windows, in percent, averaged over the sidecars of this replica that report it.',
+                minimum: 0,
+                maximum: 100,
+                format: 'int32',
+              }),
+            ),
+            rateLimitPercent: Type.Optional(
+              Type.Integer({
+                description: '429 answers among its requests, in percent, averaged likewise.',
+                minimum: 0,
+                maximum: 100,
+                format: 'int32',
+              }),
+            ),
+            ewmaTtftMs: Type.Optional(
+              Type.Integer({
+                description:
+                  'Median over those sidecars of their smoothed time to first token for it, in ms (two significant digits).',
+                minimum: 0,
+                format: 'int64',
+              }),
+            ),
+            driftMismatches: Type.Optional(
+              Type.Integer({
+                description:
+                  'Responses that contradicted its drift probe (another model or system_fingerprint), summed over those sidecars.',
+                minimum: 0,
+                format: 'int64',
+              }),
+            ),
           },
           {
             description: 'One endpoint as the connected sidecars see it.',
@@ -668,7 +701,7 @@ export const InferencePoolStatusSchema = Type.Object(
         ),
         {
           description:
-            'How the fleet of sidecars sees the endpoints: each endpoint that at least one connected sidecar reports with an open or half-open circuit breaker, worst first (at most 32). Empty when every sidecar sees every endpoint healthy.',
+            'How the fleet of sidecars sees the endpoints: each endpoint that at least one connected sidecar reports with an open or half-open circuit breaker, or with errors or 429s on at least 5 % of its requests, or with drift mismatches, worst first (at most 32). Empty when every sidecar sees every endpoint healthy.',
           maxItems: 32,
           'x-kubernetes-list-type': 'map',
           'x-kubernetes-list-map-keys': ['id'],

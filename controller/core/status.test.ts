@@ -10,6 +10,7 @@ import {
   statusEqual,
   type PoolStatusInput,
   type SidecarState,
+  twoDigits,
 } from './status.ts';
 import { notReady, pool, ready, reconcile, service, slice } from './testing.ts';
 
@@ -255,5 +256,74 @@ describe('poolStatus: the drift section', () => {
     assert.equal(poolStatus(input({ previous: { drift: section }, drift: null })).drift, undefined);
     assert.equal(poolStatus(input()).drift, undefined);
     assert.ok(Value.Check(InferencePoolStatusSchema, poolStatus(input({ drift: section }))));
+  });
+});
+
+describe('fleetHealth: rates, TTFT and drift mismatches', () => {
+  const e = (id: string, over: Record<string, unknown> = {}) => ({
+    id,
+    breaker: 'closed' as const,
+    ...over,
+  });
+  test('lists endpoints with errors or 429s on 5 % of requests, or drift mismatches, with the fleet’s figures', () => {
+    const health = fleetHealth(
+      reports({
+        'app-1': sidecar({
+          endpoints: [
+            e('a', { errorRate: 0.5, rateLimitRate: 0, ewmaTtftMs: 1234 }),
+            e('b', { errorRate: 0.01, rateLimitRate: 0.2, ewmaTtftMs: 80 }),
+            e('c', { errorRate: 0, rateLimitRate: 0, ewmaTtftMs: 50 }),
+            e('d', { errorRate: 0, rateLimitRate: 0, ewmaTtftMs: 50, driftMismatches: 3 }),
+          ],
+        }),
+        'app-2': sidecar({
+          endpoints: [
+            e('a', { breaker: 'open', errorRate: 0.3, rateLimitRate: 0, ewmaTtftMs: 900 }),
+            e('b', { errorRate: 0.03, rateLimitRate: 0, ewmaTtftMs: 90 }),
+            e('c', { errorRate: 0.02, rateLimitRate: 0, ewmaTtftMs: 60 }),
+            e('d', { driftMismatches: 2 }),
+          ],
+        }),
+      }),
+    );
+    assert.deepEqual(health, [
+      {
+        id: 'a',
+        breakerOpen: 1,
+        halfOpen: 0,
+        reporting: 2,
+        errorPercent: 40,
+        rateLimitPercent: 0,
+        ewmaTtftMs: 900,
+      },
+      {
+        id: 'b',
+        breakerOpen: 0,
+        halfOpen: 0,
+        reporting: 2,
+        errorPercent: 2,
+        rateLimitPercent: 10,
+        ewmaTtftMs: 80,
+      },
+      {
+        id: 'd',
+        breakerOpen: 0,
+        halfOpen: 0,
+        reporting: 2,
+        errorPercent: 0,
+        rateLimitPercent: 0,
+        ewmaTtftMs: 50,
+        driftMismatches: 5,
+      },
+    ]);
+    assert.ok(Value.Check(InferencePoolStatusSchema, { endpointHealth: health }));
+  });
+
+  test('two significant digits keep status writes for small changes away', () => {
+    assert.equal(twoDigits(1234), 1200);
+    assert.equal(twoDigits(87.6), 88);
+    assert.equal(twoDigits(5), 5);
+    assert.equal(twoDigits(0), 0);
+    assert.equal(twoDigits(NaN), 0);
   });
 });

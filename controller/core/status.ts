@@ -21,8 +21,20 @@ export interface SidecarState {
   appliedVersion?: number | undefined;
   /** Hash of the snapshot it applied. */
   appliedHash?: string | undefined;
-  /** The breaker of each endpoint, as it sees it. */
-  endpoints?: readonly { id: string; breaker: BreakerState }[] | undefined;
+  /**
+   * Each endpoint as it sees it: its breaker, and (from a full report; summaries of other
+   * replicas carry breakers only) its window rates, EWMA TTFT and drift mismatches.
+   */
+  endpoints?:
+    | readonly {
+        id: string;
+        breaker: BreakerState;
+        errorRate?: number | undefined;
+        rateLimitRate?: number | undefined;
+        ewmaTtftMs?: number | undefined;
+        driftMismatches?: number | undefined;
+      }[]
+    | undefined;
 }
 
 export interface SidecarReports {
@@ -126,6 +138,23 @@ export interface EndpointFleetHealth {
   halfOpen: number;
   /** Sidecars that report on it at all. */
   reporting: number;
+  /** Mean window error rate over the sidecars that reported rates for it, in whole percent. */
+  errorPercent?: number;
+  rateLimitPercent?: number;
+  /** Median of their EWMA TTFTs, ms, two significant digits (status changes only when it moves). */
+  ewmaTtftMs?: number;
+  /** Sum of their passive drift mismatches. */
+  driftMismatches?: number;
+}
+
+/** An endpoint with errors or 429s on at least this share of requests is listed too. */
+export const FLEET_RATE_THRESHOLD = 0.05;
+
+/** `n` rounded to two significant digits: 1234 → 1200, 87.6 → 88. */
+export function twoDigits(n: number): number {
+  if (!(n > 0) || !Number.isFinite(n)) return 0;
+  const scale = 10 ** Math.max(0, Math.floor(Math.log10(n)) - 1);
+  return Math.round(n / scale) * scale;
 }
 
 /** Entries of `fleetHealth` by default: status stays small however large the pool. */
@@ -142,29 +171,59 @@ export function fleetHealth(
   options: { endpointIds?: ReadonlySet<string> | undefined; limit?: number } = {},
 ): EndpointFleetHealth[] {
   const { endpointIds, limit = FLEET_HEALTH_LIMIT } = options;
-  const byId = new Map<string, EndpointFleetHealth>();
+  const byId = new Map<
+    string,
+    EndpointFleetHealth & { rates: { e: number; r: number; t: number }[] }
+  >();
   // Sidecars on other replicas publish only their non-closed breakers (controller/replica-summary.ts),
   // so `reporting` counts the connected sidecars that sent a health report at all.
   const connected = connectedSidecars(sidecars);
   const reporting = connected.filter((s) => s.endpoints !== undefined).length;
   for (const sidecar of connected) {
-    for (const { id, breaker } of sidecar.endpoints ?? []) {
-      if (endpointIds !== undefined && !endpointIds.has(id)) continue;
-      if (breaker === 'closed') continue;
-      let entry = byId.get(id);
+    for (const e of sidecar.endpoints ?? []) {
+      if (endpointIds !== undefined && !endpointIds.has(e.id)) continue;
+      let entry = byId.get(e.id);
       if (entry === undefined) {
-        entry = { id, breakerOpen: 0, halfOpen: 0, reporting };
-        byId.set(id, entry);
+        entry = { id: e.id, breakerOpen: 0, halfOpen: 0, reporting, rates: [] };
+        byId.set(e.id, entry);
       }
-      if (breaker === 'open') entry.breakerOpen += 1;
-      else entry.halfOpen += 1;
+      if (e.breaker === 'open') entry.breakerOpen += 1;
+      else if (e.breaker === 'half-open') entry.halfOpen += 1;
+      if (e.errorRate !== undefined)
+        entry.rates.push({ e: e.errorRate, r: e.rateLimitRate ?? 0, t: e.ewmaTtftMs ?? 0 });
+      if ((e.driftMismatches ?? 0) > 0)
+        entry.driftMismatches = (entry.driftMismatches ?? 0) + (e.driftMismatches ?? 0);
     }
   }
-  return [...byId.values()]
-    .filter((e) => e.breakerOpen + e.halfOpen > 0)
+  const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const listed: EndpointFleetHealth[] = [];
+  for (const { rates, ...entry } of byId.values()) {
+    const withRates: EndpointFleetHealth = { ...entry };
+    if (rates.length > 0) {
+      withRates.errorPercent = Math.round(
+        100 * Math.min(1, Math.max(0, mean(rates.map((x) => x.e)))),
+      );
+      withRates.rateLimitPercent = Math.round(
+        100 * Math.min(1, Math.max(0, mean(rates.map((x) => x.r)))),
+      );
+      const ttfts = rates.map((x) => x.t).sort((a, b) => a - b);
+      withRates.ewmaTtftMs = twoDigits(ttfts[Math.floor((ttfts.length - 1) / 2)] ?? 0);
+    }
+    const unhealthy =
+      entry.breakerOpen + entry.halfOpen > 0 ||
+      (withRates.errorPercent ?? 0) >= FLEET_RATE_THRESHOLD * 100 ||
+      (withRates.rateLimitPercent ?? 0) >= FLEET_RATE_THRESHOLD * 100 ||
+      (entry.driftMismatches ?? 0) > 0;
+    if (unhealthy) listed.push(withRates);
+  }
+  return listed
     .sort(
       (a, b) =>
-        b.breakerOpen - a.breakerOpen || b.halfOpen - a.halfOpen || compareStrings(a.id, b.id),
+        b.breakerOpen - a.breakerOpen ||
+        b.halfOpen - a.halfOpen ||
+        (b.errorPercent ?? 0) - (a.errorPercent ?? 0) ||
+        (b.rateLimitPercent ?? 0) - (a.rateLimitPercent ?? 0) ||
+        compareStrings(a.id, b.id),
     )
     .slice(0, Math.max(0, limit));
 }
