@@ -1,0 +1,328 @@
+/**
+ * Drift detection and the fleet view end to end, on the real API server (test/k8s/cluster.ts):
+ * three simulators on test hosts behind a Service, one of them another build (another
+ * system_fingerprint), a real controller probing them, and two real sidecars fed by it.
+ *
+ * SWITCHYARD_K8S_TESTS=0 skips it.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import { startCluster, waitFor, type Cluster } from './cluster.ts';
+import { installInferencePoolCrd } from './crd.ts';
+import {
+  controllerSidecarArgs,
+  createNamespaces,
+  startPlainController,
+} from './test-controller.ts';
+import {
+  assertTestAddress,
+  createTestHost,
+  startSwitchyardIn,
+  type TestHost,
+} from './test-hosts.ts';
+
+const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
+const NS = 'apps';
+const POOL = `/apis/switchyard.dev/v1alpha1/namespaces/${NS}/inferencepools/chat`;
+const PROBE_EVERY_MS = 2_000;
+
+interface PoolStatus {
+  status?: {
+    endpoints?: { ready?: number; total?: number; drifted?: number };
+    drift?: {
+      expected?: string;
+      endpoints: { id: string; fingerprint?: string; drifted: boolean; error?: string }[];
+    };
+    endpointHealth?: {
+      id: string;
+      breakerOpen: number;
+      reporting: number;
+      errorPercent?: number;
+    }[];
+  };
+}
+
+interface DebugEndpoint {
+  id: string;
+  drifted: boolean;
+  fingerprint: string | null;
+  breaker: string;
+}
+
+describe(
+  'drift detection and the fleet view on a real API server',
+  { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
+  () => {
+    let cluster: Cluster;
+    let dir: string;
+    const hosts: TestHost[] = [];
+    const sims: { stop(): Promise<unknown> }[] = [];
+    let controller: RunningProcess | undefined;
+    const sidecars: RunningProcess[] = [];
+    const id = (h: TestHost): string => `gpus/${h.ip}:8000`;
+
+    const status = async (): Promise<NonNullable<PoolStatus['status']>> =>
+      (await cluster.request<PoolStatus>('GET', POOL)).body.status ?? {};
+    const debug = async (s: RunningProcess): Promise<DebugEndpoint[]> =>
+      (
+        (await (await fetch(`${s.adminUrl}/debug/backends`)).json()) as {
+          endpoints: DebugEndpoint[];
+        }
+      ).endpoints;
+    const simAdmin = async (h: TestHost, patch: Record<string, unknown>): Promise<void> => {
+      assertTestAddress(h.ip);
+      const res = await fetch(`http://${h.ip}:8000/admin/config`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(patch),
+      });
+      assert.equal(res.status, 200, await res.text());
+    };
+    const simRequests = async (h: TestHost): Promise<number> => {
+      assertTestAddress(h.ip);
+      return (
+        (await (await fetch(`http://${h.ip}:8000/admin/stats`)).json()) as { requests: number }
+      ).requests;
+    };
+    const chat = async (s: RunningProcess): Promise<Response> =>
+      fetch(`${s.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'llama',
+          max_tokens: 3,
+          messages: [{ role: 'user', content: 'hello' }],
+        }),
+      });
+    const events = async (reason: string): Promise<{ message: string }[]> =>
+      (
+        await cluster.request<{
+          items: { reason: string; message: string; involvedObject: { name: string } }[];
+        }>('GET', `/api/v1/namespaces/${NS}/events`)
+      ).body.items.filter((e) => e.reason === reason && e.involvedObject.name === 'chat');
+
+    before(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'switchyard-drift-e2e-'));
+      cluster = await startCluster();
+      await installInferencePoolCrd(cluster);
+      await createNamespaces(cluster, [NS, 'switchyard']);
+      for (const [label, fingerprint] of [
+        ['g1', 'fp_a'],
+        ['g2', 'fp_a'],
+        ['g3', 'fp_b'],
+      ] as const) {
+        const host = await createTestHost(label);
+        hosts.push(host);
+        sims.push(
+          await startSwitchyardIn(host, [
+            'sim',
+            '--port',
+            '8000',
+            '--name',
+            label,
+            '--model',
+            'llama',
+            '--fingerprint',
+            fingerprint,
+            '--prefill-ms-per-token',
+            '0.01',
+            '--decode-ms-per-token',
+            '1',
+            '--slots',
+            '16',
+          ]),
+        );
+      }
+      await cluster.applyYaml(`apiVersion: v1
+kind: Service
+metadata: {name: vllm, namespace: ${NS}}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8000}]
+`);
+      for (const h of hosts) assertTestAddress(h.ip);
+      await cluster.request('POST', `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`, {
+        apiVersion: 'discovery.k8s.io/v1',
+        kind: 'EndpointSlice',
+        metadata: { name: 'vllm-1', labels: { 'kubernetes.io/service-name': 'vllm' } },
+        addressType: 'IPv4',
+        endpoints: hosts.map((h) => ({ addresses: [h.ip], conditions: { ready: true } })),
+        ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
+      });
+      await cluster.applyYaml(`apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: chat, namespace: ${NS}}
+spec:
+  backends: [{name: gpus, service: {name: vllm, port: http}}]
+  affinity: {key: None}
+  health: {minRequests: 5, openFor: 60s}
+  drift: {probeEvery: ${PROBE_EVERY_MS / 1000}s, expect: Majority, action: Exclude}
+`);
+      controller = await startPlainController(cluster);
+      const token = await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' });
+      const tokenFile = join(dir, 'token');
+      writeFileSync(tokenFile, token.token);
+      for (const sidecarId of ['app-1', 'app-2'])
+        sidecars.push(
+          await startSwitchyard(
+            controllerSidecarArgs({
+              controllerUrl: controller.url,
+              pool: 'chat',
+              namespace: NS,
+              tokenFile,
+              cacheFile: join(dir, `${sidecarId}.json`),
+              sidecarId,
+            }),
+          ),
+        );
+    });
+
+    after(async () => {
+      await stopAll([...sidecars, controller]);
+      await Promise.all(sims.map((s) => s.stop()));
+      await Promise.all(hosts.map((h) => h.remove()));
+      await cluster?.stop();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('finds the other build within one probe period, records it in status, excludes it in every sidecar', async (t) => {
+      const started = performance.now();
+      const s = await waitFor(
+        'the drifted endpoint in status',
+        async () => {
+          const st = await status();
+          return st.drift?.endpoints.some((e) => e.drifted) === true ? st : undefined;
+        },
+        { timeoutMs: 15_000, intervalMs: 50 },
+      );
+      t.diagnostic(
+        `drift in status ${(performance.now() - started).toFixed(0)} ms after the sidecars connected`,
+      );
+      assert.match(s.drift?.expected ?? '', /^llama\/fp_a\/[0-9a-f]{12}$/);
+      const drifted = s.drift?.endpoints.filter((e) => e.drifted) ?? [];
+      assert.deepEqual(
+        drifted.map((e) => e.id),
+        [id(hosts[2]!)],
+      );
+      assert.match(drifted[0]?.fingerprint ?? '', /^llama\/fp_b\//);
+      await waitFor('the counts', async () => (await status()).endpoints?.drifted === 1);
+      assert.equal((await status()).endpoints?.ready, 2);
+      for (const sidecar of sidecars)
+        await waitFor(`the exclusion in ${sidecar.url}`, async () => {
+          const g3 = (await debug(sidecar)).find((e) => e.id === id(hosts[2]!));
+          return g3?.drifted === true && (g3.fingerprint ?? '').includes('fp_b');
+        });
+      const before = await simRequests(hosts[2]!);
+      for (let i = 0; i < 20; i++) assert.equal((await chat(sidecars[i % 2]!)).status, 200);
+      assert.ok(
+        (await simRequests(hosts[2]!)) - before <= 2,
+        'only the controller’s probes reach g3',
+      );
+      const warnings = await waitFor('the EndpointDrifted Event', async () => {
+        const found = await events('EndpointDrifted');
+        return found.length > 0 ? found : undefined;
+      });
+      assert.match(
+        warnings[0]?.message ?? '',
+        /answers llama\/fp_b\/.*the pool expects llama\/fp_a\/.*no traffic/,
+      );
+      const metrics = await (await fetch(`${controller!.adminUrl}/metrics`)).text();
+      assert.match(
+        metrics,
+        new RegExp(
+          `^switchyard_endpoint_drifted\\{pool="apps/chat",endpoint="gpus/${hosts[2]!.ip.replaceAll('.', '\\.')}:8000"\\} 1$`,
+          'm',
+        ),
+      );
+      assert.match(metrics, /^switchyard_controller_drift_probes_total\{result="ok"\} [1-9]/m);
+    });
+
+    it('takes it back when it answers the majority again, and says so', async () => {
+      await simAdmin(hosts[2]!, { fingerprint: 'fp_a' });
+      await waitFor(
+        'recovery in status',
+        async () => (await status()).drift?.endpoints.every((e) => !e.drifted) === true,
+        {
+          timeoutMs: PROBE_EVERY_MS * 4,
+        },
+      );
+      for (const sidecar of sidecars)
+        await waitFor('recovery in the sidecar', async () =>
+          (await debug(sidecar)).every((e) => !e.drifted),
+        );
+      const before = await simRequests(hosts[2]!);
+      for (let i = 0; i < 30; i++) await chat(sidecars[i % 2]!);
+      assert.ok((await simRequests(hosts[2]!)) - before >= 3, 'g3 serves again');
+      await waitFor(
+        'the EndpointDriftCleared Event',
+        async () => (await events('EndpointDriftCleared')).length > 0,
+      );
+    });
+
+    it('Warn: reported in status and by the sidecars, but kept in routing', async () => {
+      const res = await cluster.request('PATCH', POOL, { spec: { drift: { action: 'Warn' } } });
+      assert.equal(res.status, 200, res.text);
+      await simAdmin(hosts[2]!, { fingerprint: 'fp_c' });
+      await waitFor(
+        'the warning in status',
+        async () => (await status()).drift?.endpoints.some((e) => e.drifted) === true,
+        {
+          timeoutMs: PROBE_EVERY_MS * 4,
+        },
+      );
+      await waitFor('drifted (warned) in the sidecars', async () => {
+        for (const sidecar of sidecars)
+          if ((await debug(sidecar)).find((e) => e.id === id(hosts[2]!))?.drifted !== true)
+            return false;
+        return true;
+      });
+      const before = await simRequests(hosts[2]!);
+      for (let i = 0; i < 30; i++) await chat(sidecars[i % 2]!);
+      assert.ok((await simRequests(hosts[2]!)) - before >= 3, 'g3 still serves');
+      assert.equal((await status()).endpoints?.ready, 3, 'nothing excluded');
+    });
+
+    it('a failing probe is not drift; the fleet view shows who sees the failing endpoint broken', async () => {
+      await simAdmin(hosts[2]!, { fingerprint: 'fp_a' });
+      await waitFor(
+        'recovery',
+        async () => (await status()).drift?.endpoints.every((e) => !e.drifted) === true,
+        {
+          timeoutMs: PROBE_EVERY_MS * 4,
+        },
+      );
+      await simAdmin(hosts[0]!, { errorRate: 1 });
+      // Traffic until both sidecars' breakers for g1 are open (minRequests 5) and status says so.
+      let sent = 0;
+      const st = await waitFor(
+        'g1 open in both sidecars in status',
+        async () => {
+          for (let i = 0; i < 10; i++) await chat(sidecars[sent++ % 2]!);
+          const s = await status();
+          const g1 = s.endpointHealth?.find((e) => e.id === id(hosts[0]!));
+          return g1?.breakerOpen === 2 ? s : undefined;
+        },
+        { timeoutMs: 30_000, intervalMs: 200 },
+      );
+      const g1 = st.endpointHealth?.find((e) => e.id === id(hosts[0]!));
+      assert.equal(g1?.reporting, 2);
+      // The window's rate, which decays once the breaker keeps traffic away: there, at least.
+      assert.ok((g1?.errorPercent ?? 0) > 0, `errorPercent ${g1?.errorPercent}`);
+      const probe = await waitFor(
+        'the probe error in status',
+        async () => {
+          const e = (await status()).drift?.endpoints.find((x) => x.id === id(hosts[0]!));
+          return e?.error !== undefined ? e : undefined;
+        },
+        { timeoutMs: PROBE_EVERY_MS * 4 },
+      );
+      assert.equal(probe.drifted, false);
+      assert.match(probe.fingerprint ?? '', /fp_a/);
+      assert.match(probe.error ?? '', /HTTP 500/);
+      await simAdmin(hosts[0]!, { errorRate: 0 });
+    });
+  },
+);
