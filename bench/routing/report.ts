@@ -89,6 +89,7 @@ export function renderReport(results: BenchResults, plots: string[]): string {
   );
   out.push(
     'Times are simulated milliseconds (wall time × speed); TTFT is the time to the first streamed byte. ' +
+      'CPU is how busy the whole machine (all cores, every process) was while the run replayed: near 100 % the routers compete with the simulators and the load generator, and their own cost shows in the latencies. ' +
       (t.idealHitRate === null
         ? 'The trace has no prefix information, so cache hit rates are not meaningful.'
         : `The single-cache ideal hit rate of the replayed requests is ${pct(t.idealHitRate)} (${pct(t.idealHitRateWholeTrace ?? NaN)} for the whole trace).`),
@@ -118,12 +119,12 @@ export function renderReport(results: BenchResults, plots: string[]): string {
   for (const [scenario, byPolicy] of Object.entries(results.scenarios)) {
     out.push(`## ${scenario}`, '', `${results.scenarioDescriptions[scenario] ?? ''}.`, '');
     out.push(
-      '| policy | TTFT p50 | p90 | p99 | e2e p50 | e2e p99 | errors | hit rate | req/s | $/1k req | share (%) |',
-      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+      '| policy | TTFT p50 | p90 | p99 | e2e p50 | e2e p99 | errors | hit rate | req/s | $/1k req | CPU | share (%) |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
     );
     for (const [policy, r] of Object.entries(byPolicy)) {
       out.push(
-        `| ${policy} | ${ms(r.ttftMs.p50)} | ${ms(r.ttftMs.p90)} | ${ms(r.ttftMs.p99)} | ${ms(r.e2eMs.p50)} | ${ms(r.e2eMs.p99)} | ${pct(r.errorRate, 2)} | ${pct(r.cacheHitRate)} | ${r.throughputRps.toFixed(2)} | ${r.costPer1k.toFixed(2)} | ${shareText(r.share)} |`,
+        `| ${policy} | ${ms(r.ttftMs.p50)} | ${ms(r.ttftMs.p90)} | ${ms(r.ttftMs.p99)} | ${ms(r.e2eMs.p50)} | ${ms(r.e2eMs.p99)} | ${pct(r.errorRate, 2)} | ${pct(r.cacheHitRate)} | ${r.throughputRps.toFixed(2)} | ${r.costPer1k.toFixed(2)} | ${r.machineCpuPercent === null || r.machineCpuPercent === undefined ? '–' : `${r.machineCpuPercent} %`} | ${shareText(r.share)} |`,
       );
     }
     const kinds = Object.entries(byPolicy).filter(

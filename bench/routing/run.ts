@@ -5,6 +5,8 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import { availableParallelism } from 'node:os';
+import { machineCpuSeconds } from '../overhead-peers.ts';
 import { startFleet, type SimFleet } from './backends.ts';
 import { cdf, summarise, type PolicyResult } from './metrics.ts';
 import { Oracle } from './oracle.ts';
@@ -40,6 +42,8 @@ export interface BenchSettings {
 
 export interface RunRecord extends PolicyResult {
   policy: string;
+  /** How busy the whole machine was during the replay (all cores, every process), percent. */
+  machineCpuPercent: number | null;
   family: string;
   costWeightPerMs?: number | null;
   /** Sorted successful TTFTs, thinned, for CDF plots. */
@@ -62,13 +66,20 @@ export interface BenchResults {
   versions: Record<string, string>;
   skipped: Record<string, string>;
   policiesDescribed: Record<string, string>;
-  scenarios: Record<string, Record<string, PolicyResult & { costWeightPerMs?: number | null }>>;
+  scenarios: Record<
+    string,
+    Record<
+      string,
+      PolicyResult & { costWeightPerMs?: number | null; machineCpuPercent?: number | null }
+    >
+  >;
   scenarioDescriptions: Record<string, string>;
   targets: ReturnType<typeof checkTargets>;
   durationS: number;
 }
 
 const MODEL = 'bench-model';
+const CPUS = availableParallelism();
 const WARM_UP_REQUESTS = 300;
 /**
  * A client gives up on a request that sent nothing for a simulated minute (under 5 s of wall time
@@ -169,6 +180,8 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
                 continue;
               }
             }
+            const cpuBefore = machineCpuSeconds();
+            const wallBefore = performance.now();
             const results = await replay(
               def.family === 'oracle'
                 ? {
@@ -185,8 +198,17 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
                 timeoutMs: CLIENT_TIMEOUT_SIMULATED_MS / settings.speed,
               },
             );
+            const cpuAfter = machineCpuSeconds();
+            const wallS = (performance.now() - wallBefore) / 1000;
+            const machineCpuPercent =
+              cpuBefore === undefined || cpuAfter === undefined || wallS <= 0
+                ? null
+                : Math.round(
+                    (100 * (cpuAfter.tasks + cpuAfter.irq - cpuBefore.tasks - cpuBefore.irq)) /
+                      (wallS * CPUS),
+                  );
             const counters = await fleet.counters(specs);
-            const summary = summarise(results, counters, settings.speed);
+            const summary = { ...summarise(results, counters, settings.speed), machineCpuPercent };
             records[name][label] = {
               ...summary,
               policy: def.name,
