@@ -22,6 +22,7 @@ COPY crds ./crds
 COPY probe ./probe
 COPY sidecar ./sidecar
 COPY sim ./sim
+COPY status ./status
 # Non-root (the restricted Pod Security Standard needs it), above 10000 so it is no user of the
 # node; the files are root-owned and world-readable, and nothing is written outside /tmp.
 USER 65532:65532

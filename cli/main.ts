@@ -4,6 +4,7 @@ import { addSimCommand } from './sim-command.ts';
 import { addDemoCommand } from './demo-command.ts';
 import { addControllerCommand } from './controller-command.ts';
 import { addBenchCommand } from './bench-command.ts';
+import { addStatusCommand } from './status-command.ts';
 
 const program = new Command();
 program
@@ -21,5 +22,6 @@ addSimCommand(program);
 addDemoCommand(program);
 addControllerCommand(program);
 addBenchCommand(program);
+addStatusCommand(program);
 
 await program.parseAsync(process.argv);
