@@ -245,6 +245,38 @@ export async function startNginx(binary: string, backendUrl: string): Promise<Ch
   const dir = tempDir('nginx');
   const port = await freePort();
   const backend = new URL(backendUrl);
+  return spawnNginx(binary, dir, port, {
+    http: ['keepalive_timeout 65s;', 'keepalive_requests 1000000;'],
+    upstream: [
+      `server ${backend.hostname}:${backend.port};`,
+      'keepalive 512;',
+      'keepalive_requests 1000000;',
+    ],
+    location: ['proxy_read_timeout 120s;'],
+  });
+}
+
+/** What differs between the benchmarks' nginx configurations; the rest is in `spawnNginx`. */
+export interface NginxParts {
+  /** Directives of the `http` block. */
+  http: string[];
+  /** Directives of `upstream backends`: its servers, the balancing method, keep-alive. */
+  upstream: string[];
+  /** Directives of `location /` beyond proxying to the upstream over keep-alive, unbuffered. */
+  location: string[];
+}
+
+/**
+ * Writes an nginx.conf into `dir` and starts nginx on it: one foreground worker, unprivileged,
+ * every file (pid, logs, temp paths) in `dir`, proxying everything to `backends` without
+ * buffering. A failed start throws with nginx's error log.
+ */
+export async function spawnNginx(
+  binary: string,
+  dir: string,
+  port: number,
+  parts: NginxParts,
+): Promise<Child> {
   const config = join(dir, 'nginx.conf');
   writeFileSync(
     config,
@@ -263,17 +295,18 @@ export async function startNginx(binary: string, backendUrl: string): Promise<Ch
       `  fastcgi_temp_path ${join(dir, 'fastcgi')};`,
       `  uwsgi_temp_path ${join(dir, 'uwsgi')};`,
       `  scgi_temp_path ${join(dir, 'scgi')};`,
-      '  keepalive_timeout 65s;',
-      '  keepalive_requests 1000000;',
-      `  upstream zero { server ${backend.hostname}:${backend.port}; keepalive 512; keepalive_requests 1000000; }`,
+      ...parts.http.map((line) => `  ${line}`),
+      '  upstream backends {',
+      ...parts.upstream.map((line) => `    ${line}`),
+      '  }',
       '  server {',
       `    listen 127.0.0.1:${port};`,
       '    location / {',
-      '      proxy_pass http://zero;',
+      '      proxy_pass http://backends;',
       '      proxy_http_version 1.1;',
       '      proxy_set_header Connection "";',
       '      proxy_buffering off;',
-      '      proxy_read_timeout 120s;',
+      ...parts.location.map((line) => `      ${line}`),
       '    }',
       '  }',
       '}',
@@ -298,7 +331,6 @@ export async function startNginx(binary: string, backendUrl: string): Promise<Ch
   }
 }
 
-/** VmRSS of a process in MB (MiB), or undefined when it cannot be read. */
 export function rssMb(pid: number): number | undefined {
   try {
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');

@@ -1,44 +1,22 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { POLICY_NAMES as BENCH_POLICY_NAMES, SCENARIOS } from '../bench/routing/names.ts';
 import { parsePositiveInt } from './args.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
 const DEFAULT_TRACE = fileURLToPath(
   new URL('../../shared/traces/mooncake-synthetic.jsonl', import.meta.url),
 );
-const SCENARIO_NAMES = [
-  'steady',
-  'slow-backend',
-  'fast-failure',
-  'rate-limited',
-  'cold-start',
-  'mixed-cost',
-];
-const POLICY_NAMES = [
-  'round-robin',
-  'random',
-  'least-connections',
-  'p2c',
-  'switchyard',
-  'oracle',
-  'haproxy-roundrobin',
-  'haproxy-leastconn',
-  'haproxy-random2',
-  'nginx-least-conn',
-  'caddy-random-choose-2',
-  'caddy-least-conn',
-  'litellm-simple-shuffle',
-  'litellm-least-busy',
-  'litellm-latency-based',
-];
+const SCENARIO_NAMES: readonly string[] = SCENARIOS;
+const POLICY_NAMES: readonly string[] = BENCH_POLICY_NAMES;
 
 const list =
-  (allowed: string[], what: string) =>
+  (allowed: readonly string[], what: string) =>
   (value: string): string[] => {
     const items =
       value === 'all'
-        ? allowed
+        ? [...allowed]
         : value
             .split(',')
             .map((v) => v.trim())

@@ -18,6 +18,7 @@ import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts
 import {
   freePort,
   spawnListening,
+  spawnNginx,
   tempDir,
   versionOf,
   which,
@@ -238,54 +239,19 @@ function nginx(): PolicyDefinition {
       instances(ctx.instances, async () => {
         const dir = tempDir('routing-nginx');
         const port = await freePort();
-        const config = join(dir, 'nginx.conf');
-        writeFileSync(
-          config,
-          [
-            'daemon off;',
-            'master_process off;',
-            'worker_processes 1;',
-            `pid ${join(dir, 'nginx.pid')};`,
-            `error_log ${join(dir, 'error.log')} warn;`,
-            'events { worker_connections 8192; }',
-            'http {',
-            '  access_log off;',
-            `  client_body_temp_path ${join(dir, 'body')};`,
-            `  proxy_temp_path ${join(dir, 'proxy')};`,
-            `  fastcgi_temp_path ${join(dir, 'fastcgi')};`,
-            `  uwsgi_temp_path ${join(dir, 'uwsgi')};`,
-            `  scgi_temp_path ${join(dir, 'scgi')};`,
-            '  client_max_body_size 32m;',
-            '  client_body_buffer_size 1m;',
-            '  upstream models {',
-            '    least_conn;',
-            ...ctx.backends.map(
-              (b) => `    server ${hostPort(b.url)} max_fails=3 fail_timeout=10s;`,
-            ),
-            '    keepalive 256;',
-            '  }',
-            '  server {',
-            `    listen 127.0.0.1:${port};`,
-            '    location / {',
-            '      proxy_pass http://models;',
-            '      proxy_http_version 1.1;',
-            '      proxy_set_header Connection "";',
-            '      proxy_buffering off;',
-            '      proxy_read_timeout 300s;',
-            '      proxy_next_upstream error timeout http_500 http_502 http_503 http_429 non_idempotent;',
-            '      proxy_next_upstream_tries 3;',
-            '    }',
-            '  }',
-            '}',
-            '',
-          ].join('\n'),
-        );
-        return spawnListening(
-          'nginx',
-          which('nginx')!,
-          ['-c', config, '-p', dir, '-e', join(dir, 'error.log')],
-          port,
-        );
+        return spawnNginx(which('nginx')!, dir, port, {
+          http: ['client_max_body_size 32m;', 'client_body_buffer_size 1m;'],
+          upstream: [
+            'least_conn;',
+            ...ctx.backends.map((b) => `server ${hostPort(b.url)} max_fails=3 fail_timeout=10s;`),
+            'keepalive 256;',
+          ],
+          location: [
+            'proxy_read_timeout 300s;',
+            'proxy_next_upstream error timeout http_500 http_502 http_503 http_429 non_idempotent;',
+            'proxy_next_upstream_tries 3;',
+          ],
+        });
       }),
   };
 }

@@ -4,6 +4,7 @@
  */
 import type { SimOptions } from '../../sim/options.ts';
 import { HASH_BLOCK_TOKENS } from './trace.ts';
+import { SCENARIOS, type ScenarioName } from './names.ts';
 
 export interface BackendSpec {
   name: string;
@@ -20,15 +21,7 @@ export interface Scenario {
   costWeights?: (number | undefined)[];
 }
 
-export const SCENARIOS = [
-  'steady',
-  'slow-backend',
-  'fast-failure',
-  'rate-limited',
-  'cold-start',
-  'mixed-cost',
-] as const;
-export type ScenarioName = (typeof SCENARIOS)[number];
+export { SCENARIOS, type ScenarioName };
 
 /** A modest inference server: 8 sequences at a time, 20k prompt tokens/s, 100 tokens/s each. */
 export const BASE_BACKEND: Partial<SimOptions> = {
