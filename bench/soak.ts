@@ -214,12 +214,17 @@ async function main(): Promise<void> {
     const harnessCpu = (): number =>
       sims.reduce((n, sim) => n + (cpuSeconds(sim.pid) ?? 0), 0) +
       (process.cpuUsage().user + process.cpuUsage().system) / 1e6;
-    const readCpu = () => ({
-      at: performance.now(),
-      sidecar: cpuSeconds(pid) ?? 0,
-      harness: harnessCpu(),
-      machine: machineCpuSeconds()?.tasks ?? 0,
-    });
+    const readCpu = () => {
+      const machine = machineCpuSeconds();
+      return {
+        at: performance.now(),
+        sidecar: cpuSeconds(pid) ?? 0,
+        harness: harnessCpu(),
+        // With irq: loopback TCP is processed in softirq, which /proc/stat counts apart from
+        // tasks while the processes' own stime includes much of it.
+        machine: (machine?.tasks ?? 0) + (machine?.irq ?? 0),
+      };
+    };
     let lastCpu = readCpu();
     const loadStarted = performance.now();
     const sample = async (): Promise<void> => {

@@ -50,6 +50,7 @@ interface BenchFlags {
   heterogeneous?: boolean;
   plots: boolean;
   quiet?: boolean;
+  replot?: boolean;
 }
 
 /** `switchyard bench`: the routing benchmark (docs/benchmarks.md#routing). */
@@ -124,6 +125,10 @@ export function addBenchCommand(program: Command): void {
     .option('--heterogeneous', 'make b1 half as fast and give b2 an eighth of the cache')
     .option('--no-plots', 'skip the plots')
     .option('--quiet', 'no progress output')
+    .option(
+      '--replot',
+      'run nothing: redraw the plots and rewrite report.md of the earlier run in --out',
+    )
     .addHelpText(
       'after',
       '\nPeers are used when installed and skipped with one line otherwise: apt-get install haproxy nginx caddy;\n' +
@@ -133,6 +138,17 @@ export function addBenchCommand(program: Command): void {
         '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin',
     )
     .action(async (flags: BenchFlags) => {
+      if (flags.replot === true) {
+        const { replot } = await import('../bench/routing/run.ts');
+        try {
+          const plots = await replot(flags.out);
+          process.stderr.write(`wrote ${flags.out}/report.md and ${plots.length} plots\n`);
+        } catch (err) {
+          process.stderr.write(`switchyard bench: ${(err as Error).message}\n`);
+          process.exit(2);
+        }
+        return;
+      }
       if (!existsSync(flags.trace)) {
         process.stderr.write(`switchyard bench: no trace at ${flags.trace} (give --trace FILE)\n`);
         process.exit(2);

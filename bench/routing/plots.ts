@@ -37,11 +37,62 @@ async function render(spec: Spec, dir: string, name: string): Promise<string[]> 
   return [`${name}.png`, `${name}.svg`];
 }
 
-const colorBy = {
-  field: 'policy',
-  type: 'nominal',
-  legend: { title: null, orient: 'right' },
-};
+/** Distinct colours for the other policies (the default palette has 10 and repeats them). */
+const PALETTE = [
+  '#1f77b4',
+  '#ff7f0e',
+  '#2ca02c',
+  '#d62728',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#bcbd22',
+  '#17becf',
+  '#aec7e8',
+  '#ffbb78',
+  '#98df8a',
+  '#ff9896',
+  '#c5b0d5',
+  '#c49c94',
+  '#f7b6d2',
+  '#dbdb8d',
+  '#9edae5',
+];
+const HIGHLIGHT: Record<string, string> = { switchyard: '#000000', oracle: '#7f7f7f' };
+
+/**
+ * The TTFT CDF of every policy: one colour each, switchyard thick and black and the oracle
+ * dashed and grey drawn last, so the two lines the reader looks for stand out of fifteen.
+ */
+function cdfLayers(policies: string[]): Spec[] {
+  let next = 0;
+  const range = policies.map((p) => HIGHLIGHT[p] ?? PALETTE[next++ % PALETTE.length]!);
+  const color = {
+    field: 'policy',
+    type: 'nominal',
+    scale: { domain: policies, range },
+    legend: { title: null, orient: 'right', labelLimit: 220 },
+  };
+  const line = (filter: string, style: Spec): Spec => ({
+    transform: [{ filter }],
+    mark: { type: 'line', interpolate: 'step-after', ...style },
+    encoding: {
+      x: {
+        field: 'ttft',
+        type: 'quantitative',
+        scale: { type: 'log' },
+        title: 'time to first token (ms, log)',
+      },
+      y: { field: 'p', type: 'quantitative', title: 'fraction of requests' },
+      color,
+    },
+  });
+  return [
+    line("datum.policy !== 'switchyard' && datum.policy !== 'oracle'", { strokeWidth: 1.3 }),
+    line("datum.policy === 'oracle'", { strokeWidth: 2, strokeDash: [6, 3] }),
+    line("datum.policy === 'switchyard'", { strokeWidth: 2.5 }),
+  ];
+}
 
 /** Writes every plot; returns their file names (PNG first for each). */
 export async function writePlots(
@@ -62,17 +113,7 @@ export async function writePlots(
           width: 640,
           height: 360,
           data: { values: points },
-          mark: { type: 'line', interpolate: 'step-after', strokeWidth: 1.5 },
-          encoding: {
-            x: {
-              field: 'ttft',
-              type: 'quantitative',
-              scale: { type: 'log' },
-              title: 'time to first token (ms, log)',
-            },
-            y: { field: 'p', type: 'quantitative', title: 'fraction of requests' },
-            color: colorBy,
-          },
+          layer: cdfLayers(entries.map(([policy]) => policy)),
         },
         dir,
         `${scenario}-ttft-cdf`,

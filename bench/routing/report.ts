@@ -131,7 +131,7 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       ([, r]) => Object.keys(r.errorKinds ?? {}).length > 0,
     );
     if (kinds.length > 0) {
-      out.push('Errors by kind:', '');
+      out.push('', 'Errors by kind:', '');
       for (const [policy, r] of kinds)
         out.push(
           `- ${policy}: ${Object.entries(r.errorKinds)

@@ -278,12 +278,38 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
   results.durationS = (performance.now() - started) / 1000;
   mkdirSync(settings.out, { recursive: true });
   writeFileSync(join(settings.out, 'results.json'), JSON.stringify(results, null, 2) + '\n');
+  // Every run with its TTFT CDF: what the plots are drawn from, so --replot can redraw them.
+  writeFileSync(join(settings.out, RUNS_FILE), JSON.stringify(records) + '\n');
   const plots = settings.plots ? await writePlots(settings.out, records, results) : [];
   writeFileSync(join(settings.out, 'report.md'), renderReport(results, plots));
   progress.line(
     `wrote ${join(settings.out, 'results.json')}, report.md${plots.length > 0 ? ` and ${plots.length} plots` : ''} in ${results.durationS.toFixed(0)} s`,
   );
   return results;
+}
+
+const RUNS_FILE = 'runs.json';
+
+/**
+ * Redraws the plots and rewrites report.md of an earlier run in `out` from its results.json and
+ * runs.json, without running anything: for a change to the plots or the report.
+ */
+export async function replot(out: string): Promise<string[]> {
+  const read = <T>(name: string): T => {
+    try {
+      return JSON.parse(readFileSync(join(out, name), 'utf8')) as T;
+    } catch (err) {
+      throw new Error(
+        `cannot read ${join(out, name)} (${(err as Error).message}); --replot needs a directory an earlier run wrote`,
+        { cause: err },
+      );
+    }
+  };
+  const results = read<BenchResults>('results.json');
+  const records = read<Record<string, Record<string, RunRecord>>>(RUNS_FILE);
+  const plots = await writePlots(out, records, results);
+  writeFileSync(join(out, 'report.md'), renderReport(results, plots));
+  return plots;
 }
 
 const fmt = (ms: number): string => (Number.isFinite(ms) ? ms.toFixed(0) : '–');

@@ -23,7 +23,7 @@ export interface Scenario {
 
 export { SCENARIOS, type ScenarioName };
 
-/** A modest inference server: 8 sequences at a time, 20k prompt tokens/s, 100 tokens/s each. */
+/** A modest inference server: 6 sequences at a time, 20k prompt tokens/s, 100 tokens/s each. */
 export const BASE_BACKEND: Partial<SimOptions> = {
   slots: 6,
   queueLimit: 1024,

@@ -98,6 +98,28 @@ describe('switchyard bench (smoke)', () => {
     }
   });
 
+  it('--replot redraws the plots and the report of that run without running anything', async () => {
+    const dir = join(out, 'mooncake');
+    const png = join(dir, 'steady-ttft-cdf.png');
+    rmSync(png);
+    rmSync(join(dir, 'report.md'));
+    const { stderr } = await run(process.execPath, [
+      SWITCHYARD_BIN,
+      'bench',
+      '--replot',
+      '--out',
+      dir,
+    ]);
+    assert.match(stderr, /wrote .*report\.md and 6 plots/);
+    assert.equal(readFileSync(png).subarray(1, 4).toString('latin1'), 'PNG');
+    assert.match(readFileSync(join(dir, 'report.md'), 'utf8'), /\| switchyard \|/);
+    await assert.rejects(
+      run(process.execPath, [SWITCHYARD_BIN, 'bench', '--replot', '--out', join(out, 'none')]),
+      (err: { stderr?: string; code?: number }) =>
+        err.code === 2 && /--replot needs a directory an earlier run wrote/.test(err.stderr ?? ''),
+    );
+  });
+
   it('reads an Azure CSV excerpt by its content', async () => {
     const dir = join(out, 'azure');
     await bench([
