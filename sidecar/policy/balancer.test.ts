@@ -134,6 +134,32 @@ describe('candidates and shedding', () => {
     assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'cheap');
   });
 
+  test('with an exchange rate, a cheaper endpoint one request busier is still weighed, not filtered out', () => {
+    const endpoints = [
+      endpoint('dear', { costPerMTok: 1 }),
+      endpoint('cheap', { costPerMTok: 0.2 }),
+    ];
+    // 0.0001 $/Mtok per ms: cheap costs 2,000 ms, dear 10,000 ms; cheap's extra request in
+    // flight adds one default TTFT (500 ms), far less than the 8,000 ms price gap.
+    const { balancer } = setup({
+      endpoints,
+      policy: { costWeightPerMs: 0.0001 },
+      rng: scriptedRng([0, 0, 0, 0.9]),
+    });
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'cheap');
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'cheap');
+  });
+
+  test('without an exchange rate, the less loaded endpoint wins whatever its price', () => {
+    const endpoints = [
+      endpoint('dear', { costPerMTok: 1 }),
+      endpoint('cheap', { costPerMTok: 0.2 }),
+    ];
+    const { balancer } = setup({ endpoints, rng: scriptedRng([0.9, 0]) });
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'cheap'); // tie → first drawn
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'dear'); // cheap is busier now
+  });
+
   test('ignores cost for pure latency routing', () => {
     const endpoints = [
       endpoint('dear', { costPerMTok: 0.6 }),

@@ -20,7 +20,7 @@ import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { median } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import { RetryBudget } from './retry-budget.ts';
-import { score } from './score.ts';
+import { costTermMs, score } from './score.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import type {
   AffinityResult,
@@ -191,6 +191,7 @@ export class Balancer implements PoolBalancer {
         this.#rng,
         (s) => s.inFlight,
         (s) => this.#score(s),
+        (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
     return {
       kind: 'picked',

@@ -2,7 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { Balancer } from './balancer.ts';
-import { pickTwoChoices } from './p2c.ts';
+import { pickLeastLoaded, pickTwoChoices } from './p2c.ts';
 import { seededRng } from './rng.ts';
 import { endpoint, fakeClock, scriptedRng, testPolicy } from './testing.ts';
 
@@ -79,6 +79,67 @@ describe('pickTwoChoices', () => {
       const expected = expectedShare(rank, scores.length);
       assert.ok(Math.abs(share - expected) < 0.01, `rank ${rank}: ${share} vs ${expected}`);
     });
+  });
+});
+
+describe('pickLeastLoaded', () => {
+  interface Candidate {
+    name: string;
+    inFlight: number;
+    score: number;
+    price: number;
+  }
+  const c = (name: string, inFlight: number, score: number, price = 0): Candidate => ({
+    name,
+    inFlight,
+    score,
+    price,
+  });
+  const pick = (candidates: Candidate[], rng = scriptedRng([0, 0.9]), byPrice = false) =>
+    pickLeastLoaded(
+      candidates,
+      rng,
+      (x) => x.inFlight,
+      (x) => x.score,
+      byPrice ? (x) => x.price : undefined,
+    ).name;
+
+  test('throws for no candidates', () => {
+    assert.throws(() => pick([]), RangeError);
+  });
+
+  test('only the fewest in flight compete: the only one is taken without a draw', () => {
+    const rng = scriptedRng([]);
+    assert.equal(pick([c('a', 2, 1), c('b', 0, 900), c('c', 1, 1)], rng), 'b');
+    assert.equal(rng.drawn, 0);
+  });
+
+  test('among the equally loaded, the better score of two random ones', () => {
+    assert.equal(pick([c('a', 1, 500), c('b', 1, 100), c('c', 3, 1)]), 'b');
+  });
+
+  test('a NaN in-flight count does not empty the choice: then all compete by score', () => {
+    assert.equal(pick([c('a', Number.NaN, 500), c('b', Number.NaN, 100)]), 'b');
+  });
+
+  test('with price classes, the least loaded of each class compete by score', () => {
+    // cheap is one request busier than dear; its score (latency + cost term) is still lower.
+    const candidates = [c('dear', 0, 2_000, 1_000), c('cheap', 1, 1_400, 200)];
+    assert.equal(pick(candidates, scriptedRng([]), false), 'dear'); // load alone: dear
+    assert.equal(pick(candidates, scriptedRng([0, 0.9]), true), 'cheap');
+  });
+
+  test('within a class, only its least loaded is a candidate', () => {
+    const candidates = [
+      c('cheap-busy', 4, 1, 200), // the best score, but the busiest of its class
+      c('cheap-idle', 1, 1_400, 200),
+      c('dear', 0, 2_000, 1_000),
+    ];
+    for (const draws of [
+      [0, 0.9],
+      [0.9, 0],
+    ])
+      assert.equal(pick(candidates, scriptedRng(draws), true), 'cheap-idle');
   });
 });
 

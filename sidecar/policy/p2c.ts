@@ -38,16 +38,27 @@ function worstIfNaN(value: number): number {
  * shared, lagging EWMA) only decides between the equally loaded, by two random choices. The
  * routing benchmark (docs/benchmarks.md#routing) measured it against P2C over all candidates:
  * TTFT p50 920 against 1,093 ms and p99 4.6 against 5.2 s on the Mooncake trace at 4 routers.
+ *
+ * `priceClassOf` (the endpoint's cost term) keeps a price from being filtered out by load alone:
+ * the fewest-in-flight step runs within each price class, and the least loaded of every class
+ * compete by score, whose cost term is the pool's exchange rate. Without it, a cheap pool one request
+ * busier than an expensive provider would never be considered, and `costWeightPerMs` would
+ * change nothing (the benchmark's `mixed-cost` sweep found exactly that). With one price (or no
+ * exchange rate) there is one class, and the step is the plain one.
  */
 export function pickLeastLoaded<T>(
   candidates: readonly T[],
   rng: Rng,
   inFlightOf: (candidate: T) => number,
   scoreOf: (candidate: T) => number,
+  priceClassOf: (candidate: T) => number = () => 0,
 ): T {
   if (candidates.length === 0) throw new RangeError('pickLeastLoaded needs a candidate');
-  let least = Infinity;
-  for (const c of candidates) least = Math.min(least, inFlightOf(c));
-  const tied = candidates.filter((c) => inFlightOf(c) === least);
+  const least = new Map<number, number>();
+  for (const c of candidates) {
+    const price = priceClassOf(c);
+    least.set(price, Math.min(least.get(price) ?? Infinity, inFlightOf(c)));
+  }
+  const tied = candidates.filter((c) => inFlightOf(c) === least.get(priceClassOf(c)));
   return pickTwoChoices(tied.length > 0 ? tied : candidates, rng, scoreOf);
 }
