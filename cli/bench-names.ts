@@ -1,6 +1,7 @@
 /**
- * The names of the bench's scenarios and policies, in report order. A module of its own, with no
- * imports, so that `switchyard --help` can list them without loading the bench.
+ * The names of the routing bench's scenarios and policies, in report order. Here in cli/, with
+ * no imports, so that `switchyard bench --help` can list them without loading the bench, and in
+ * an installation (the image) that does not ship bench/ at all.
  */
 
 export const SCENARIOS = [
