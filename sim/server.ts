@@ -725,7 +725,13 @@ class Simulator {
     if (job.state !== 'decode') return;
     this.#advance(job, performance.now());
     job.intervalMs = this.#interval();
-    const upto = Math.min(job.outputTokens, Math.floor(job.progress + 1e-6));
+    let upto = Math.min(job.outputTokens, Math.floor(job.progress + 1e-6));
+    // A tick that comes late, or after the rate changed with the load, lands between chunk
+    // boundaries: write up to the last boundary reached and leave the rest for the next tick, so
+    // that chunks keep their size whatever the timing (the end is always a boundary).
+    const per = this.#opts.tokensPerChunk;
+    if (job.stream && per > 1 && upto < job.outputTokens && upto > 1)
+      upto = 1 + Math.floor((upto - 1) / per) * per;
     if (upto > job.emitted) this.#emit(job, upto);
     if (job.emitted >= job.outputTokens) this.#complete(job);
     else this.#schedule(job);
