@@ -93,8 +93,14 @@ describe('routing through a real sidecar', () => {
         );
       assert.equal(served.size, 1, `one shared prefix went to ${[...served].join(', ')}`);
       const sticky = [...served][0]!;
-      // Warm the other endpoints' EWMA with unrelated short prompts (no affinity key).
-      for (let i = 0; i < 20; i++) await rawChat(pool.sidecar.url, { ...hello(), stream: true });
+      // Warm every endpoint's EWMA with unrelated short prompts (no affinity key), three at a
+      // time: the least-loaded step then spreads each batch over all three, so none is left
+      // with only its seed EWMA (sequential requests could all avoid one, and a seeded EWMA in
+      // the median made "slow" depend on the draw).
+      for (let i = 0; i < 7; i++)
+        await Promise.all(
+          [0, 1, 2].map(() => rawChat(pool.sidecar.url, { ...hello(), stream: true })),
+        );
       const index = ['a', 'b', 'c'].indexOf(sticky.split('/')[0]!);
       await simConfig(pool.sims[index]!, { prefillMsPerToken: 5, decodeMsPerToken: 50 });
       await eventually(
