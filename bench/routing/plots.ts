@@ -175,41 +175,72 @@ export async function writePlots(
         )),
       );
     if (entries.some(([, r]) => r.costWeightPerMs !== undefined)) {
-      const frontier = entries.map(([policy, r]) => ({
+      const frontier = entries.map(([policy, r], index) => ({
         policy,
-        sweep: r.costWeightPerMs !== undefined ? 'switchyard (costWeightPerMs sweep)' : policy,
+        index,
+        swept: r.costWeightPerMs !== undefined,
+        label:
+          r.costWeightPerMs === undefined
+            ? ''
+            : r.costWeightPerMs === null
+              ? 'latency only'
+              : `w=${r.costWeightPerMs}`,
         cost: r.costPer1k,
         p99: r.ttftMs.p99,
-        p50: r.ttftMs.p50,
+        p50: Math.max(1, r.ttftMs.p50),
       }));
+      const x = {
+        field: 'cost',
+        type: 'quantitative',
+        title: '$ per 1,000 requests',
+        scale: { zero: false },
+      };
+      // Log scale: the peers that cannot keep up sit at tens of seconds, the rest below one.
+      const y = {
+        field: 'p50',
+        type: 'quantitative',
+        title: 'TTFT p50 (simulated ms, log)',
+        scale: { type: 'log' },
+      };
+      const others = entries.map(([p]) => p).filter((p) => !p.startsWith('switchyard'));
       files.push(
         ...(await render(
           {
-            title: `Cost ↔ latency, ${scenario}`,
+            title: `Cost ↔ latency, ${scenario}: switchyard's costWeightPerMs sweep (black) and the others`,
             width: 560,
             height: 360,
             data: { values: frontier },
             layer: [
               {
-                transform: [{ filter: 'datum.sweep !== datum.policy' }],
-                mark: { type: 'line', point: true, color: '#1f77b4' },
-                encoding: {
-                  x: {
-                    field: 'cost',
-                    type: 'quantitative',
-                    title: '$ per 1,000 requests',
-                    scale: { zero: false },
-                  },
-                  y: { field: 'p50', type: 'quantitative', title: 'TTFT p50 (simulated ms)' },
-                  order: { field: 'cost' },
+                transform: [{ filter: 'datum.swept' }],
+                mark: {
+                  type: 'line',
+                  point: { filled: true, size: 60, color: '#000000' },
+                  color: '#000000',
                 },
+                // In sweep order (from latency only to the most cost-averse rate), not by cost.
+                encoding: { x, y, order: { field: 'index' } },
               },
               {
+                transform: [{ filter: 'datum.swept' }],
+                mark: { type: 'text', align: 'left', dx: 7, dy: -7, fontSize: 10 },
+                encoding: { x, y, text: { field: 'label' } },
+              },
+              {
+                transform: [{ filter: '!datum.swept' }],
                 mark: { type: 'point', filled: true, size: 60 },
                 encoding: {
-                  x: { field: 'cost', type: 'quantitative' },
-                  y: { field: 'p50', type: 'quantitative' },
-                  color: { field: 'policy', type: 'nominal', legend: { title: null } },
+                  x,
+                  y,
+                  color: {
+                    field: 'policy',
+                    type: 'nominal',
+                    scale: {
+                      domain: others,
+                      range: others.map((p, i) => HIGHLIGHT[p] ?? PALETTE[i % PALETTE.length]!),
+                    },
+                    legend: { title: null, labelLimit: 220 },
+                  },
                   tooltip: [
                     { field: 'policy' },
                     { field: 'cost' },
