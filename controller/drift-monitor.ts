@@ -13,6 +13,7 @@ import { judgeDrift } from '../crds/drift.ts';
 import type { InferencePoolStatus } from '../crds/inference-pool.schema.ts';
 import type { DriftPolicy, EndpointSpec } from '../crds/policy-types.ts';
 import { DriftProber, type ProbeResult, type ProbeTarget } from '../probe/drift-prober.ts';
+import type { DriftChangeView } from './core/drift-events.ts';
 
 type DriftSection = NonNullable<InferencePoolStatus['drift']>;
 
@@ -33,12 +34,8 @@ interface PoolDrift {
   expected: string | undefined;
 }
 
-export interface DriftChange {
-  kind: 'drifted' | 'cleared' | 'undecided';
-  endpoint?: string | undefined;
-  fingerprint?: string | undefined;
-  expected?: string | undefined;
-}
+/** One change of a pool's verdicts, as its Event tells it (core/drift-events.ts). */
+export type DriftChange = DriftChangeView;
 
 export interface DriftMonitorOptions {
   logger: Logger;

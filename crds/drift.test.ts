@@ -7,6 +7,7 @@ import {
   MAJORITY,
   parseFingerprint,
   responseMismatches,
+  withDriftVerdict,
 } from './drift.ts';
 
 const fps = (entries: [string, string | undefined][]) => new Map(entries);
@@ -144,5 +145,28 @@ describe('responseMismatches (the passive check)', () => {
     assert.equal(responseMismatches(probe, {}), false);
     assert.equal(responseMismatches({}, { model: 'x' }), false);
     assert.equal(responseMismatches(probe, { model: '', systemFingerprint: undefined }), false);
+  });
+});
+
+describe('withDriftVerdict', () => {
+  const endpoint = { id: 'a', backend: 'a', tier: 0, url: 'http://a/v1', costPerMTok: 0 };
+  const fp = 'm/fp_1/0123456789ab';
+
+  it('records the probe; a drifted endpoint is excluded only with Exclude', () => {
+    assert.deepEqual(withDriftVerdict(endpoint, { fingerprint: fp, drifted: false }, 'Exclude'), {
+      ...endpoint,
+      probe: { fingerprint: fp, model: 'm', systemFingerprint: 'fp_1' },
+    });
+    const excluded = withDriftVerdict(endpoint, { fingerprint: fp, drifted: true }, 'Exclude');
+    assert.equal(excluded.drifted, true);
+    assert.equal(excluded.probe?.drifted, true);
+    const warned = withDriftVerdict(endpoint, { fingerprint: fp, drifted: true }, 'Warn');
+    assert.equal(warned.drifted, undefined);
+    assert.equal(warned.probe?.drifted, true);
+  });
+
+  it('without a fingerprint there is no probe, and the endpoint itself is not changed', () => {
+    assert.deepEqual(withDriftVerdict(endpoint, { drifted: false }, 'Exclude'), endpoint);
+    assert.notEqual(withDriftVerdict(endpoint, { drifted: false }, 'Exclude'), endpoint);
   });
 });

@@ -4,6 +4,7 @@
  * (which probes in Kubernetes) and the standalone sidecar (which probes itself). Pure: the probes
  * themselves are in probe/.
  */
+import type { EndpointSpec } from './policy-types.ts';
 
 /** What one probe saw: the model the endpoint reports, its system_fingerprint, and its answer. */
 export interface ProbeObservation {
@@ -101,4 +102,26 @@ export function responseMismatches(
     differs(probe.model, response.model) ||
     differs(probe.systemFingerprint, response.systemFingerprint)
   );
+}
+
+/**
+ * An endpoint with its drift verdict applied, the same way wherever the verdict comes from (the
+ * pool's status in the controller, the sidecar's own probes standalone): the fingerprint of its
+ * last good probe, for the passive check and /debug/backends, and `drifted: true` (no traffic)
+ * when it drifted and the action is Exclude. With Warn a drifted endpoint keeps its traffic and
+ * only its probe says so.
+ */
+export function withDriftVerdict(
+  endpoint: EndpointSpec,
+  verdict: { fingerprint?: string | undefined; drifted: boolean },
+  action: 'Exclude' | 'Warn',
+): EndpointSpec {
+  const marked: EndpointSpec = { ...endpoint };
+  if (verdict.fingerprint !== undefined)
+    marked.probe = {
+      ...parseFingerprint(verdict.fingerprint),
+      ...(verdict.drifted ? { drifted: true } : {}),
+    };
+  if (verdict.drifted && action === 'Exclude') marked.drifted = true;
+  return marked;
 }

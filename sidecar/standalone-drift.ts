@@ -5,7 +5,7 @@
  * snapshot carries the verdicts; then this is off.
  */
 import type { Logger } from 'pino';
-import { judgeDrift, parseFingerprint } from '../crds/drift.ts';
+import { judgeDrift, withDriftVerdict } from '../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../crds/policy-types.ts';
 import { DriftProber, type ProbeResult, type ProbeTarget } from '../probe/drift-prober.ts';
 
@@ -52,30 +52,21 @@ export class StandaloneDrift {
     this.#prober.setTargets(
       endpoints.map((e) => ({ id: e.id, url: e.url, apiKey: e.apiKey, model: e.model })),
     );
+    // No onChange: the caller is applying these endpoints and marks them itself.
     this.#judge();
   }
 
   /** The endpoints with the verdicts applied: the probe's fingerprint, and drifted (Exclude). */
   mark(endpoints: readonly EndpointSpec[]): EndpointSpec[] {
-    if (this.#policy === undefined) return [...endpoints];
-    const exclude = this.#policy.action === 'Exclude';
-    return endpoints.map((e) => {
-      const fingerprint = this.#fingerprints.get(e.id);
-      const marked: EndpointSpec = { ...e };
-      if (fingerprint !== undefined)
-        marked.probe = {
-          ...parseFingerprint(fingerprint),
-          ...(this.#drifted.has(e.id) ? { drifted: true } : {}),
-        };
-      if (exclude && this.#drifted.has(e.id)) marked.drifted = true;
-      else delete marked.drifted;
-      return marked;
-    });
-  }
-
-  /** Drifted endpoint ids, whatever the action (Warn keeps them in routing). */
-  drifted(): ReadonlySet<string> {
-    return this.#drifted;
+    const policy = this.#policy;
+    if (policy === undefined) return [...endpoints];
+    return endpoints.map((e) =>
+      withDriftVerdict(
+        e,
+        { fingerprint: this.#fingerprints.get(e.id), drifted: this.#drifted.has(e.id) },
+        policy.action,
+      ),
+    );
   }
 
   stop(): void {
@@ -92,7 +83,10 @@ export class StandaloneDrift {
     }
     const before = this.#fingerprints.get(target.id);
     this.#fingerprints.set(target.id, result.fingerprint);
-    if (before !== result.fingerprint) this.#judge();
+    if (before === result.fingerprint) return;
+    this.#judge();
+    // A new fingerprint matters even without a new verdict (the passive check compares with it).
+    this.#options.onChange();
   }
 
   #judge(): void {
@@ -116,7 +110,5 @@ export class StandaloneDrift {
           'endpoint answers the expected fingerprint again',
         );
     this.#drifted = judgement.drifted;
-    // A new fingerprint matters even without a new verdict (the passive check compares with it).
-    this.#options.onChange();
   }
 }

@@ -8,7 +8,7 @@
  */
 import { API_VERSION, KIND, type InferencePool } from '../../crds/inference-pool.schema.ts';
 import { joinPath } from '../../crds/path.ts';
-import { parseFingerprint } from '../../crds/drift.ts';
+import { withDriftVerdict } from '../../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
 import { resolvePolicy, urlEndpoints } from '../../crds/resolve.ts';
 import type { PoolSnapshot } from '../../crds/snapshot.ts';
@@ -280,15 +280,7 @@ function markDrift(
   const byId = new Map(records.map((r) => [r.id, r]));
   return endpoints.map((e) => {
     const record = byId.get(e.id);
-    if (record === undefined) return e;
-    const marked: EndpointSpec = { ...e };
-    if (record.fingerprint !== undefined)
-      marked.probe = {
-        ...parseFingerprint(record.fingerprint),
-        ...(record.drifted ? { drifted: true } : {}),
-      };
-    if (record.drifted && drift.action === 'Exclude') marked.drifted = true;
-    return marked;
+    return record === undefined ? e : withDriftVerdict(e, record, drift.action);
   });
 }
 

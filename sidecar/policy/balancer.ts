@@ -478,10 +478,9 @@ export class Balancer implements PoolBalancer {
       !serving.some((p) => p !== state && p.breaker.state === 'closed')
     )
       return false;
-    const peers = serving;
     const reference = this.#ewma.medianOfPeersMs(
       state.id,
-      peers.map((p) => p.id),
+      serving.map((p) => p.id),
     );
     return (
       reference !== undefined &&
