@@ -123,6 +123,18 @@ export function addControllerCommand(program: Command): void {
       const { parseInjectionConfig } = await import('../controller/core/injection-config.ts');
       const { parse: parseYaml } = await import('yaml');
       const kubeConfig = new KubeConfig();
+      if (flags.kubeconfig === undefined) {
+        // Without a configuration the client would quietly talk to http://localhost:8080.
+        const { missingKubeconfig } = await import('../status/collect.ts');
+        const { existsSync } = await import('node:fs');
+        const { homedir } = await import('node:os');
+        const missing = missingKubeconfig({
+          env: process.env,
+          home: homedir(),
+          exists: existsSync,
+        });
+        if (missing !== undefined) fail(missing);
+      }
       try {
         if (flags.kubeconfig !== undefined) kubeConfig.loadFromFile(flags.kubeconfig);
         else kubeConfig.loadFromDefault();

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { SWITCHYARD_BIN } from '../harness/processes.ts';
+import { SERVICE_ACCOUNT_TOKEN } from '../status/collect.ts';
 
 const run = promisify(execFile);
 
@@ -40,6 +42,25 @@ describe('switchyard command line', () => {
       for (const flag of flags) assert.ok(stdout.includes(flag), `${sub} --help mentions ${flag}`);
     });
   }
+
+  test(
+    'the controller without any kubeconfig says so, instead of dialling localhost:8080',
+    {
+      // In a pod the service account is a configuration: nothing would be missing.
+      skip: existsSync(SERVICE_ACCOUNT_TOKEN) ? 'running in a pod with a service account' : false,
+    },
+    async () => {
+      const env = { ...process.env, HOME: '/nonexistent-switchyard-home', KUBECONFIG: '' };
+      await assert.rejects(
+        run(process.execPath, [SWITCHYARD_BIN, 'controller'], { env }),
+        (err: { stderr: string; code: number }) => {
+          assert.equal(err.code, 2);
+          assert.match(err.stderr, /^switchyard controller: no kubeconfig: .*give --kubeconfig/);
+          return true;
+        },
+      );
+    },
+  );
 
   test('rejects a malformed flag value with a message naming the flag', async () => {
     await assert.rejects(
