@@ -331,6 +331,7 @@ export async function spawnNginx(
   }
 }
 
+/** VmRSS of a process in MB (MiB), or undefined when it cannot be read. */
 export function rssMb(pid: number): number | undefined {
   try {
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');

@@ -263,7 +263,7 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
       traceSpanS: lastAt / 1000,
       replaySpanS: (lastAt * settings.timeScale) / 1000,
     },
-    machine: { cpus: (await import('node:os')).availableParallelism(), node: process.version },
+    machine: { cpus: CPUS, node: process.version },
     versions: Object.fromEntries(chosen.map((p) => [p.name, p.version()])),
     skipped,
     policiesDescribed: Object.fromEntries(chosen.map((p) => [p.name, p.describe])),
