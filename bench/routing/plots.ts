@@ -60,19 +60,26 @@ const PALETTE = [
 ];
 const HIGHLIGHT: Record<string, string> = { switchyard: '#000000', oracle: '#7f7f7f' };
 
+/** A colour encoding by policy: one distinct colour each, switchyard and the oracle fixed. */
+function policyColor(policies: string[]): Spec {
+  let next = 0;
+  return {
+    field: 'policy',
+    type: 'nominal',
+    scale: {
+      domain: policies,
+      range: policies.map((p) => HIGHLIGHT[p] ?? PALETTE[next++ % PALETTE.length]!),
+    },
+    legend: { title: null, orient: 'right', labelLimit: 220 },
+  };
+}
+
 /**
  * The TTFT CDF of every policy: one colour each, switchyard thick and black and the oracle
  * dashed and grey drawn last, so the two lines the reader looks for stand out of fifteen.
  */
 function cdfLayers(policies: string[]): Spec[] {
-  let next = 0;
-  const range = policies.map((p) => HIGHLIGHT[p] ?? PALETTE[next++ % PALETTE.length]!);
-  const color = {
-    field: 'policy',
-    type: 'nominal',
-    scale: { domain: policies, range },
-    legend: { title: null, orient: 'right', labelLimit: 220 },
-  };
+  const color = policyColor(policies);
   const line = (filter: string, style: Spec): Spec => ({
     transform: [{ filter }],
     mark: { type: 'line', interpolate: 'step-after', ...style },
@@ -232,15 +239,7 @@ export async function writePlots(
                 encoding: {
                   x,
                   y,
-                  color: {
-                    field: 'policy',
-                    type: 'nominal',
-                    scale: {
-                      domain: others,
-                      range: others.map((p, i) => HIGHLIGHT[p] ?? PALETTE[i % PALETTE.length]!),
-                    },
-                    legend: { title: null, labelLimit: 220 },
-                  },
+                  color: policyColor(others),
                   tooltip: [
                     { field: 'policy' },
                     { field: 'cost' },
