@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseDurationMs } from '../cli/args.ts';
 import { stopAll, type RunningProcess } from '../harness/processes.ts';
+import { percentile } from './routing/metrics.ts';
 import { seededRng } from '../sidecar/policy/rng.ts';
 import { balancePool, startSim } from '../test/helpers.ts';
 import { ask, completeStream, type Answer } from '../test/reliability/client.ts';
@@ -101,11 +102,12 @@ function slope(points: readonly { x: number; y: number }[]): number {
   return sxx === 0 ? NaN : sxy / sxx;
 }
 
-function quantile(values: readonly number[], q: number): number {
-  if (values.length === 0) return NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
-}
+/** Nearest-rank quantile (q from 0 to 1) of unsorted values; NaN for none. */
+const quantile = (values: readonly number[], q: number): number =>
+  percentile(
+    [...values].sort((a, b) => a - b),
+    q * 100,
+  );
 
 const round = (x: number, digits = 2): number => Math.round(x * 10 ** digits) / 10 ** digits;
 
