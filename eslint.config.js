@@ -4,7 +4,12 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
-const PURE_CORE = ['sidecar/policy/**/*.ts', 'crds/**/*.ts', 'controller/core/**/*.ts'];
+const PURE_CORE = [
+  'lib/rng.ts',
+  'sidecar/policy/**/*.ts',
+  'crds/**/*.ts',
+  'controller/core/**/*.ts',
+];
 
 export default tseslint.config(
   { ignores: ['node_modules/**', 'coverage/**', 'bench/results/**'] },

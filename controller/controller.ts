@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listen, type HostPort } from '../lib/listen.ts';
 import {
   CoreV1Api,
   CustomObjectsApi,
@@ -9,7 +9,13 @@ import {
   type KubernetesObject,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import type { InferencePool, InferencePoolStatus } from '../crds/inference-pool.schema.ts';
+import {
+  GROUP,
+  PLURAL,
+  VERSION,
+  type InferencePool,
+  type InferencePoolStatus,
+} from '../crds/inference-pool.schema.ts';
 import type { PoolSnapshot } from '../crds/snapshot.ts';
 import { desiredSnapshot, type ReconcileResult } from './core/desired-snapshot.ts';
 import {
@@ -43,17 +49,10 @@ import { SnapshotServer, type PoolKey } from './snapshot-server.ts';
 import { SupervisedInformer } from './supervised-informer.ts';
 import { TokenAuthenticator } from './token-auth.ts';
 
-export const GROUP = 'switchyard.dev';
-export const VERSION = 'v1alpha1';
-export const PLURAL = 'inferencepools';
-
 /** Status writes in flight at once (they share a small pool of API connections). */
 const STATUS_WRITE_CONCURRENCY = 4;
 
-export interface HostPort {
-  host: string;
-  port: number;
-}
+export type { HostPort };
 
 export interface ControllerOptions {
   kubeConfig: KubeConfig;
@@ -105,17 +104,6 @@ interface PoolState {
   hash: string;
   generation: number;
   lastStatus: InferencePoolStatus | undefined;
-}
-
-function listen(server: http.Server, at: HostPort, scheme: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(at.port, at.host, () => {
-      server.off('error', reject);
-      const a = server.address() as AddressInfo;
-      resolve(`${scheme}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`);
-    });
-  });
 }
 
 const keyOf = (o: KubernetesObject): PoolKey =>
@@ -241,7 +229,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
     });
 
   const pools = informer<InferencePool & KubernetesObject>(
-    'inferencepools',
+    PLURAL,
     `/apis/${GROUP}/${VERSION}/${PLURAL}`,
     () =>
       custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL }) as Promise<

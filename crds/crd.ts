@@ -19,11 +19,11 @@ import {
   InferencePoolSpecSchema,
   InferencePoolStatusSchema,
   KIND,
+  PLURAL,
   VERSION,
 } from './inference-pool.schema.ts';
 
 export const CRD_FILE = 'crds/switchyard.dev_inferencepools.yaml';
-export const PLURAL = 'inferencepools';
 export const SINGULAR = 'inferencepool';
 export const CRD_NAME = `${PLURAL}.${GROUP}`;
 

@@ -30,6 +30,8 @@ import { BACKEND_RULES, BACKENDS_RULES, HEALTH_RULES, celValidations } from './s
 export const GROUP = 'switchyard.dev';
 export const VERSION = 'v1alpha1';
 export const API_VERSION = `${GROUP}/${VERSION}`;
+/** The resource name in API paths (`/apis/switchyard.dev/v1alpha1/.../inferencepools`). */
+export const PLURAL = 'inferencepools';
 export const KIND = 'InferencePool';
 
 /**

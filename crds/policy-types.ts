@@ -1,122 +1,161 @@
 /**
- * The resolved routing policy of a pool and its endpoints: what a pool file or a controller
- * snapshot turns into, and what the sidecar's policy core consumes. It lives in `crds/`, the one
- * contract the controller and the sidecar share. Durations are milliseconds (`...Ms`), rates are
- * fractions in [0, 1].
+ * The resolved routing policy of a pool, its endpoints and its upstream timeouts: what a pool file
+ * or a controller snapshot turns into, and what the sidecar's policy core consumes. It lives in
+ * `crds/`, the one contract the controller and the sidecar share. Durations are milliseconds
+ * (`...Ms`), rates are fractions in [0, 1].
+ *
+ * The schemas are the single source: the snapshot stream validates with them (`snapshot.ts`), and
+ * every TypeScript type here is inferred from them (`Static<…>`), so the wire format and the
+ * policy core's types cannot drift apart. The policy core imports these types with `import type`
+ * only, so it never loads the schema library at run time.
  */
+import { Type, type Static } from '@sinclair/typebox';
 
-export type Mode = 'Balance' | 'Failover';
+const NonNegative = Type.Number({ minimum: 0 });
+const Fraction = Type.Number({ minimum: 0, maximum: 1 });
+const PositiveMs = Type.Number({ exclusiveMinimum: 0 });
+
+export const ModeSchema = Type.Union([Type.Literal('Balance'), Type.Literal('Failover')]);
 
 /** Where the affinity key comes from. */
-export type AffinityKeySource = 'Prefix' | 'Header' | 'None';
+export const AffinityKeySourceSchema = Type.Union([
+  Type.Literal('Prefix'),
+  Type.Literal('Header'),
+  Type.Literal('None'),
+]);
 
-export interface AffinityPolicy {
-  key: AffinityKeySource;
+export const AffinityPolicySchema = Type.Object({
+  key: AffinityKeySourceSchema,
   /** Header that carries the key when `key` is `Header` (lower case). */
-  header: string;
+  header: Type.String(),
   /** How many characters of the stable prompt prefix are hashed when `key` is `Prefix`. */
-  prefixChars: number;
+  prefixChars: Type.Integer({ minimum: 1 }),
   /**
    * The sticky endpoint is kept unless its EWMA TTFT exceeds this multiple of the pool median
    * (see AFFINITY_MAX_SLOWDOWN for the default).
    */
-  maxSlowdown: number;
+  maxSlowdown: Type.Number({ minimum: 1 }),
   /**
    * The sticky endpoint is also given up when it has more than this many attempts in flight
    * beyond the least busy candidate (AFFINITY_MAX_EXTRA_IN_FLIGHT by default; optional so that a
    * snapshot of an older controller still applies).
    */
-  maxExtraInFlight?: number | undefined;
-}
+  maxExtraInFlight: Type.Optional(Type.Integer({ minimum: 0 })),
+});
 
-export interface HealthPolicy {
+export const HealthPolicySchema = Type.Object({
   /** Length of the sliding window over which error and 429 rates are computed. */
-  windowMs: number;
+  windowMs: PositiveMs,
   /** A breaker may only open once the window holds at least this many finished requests. */
-  minRequests: number;
+  minRequests: Type.Integer({ minimum: 0 }),
   /** Open when errors / requests in the window reach this fraction. */
-  maxErrorRate: number;
+  maxErrorRate: Fraction,
   /** Open when 429s / requests in the window reach this fraction. */
-  max429Rate: number;
+  max429Rate: Fraction,
   /** Open ("slow") when the endpoint's EWMA TTFT exceeds this multiple of the others' median. */
-  maxTtftSlowdown: number;
+  maxTtftSlowdown: Type.Number({ minimum: 1 }),
   /** First open period; it doubles with each consecutive opening, up to `maxOpenForMs`. */
-  openForMs: number;
-  maxOpenForMs: number;
-}
+  openForMs: PositiveMs,
+  maxOpenForMs: PositiveMs,
+});
 
-export interface RetryPolicy {
+export const RetryPolicySchema = Type.Object({
   /** Retries may add at most this percentage of the recent first attempts... */
-  budgetPercent: number;
+  budgetPercent: Type.Number({ minimum: 0, maximum: 100 }),
   /** ...plus this many retries per second as a reserve for low traffic. */
-  minPerSecond: number;
+  minPerSecond: NonNegative,
   /** Attempts per client request, the first one included. */
-  maxAttempts: number;
-}
+  maxAttempts: Type.Integer({ minimum: 1 }),
+});
 
-export interface ColdStartPolicy {
+export const ColdStartPolicySchema = Type.Object({
   /** An endpoint that finished no request for this long is "cold": its next TTFT sample is dropped. */
-  idleAfterMs: number;
-}
+  idleAfterMs: NonNegative,
+});
+
+export const DriftPolicySchema = Type.Object({
+  /** How often each endpoint is probed. */
+  probeEveryMs: PositiveMs,
+  /** `Majority`, or the exact fingerprint a healthy endpoint answers. */
+  expect: Type.String({ minLength: 1 }),
+  /** Exclude: drifted endpoints get no traffic. Warn: reported only. */
+  action: Type.Union([Type.Literal('Exclude'), Type.Literal('Warn')]),
+  /** The probe prompt; undefined: the built-in one. */
+  prompt: Type.Optional(Type.String()),
+});
 
 /** The resolved policy of one pool: every default applied, every duration in ms. */
-export interface PoolPolicy {
-  mode: Mode;
+export const PoolPolicySchema = Type.Object({
+  mode: ModeSchema,
   /**
    * The money↔latency exchange rate: how many $/Mtok are worth one millisecond of TTFT.
    * `undefined` means pure latency routing (cost is ignored).
    */
-  costWeightPerMs?: number | undefined;
+  costWeightPerMs: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
   /** EWMA TTFT assumed for a new endpoint when no endpoint of the pool has data yet. */
-  defaultTtftMs: number;
+  defaultTtftMs: PositiveMs,
   /** Models the pool serves; empty = any model. */
-  models: string[];
-  affinity: AffinityPolicy;
-  health: HealthPolicy;
-  retry: RetryPolicy;
-  coldStart: ColdStartPolicy;
+  models: Type.Array(Type.String()),
+  affinity: AffinityPolicySchema,
+  health: HealthPolicySchema,
+  retry: RetryPolicySchema,
+  coldStart: ColdStartPolicySchema,
   /** Drift detection, when the pool sets `drift.probeEvery` (docs/drift.md). */
-  drift?: DriftPolicy | undefined;
-}
-
-export interface DriftPolicy {
-  /** How often each endpoint is probed. */
-  probeEveryMs: number;
-  /** `Majority`, or the exact fingerprint a healthy endpoint answers. */
-  expect: string;
-  /** Exclude: drifted endpoints get no traffic. Warn: reported only. */
-  action: 'Exclude' | 'Warn';
-  /** The probe prompt; undefined: the built-in one. */
-  prompt?: string | undefined;
-}
+  drift: Type.Optional(DriftPolicySchema),
+});
 
 /** What the last successful drift probe of an endpoint saw. */
-export interface EndpointProbe {
-  fingerprint: string;
-  model?: string | undefined;
-  systemFingerprint?: string | undefined;
+export const EndpointProbeSchema = Type.Object({
+  fingerprint: Type.String({ minLength: 1 }),
+  model: Type.Optional(Type.String()),
+  systemFingerprint: Type.Optional(Type.String()),
   /** The verdict, whatever the action (with Warn, a drifted endpoint still gets traffic). */
-  drifted?: boolean | undefined;
-}
+  drifted: Type.Optional(Type.Boolean()),
+});
 
 /** One concrete address requests can be sent to. A backend has one or more endpoints. */
-export interface EndpointSpec {
+export const EndpointSpecSchema = Type.Object({
   /** Stable and unique within the pool, e.g. `primary/10.0.0.7:8000`. State is kept by this id. */
-  id: string;
+  id: Type.String({ minLength: 1 }),
   /** Name of the backend this endpoint belongs to. */
-  backend: string;
+  backend: Type.String({ minLength: 1 }),
   /** Position of the backend in the pool's list: the failover order (0 = first choice). */
-  tier: number;
+  tier: Type.Integer({ minimum: 0 }),
   /** Base URL including the API prefix, e.g. `http://10.0.0.7:8000/v1`. */
-  url: string;
+  url: Type.String({ pattern: '^https?://' }),
   /** Price of this backend in $ per million tokens (0 when unknown). */
-  costPerMTok: number;
+  costPerMTok: NonNegative,
   /** Model name to put into the request instead of the client's, if set. */
-  model?: string | undefined;
+  model: Type.Optional(Type.String()),
   /** Bearer token for this backend, if it has one. Never logged. */
-  apiKey?: string | undefined;
+  apiKey: Type.Optional(Type.String()),
   /** Marked by drift detection: excluded from picks while true. */
-  drifted?: boolean | undefined;
+  drifted: Type.Optional(Type.Boolean()),
   /** The last successful drift probe, for the sidecar's passive check (and /debug/backends). */
-  probe?: EndpointProbe | undefined;
-}
+  probe: Type.Optional(EndpointProbeSchema),
+});
+
+/**
+ * Upstream timeouts of every attempt, in ms. Not part of PoolPolicy: the proxy applies them, the
+ * policy core never sees them.
+ */
+export const PoolTimeoutsSchema = Type.Object({
+  /** TCP (and TLS) connect. */
+  connectMs: PositiveMs,
+  /** From dispatch to the first response body byte: a stall past it is an error and may be retried. */
+  firstByteMs: PositiveMs,
+  /** Longest silence between two body chunks once the response is flowing. */
+  idleMs: PositiveMs,
+});
+
+export type Mode = Static<typeof ModeSchema>;
+export type AffinityKeySource = Static<typeof AffinityKeySourceSchema>;
+export type AffinityPolicy = Static<typeof AffinityPolicySchema>;
+export type HealthPolicy = Static<typeof HealthPolicySchema>;
+export type RetryPolicy = Static<typeof RetryPolicySchema>;
+export type ColdStartPolicy = Static<typeof ColdStartPolicySchema>;
+export type DriftPolicy = Static<typeof DriftPolicySchema>;
+export type PoolPolicy = Static<typeof PoolPolicySchema>;
+export type EndpointProbe = Static<typeof EndpointProbeSchema>;
+export type EndpointSpec = Static<typeof EndpointSpecSchema>;
+export type PoolTimeouts = Static<typeof PoolTimeoutsSchema>;

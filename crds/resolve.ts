@@ -11,17 +11,10 @@
  * only show when resolving (a missing environment variable, two URLs that are the same endpoint)
  * come back as errors in the same `{path, message}` shape.
  */
-import type { EndpointSpec, PoolPolicy } from './policy-types.ts';
+import type { EndpointSpec, PoolPolicy, PoolTimeouts } from './policy-types.ts';
 import { parseDuration } from './duration.ts';
 import type { Backend, InferencePool, InferencePoolSpec } from './inference-pool.schema.ts';
 import { type PoolError, joinPath } from './path.ts';
-
-/** Upstream timeouts of every attempt, in ms (not part of PoolPolicy: the proxy applies them). */
-export interface PoolTimeouts {
-  connectMs: number;
-  firstByteMs: number;
-  idleMs: number;
-}
 
 export type PolicyResolution =
   { ok: true; policy: PoolPolicy; timeouts: PoolTimeouts } | { ok: false; errors: PoolError[] };

@@ -7,8 +7,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import type { EndpointSpec, PoolPolicy } from './policy-types.ts';
-import type { PoolTimeouts } from './resolve.ts';
+import { EndpointSpecSchema, PoolPolicySchema, PoolTimeoutsSchema } from './policy-types.ts';
 
 /** Bumped on an incompatible change of the stream; sent as `x-switchyard-protocol`. */
 export const SNAPSHOT_PROTOCOL_VERSION = 1;
@@ -25,63 +24,6 @@ export function reportPath(namespace: string, pool: string): string {
 
 const NonNegative = Type.Number({ minimum: 0 });
 const Fraction = Type.Number({ minimum: 0, maximum: 1 });
-const PositiveMs = Type.Number({ exclusiveMinimum: 0 });
-
-export const PoolPolicySchema = Type.Object({
-  mode: Type.Union([Type.Literal('Balance'), Type.Literal('Failover')]),
-  costWeightPerMs: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
-  defaultTtftMs: PositiveMs,
-  models: Type.Array(Type.String()),
-  affinity: Type.Object({
-    key: Type.Union([Type.Literal('Prefix'), Type.Literal('Header'), Type.Literal('None')]),
-    header: Type.String(),
-    prefixChars: Type.Integer({ minimum: 1 }),
-    maxSlowdown: Type.Number({ minimum: 1 }),
-    maxExtraInFlight: Type.Optional(Type.Integer({ minimum: 0 })),
-  }),
-  health: Type.Object({
-    windowMs: PositiveMs,
-    minRequests: Type.Integer({ minimum: 0 }),
-    maxErrorRate: Fraction,
-    max429Rate: Fraction,
-    maxTtftSlowdown: Type.Number({ minimum: 1 }),
-    openForMs: PositiveMs,
-    maxOpenForMs: PositiveMs,
-  }),
-  retry: Type.Object({
-    budgetPercent: Type.Number({ minimum: 0, maximum: 100 }),
-    minPerSecond: NonNegative,
-    maxAttempts: Type.Integer({ minimum: 1 }),
-  }),
-  coldStart: Type.Object({ idleAfterMs: NonNegative }),
-  drift: Type.Optional(
-    Type.Object({
-      probeEveryMs: PositiveMs,
-      expect: Type.String({ minLength: 1 }),
-      action: Type.Union([Type.Literal('Exclude'), Type.Literal('Warn')]),
-      prompt: Type.Optional(Type.String()),
-    }),
-  ),
-});
-
-export const EndpointSpecSchema = Type.Object({
-  id: Type.String({ minLength: 1 }),
-  backend: Type.String({ minLength: 1 }),
-  tier: Type.Integer({ minimum: 0 }),
-  url: Type.String({ pattern: '^https?://' }),
-  costPerMTok: NonNegative,
-  model: Type.Optional(Type.String()),
-  apiKey: Type.Optional(Type.String()),
-  drifted: Type.Optional(Type.Boolean()),
-  probe: Type.Optional(
-    Type.Object({
-      fingerprint: Type.String({ minLength: 1 }),
-      model: Type.Optional(Type.String()),
-      systemFingerprint: Type.Optional(Type.String()),
-      drifted: Type.Optional(Type.Boolean()),
-    }),
-  ),
-});
 
 export const PoolSnapshotSchema = Type.Object({
   /** Increases with every change of this pool's snapshot, per controller leader lineage. */
@@ -90,7 +32,7 @@ export const PoolSnapshotSchema = Type.Object({
   hash: Type.String({ minLength: 1 }),
   pool: Type.Object({ namespace: Type.String(), name: Type.String() }),
   policy: PoolPolicySchema,
-  timeouts: Type.Object({ connectMs: PositiveMs, firstByteMs: PositiveMs, idleMs: PositiveMs }),
+  timeouts: PoolTimeoutsSchema,
   endpoints: Type.Array(EndpointSpecSchema),
 });
 
@@ -119,16 +61,6 @@ export const SidecarReportSchema = Type.Object({
 
 export type SidecarReport = Static<typeof SidecarReportSchema>;
 export type EndpointHealthReport = Static<typeof EndpointHealthReportSchema>;
-
-// Compile-time proof that the wire schema and the policy core's types describe the same data:
-// if either side changes alone, these assignments stop type-checking.
-type Equal<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
-const _policyMatches: Equal<Static<typeof PoolPolicySchema>, PoolPolicy> = true;
-const _endpointMatches: Equal<Static<typeof EndpointSpecSchema>, EndpointSpec> = true;
-const _timeoutsMatch: Equal<PoolSnapshot['timeouts'], PoolTimeouts> = true;
-void _policyMatches;
-void _endpointMatches;
-void _timeoutsMatch;
 
 export type ParseResult<T> =
   { ok: true; value: T } | { ok: false; errors: { path: string; message: string }[] };

@@ -1,7 +1,8 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { demoWorkload, mulberry32 } from '../harness/demo-workload.ts';
+import { demoWorkload } from '../harness/demo-workload.ts';
+import { mulberry32 } from '../lib/rng.ts';
 import { startSwitchyard, stopAll, type RunningProcess } from '../harness/processes.ts';
 import {
   closeClientAgent,

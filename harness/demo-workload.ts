@@ -3,23 +3,13 @@
  * long summaries where several questions are asked about the same document. The sharing is what
  * prefix affinity can turn into cache hits.
  */
+import { mulberry32 } from '../lib/rng.ts';
 
 const WORDS = (
   'the of and to in is that for it as with was on be by this are from or at an which have not ' +
   'model cluster request latency token prefix cache endpoint routing budget policy stream pod ' +
   'service traffic kernel memory batch queue replica region gateway sidecar error retry health'
 ).split(' ');
-
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function text(rng: () => number, chars: number): string {
   const out: string[] = [];

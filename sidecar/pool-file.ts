@@ -6,14 +6,14 @@ import { parsePoolYaml } from '../crds/pool-document.ts';
 import { resolvePool } from '../crds/resolve.ts';
 import { validatePool } from '../crds/validate.ts';
 import type { EndpointSpec, PoolPolicy } from './policy/types.ts';
-import type { UpstreamTimeouts } from './pool-state.ts';
+import type { PoolTimeouts } from '../crds/policy-types.ts';
 
 export interface LoadedPool {
   name: string;
   hash: string;
   policy: PoolPolicy;
   endpoints: EndpointSpec[];
-  timeouts: UpstreamTimeouts;
+  timeouts: PoolTimeouts;
 }
 
 export interface ConfigProblem {

@@ -1,5 +1,4 @@
-import type { AddressInfo } from 'node:net';
-import type http from 'node:http';
+import { listen, type HostPort } from '../lib/listen.ts';
 import type { Logger } from 'pino';
 import { Balancer } from './policy/balancer.ts';
 import type { Picker } from './policy/baseline-pickers.ts';
@@ -17,10 +16,7 @@ import type { ActivePool } from './pool-state.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy } from './proxy/proxy-server.ts';
 
-export interface HostPort {
-  host: string;
-  port: number;
-}
+export type { HostPort };
 
 /** Where the pool configuration comes from. */
 export type ConfigSource =
@@ -60,18 +56,6 @@ export class ConfigError extends Error {
 
 const systemClock: Clock = { nowMs: () => performance.now() };
 const systemRng: Rng = { next: () => Math.random() };
-
-function listen(server: http.Server, at: HostPort): Promise<string> {
-  return new Promise((resolveUrl, reject) => {
-    server.once('error', reject);
-    server.listen(at.port, at.host, () => {
-      server.off('error', reject);
-      const address = server.address() as AddressInfo;
-      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-      resolveUrl(`http://${host}:${address.port}`);
-    });
-  });
-}
 
 /** Starts the standalone sidecar: a pool file, the proxy port and the admin port. */
 export async function startSidecar(options: SidecarOptions): Promise<RunningSidecar> {

@@ -1,22 +1,6 @@
 /**
- * Deterministic randomness and hashing for the simulator. Kept inside `sim/` on purpose: the
- * simulator must not depend on the sidecar.
+ * Deterministic hashing for the simulator (its PRNG is the project's one, lib/rng.ts).
  */
-
-/** A source of uniform numbers in [0, 1). */
-export type RandomFn = () => number;
-
-/** mulberry32: a tiny, fast 32-bit PRNG. Same seed → same sequence, on every platform. */
-export function mulberry32(seed: number): RandomFn {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** murmur3's 32-bit finaliser: spreads every input bit over the whole output. */
 export function fmix32(h: number): number {

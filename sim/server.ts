@@ -34,8 +34,9 @@ import type {
 } from './openai.ts';
 import { checkSimOptionsPatch, resolveSimOptions, SimOptionError } from './options.ts';
 import type { SimOptions } from './options.ts';
-import { hashString32, mulberry32 } from './rng.ts';
-import type { RandomFn } from './rng.ts';
+import { mulberry32 } from '../lib/rng.ts';
+import { hashString32 } from './rng.ts';
+import type { RandomFn } from '../lib/rng.ts';
 
 /** Model name listed by GET /v1/models (and used when a request names none) if `model` is unset. */
 export const ANY_MODEL_NAME = 'sim-model';

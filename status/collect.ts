@@ -11,10 +11,8 @@ import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { GROUP, VERSION } from '../crds/inference-pool.schema.ts';
+import { GROUP, PLURAL, VERSION } from '../crds/inference-pool.schema.ts';
 import { poolView, sidecarView, type PoolStatusView, type SidecarStatusView } from './view.ts';
-
-export const PLURAL = 'inferencepools';
 
 /** The source could not be read (exit code 2). The message is for the person at the terminal. */
 export class StatusSourceError extends Error {

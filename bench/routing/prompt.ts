@@ -6,7 +6,7 @@
  * prefix hashing and the simulators' prefix caches see. A trace without ids gets a text of its own
  * per request (no sharing at all: Azure's traces carry none).
  */
-import { mulberry32 } from '../../harness/demo-workload.ts';
+import { mulberry32 } from '../../lib/rng.ts';
 import type { TraceRequest } from './trace.ts';
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz      ';

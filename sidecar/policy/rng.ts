@@ -2,24 +2,12 @@
  * Randomness for the policy core. Production passes `Math.random` through the `Rng` interface;
  * tests and benchmarks pass `seededRng` so that every pick sequence can be replayed exactly.
  */
+import { mulberry32 } from '../../lib/rng.ts';
 import type { Rng } from './types.ts';
 
-/**
- * A seeded, fast, good-enough PRNG (mulberry32: 32-bit state, period 2^32). Not for security:
- * it only has to make benchmark runs and statistical tests reproducible, and it passes the
- * statistical checks P2C needs (uniform draws, no short cycles at test sizes).
- */
+/** A seeded Rng (the project's one PRNG, mulberry32; see lib/rng.ts). */
 export function seededRng(seed: number): Rng {
-  let state = seed >>> 0;
-  return {
-    next(): number {
-      state = (state + 0x6d2b79f5) >>> 0;
-      let t = state;
-      t = Math.imul(t ^ (t >>> 15), t | 1);
-      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    },
-  };
+  return { next: mulberry32(seed) };
 }
 
 /**
