@@ -3,16 +3,21 @@ import type { Logger } from 'pino';
 import { Balancer } from './policy/balancer.ts';
 import type { Picker } from './policy/baseline-pickers.ts';
 import type { Clock, EndpointSpec, PolicyEvent, Rng } from './policy/types.ts';
-import { StandaloneDrift } from './standalone-drift.ts';
-import { createAdminServer } from './admin-server.ts';
+import { StandaloneDrift } from './config/standalone-drift.ts';
+import { createAdminServer } from './admin/admin-server.ts';
 import {
   startControllerClient,
   type ControllerClient,
   type ControllerClientOptions,
-} from './controller-client.ts';
-import { endpointHealth } from './controller-report.ts';
-import { formatProblems, loadPoolFile, watchPoolFile, type LoadedPool } from './pool-file.ts';
-import type { ActivePool } from './pool-state.ts';
+} from './config/controller/controller-client.ts';
+import { endpointHealth } from './config/controller/endpoint-health.ts';
+import {
+  formatProblems,
+  loadPoolFile,
+  watchPoolFile,
+  type LoadedPool,
+} from './config/pool-file.ts';
+import type { ActivePool } from './config/active-pool.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy } from './proxy/proxy-server.ts';
 

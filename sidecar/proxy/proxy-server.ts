@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { affinityKeyFor } from '../policy/affinity.ts';
 import { PassiveDriftCheck } from './drift-check.ts';
 import type { Attempt, EndpointSpec, Outcome } from '../policy/types.ts';
-import type { ActivePool } from '../pool-state.ts';
+import type { ActivePool } from '../config/active-pool.ts';
 import { readBody, type BodyResult } from './body.ts';
 import { sendError, sendRawError } from './errors.ts';
 import type { CodeClass, EndpointMetrics, SidecarMetrics } from './metrics.ts';

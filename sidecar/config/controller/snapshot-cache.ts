@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { parseSnapshot, type PoolSnapshot } from '../crds/snapshot.ts';
+import { parseSnapshot, type PoolSnapshot } from '../../../crds/snapshot.ts';
 
 export type CacheReadResult =
   | { ok: true; snapshot: PoolSnapshot }

@@ -1,5 +1,5 @@
-import type { PoolTimeouts } from '../crds/policy-types.ts';
-import type { EndpointSpec, PoolBalancer, PoolPolicy } from './policy/types.ts';
+import type { PoolTimeouts } from '../../crds/policy-types.ts';
+import type { EndpointSpec, PoolBalancer, PoolPolicy } from '../policy/types.ts';
 
 /** The configuration in force: what a pool file or a controller snapshot resolved to. */
 export interface ActivePool {

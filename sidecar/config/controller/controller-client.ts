@@ -24,14 +24,14 @@ import {
   type EndpointHealthReport,
   type PoolSnapshot,
   type SidecarReport,
-} from '../crds/snapshot.ts';
-import { readSnapshotCache, writeFileAtomic } from './controller-cache.ts';
+} from '../../../crds/snapshot.ts';
+import { readSnapshotCache, writeFileAtomic } from './snapshot-cache.ts';
 import {
   DEFAULT_MAX_EVENT_SIZE,
   SseEventTooLargeError,
   SseParser,
   type SseEvent,
-} from './controller-sse.ts';
+} from './sse-parser.ts';
 
 export interface BackoffOptions {
   initialMs: number;

@@ -2,11 +2,11 @@ import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
-import { parsePoolYaml } from '../crds/pool-document.ts';
-import { resolvePool } from '../crds/resolve.ts';
-import { validatePool } from '../crds/validate.ts';
-import type { EndpointSpec, PoolPolicy } from './policy/types.ts';
-import type { PoolTimeouts } from '../crds/policy-types.ts';
+import { parsePoolYaml } from '../../crds/pool-document.ts';
+import { resolvePool } from '../../crds/resolve.ts';
+import { validatePool } from '../../crds/validate.ts';
+import type { EndpointSpec, PoolPolicy } from '../policy/types.ts';
+import type { PoolTimeouts } from '../../crds/policy-types.ts';
 
 export interface LoadedPool {
   name: string;
