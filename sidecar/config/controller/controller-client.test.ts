@@ -20,12 +20,12 @@ import {
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
 import {
-  backoffDelayMs,
   startControllerClient,
   type ControllerClient,
   type ControllerClientOptions,
 } from './controller-client.ts';
 import { endpointHealth } from './endpoint-health.ts';
+import { backoffDelayMs } from './snapshot-stream.ts';
 import { loadPoolText } from '../pool-file.ts';
 
 const NS = 'apps';

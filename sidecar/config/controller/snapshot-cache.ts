@@ -6,7 +6,95 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import type { Logger } from 'pino';
 import { parseSnapshot, type PoolSnapshot } from '../../../crds/snapshot.ts';
+import { describeError } from './describe-error.ts';
+
+export interface SnapshotCacheOptions {
+  /** The cache file; without one, nothing is restored or written. */
+  file: string | undefined;
+  /** The pool this sidecar serves: a cache of another pool is ignored. */
+  pool: { namespace: string; name: string };
+  log: Logger;
+}
+
+/** The last-known-good snapshot on disk: restored once at start, rewritten after every change. */
+export class SnapshotCache {
+  readonly #options: SnapshotCacheOptions;
+  #closed = false;
+  /** The newest snapshot not yet written: writes coalesce, only the newest matters. */
+  #pending: PoolSnapshot | undefined;
+  #writing: Promise<void> | undefined;
+
+  constructor(options: SnapshotCacheOptions) {
+    this.#options = options;
+  }
+
+  /**
+   * The cached snapshot of our pool, or undefined: a missing, unreadable, corrupt, invalid or
+   * foreign cache is logged and ignored. Never rejects.
+   */
+  async restore(): Promise<PoolSnapshot | undefined> {
+    const { file, pool, log } = this.#options;
+    if (file === undefined) return undefined;
+    const result = await readSnapshotCache(file);
+    if (this.#closed) return undefined;
+    if (!result.ok) {
+      if (result.reason === 'missing') log.info({ cacheFile: file }, 'no snapshot cache yet');
+      else if (result.reason === 'unreadable')
+        log.warn(
+          { cacheFile: file, code: result.message },
+          'cannot read the snapshot cache; ignored',
+        );
+      else if (result.reason === 'corrupt')
+        log.warn({ cacheFile: file }, 'the snapshot cache is not valid JSON; ignored');
+      else
+        log.warn(
+          { cacheFile: file, errors: result.errors },
+          'the snapshot cache is not a valid snapshot; ignored',
+        );
+      return undefined;
+    }
+    const { snapshot } = result;
+    if (snapshot.pool.namespace !== pool.namespace || snapshot.pool.name !== pool.name) {
+      log.warn(
+        { cacheFile: file, cached: `${snapshot.pool.namespace}/${snapshot.pool.name}` },
+        'the snapshot cache belongs to another pool; ignored',
+      );
+      return undefined;
+    }
+    return snapshot;
+  }
+
+  /** Writes this snapshot as the new cache, after any write in progress. */
+  save(snapshot: PoolSnapshot): void {
+    const { file, log } = this.#options;
+    if (file === undefined) return;
+    this.#pending = snapshot;
+    this.#writing ??= (async () => {
+      while (this.#pending !== undefined) {
+        const next = this.#pending;
+        this.#pending = undefined;
+        try {
+          await writeFileAtomic(file, JSON.stringify(next));
+          log.debug({ cacheFile: file, version: next.version }, 'snapshot cache written');
+        } catch (err) {
+          log.warn(
+            { cacheFile: file, err: describeError(err) },
+            'cannot write the snapshot cache; a restart while the controller is down will start empty',
+          );
+        }
+      }
+      this.#writing = undefined;
+    })();
+  }
+
+  /** Restores nothing from now on; resolves once the writes already asked for are done. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#writing;
+  }
+}
 
 export type CacheReadResult =
   | { ok: true; snapshot: PoolSnapshot }

@@ -1,0 +1,13 @@
+import type { ControllerSourceOptions } from './controller-source.ts';
+
+/** Where the pool configuration comes from. */
+export type ConfigSource =
+  { kind: 'file'; poolFile: string } | ({ kind: 'controller' } & ControllerSourceOptions);
+
+/** A configuration source once started: it writes into the `ActivePoolState` until closed. */
+export interface RunningConfigSource {
+  /** Re-reads the configuration now, where that means something (a pool file); false otherwise. */
+  reload(): Promise<boolean>;
+  /** Stops every watcher, prober, stream and timer of the source. */
+  close(): Promise<void>;
+}
