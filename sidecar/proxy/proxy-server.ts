@@ -187,9 +187,14 @@ export class SidecarProxy {
     }
     const pool = this.options.pool();
     if (pool === undefined) {
-      sendError(res, 503, 'no_healthy_backend', 'No pool configuration has been applied yet.', {
-        'retry-after': '1',
-      });
+      // Only a sidecar fed by the controller can be here: a pool file must be valid to start.
+      sendError(
+        res,
+        503,
+        'no_configuration',
+        'No pool configuration has been applied yet: this sidecar is waiting for its first snapshot from the switchyard controller (its log says why none has come). Retry shortly.',
+        { 'retry-after': '1' },
+      );
       return;
     }
     if (method === 'GET') {
