@@ -33,9 +33,9 @@ import { parseRetryAfterMs } from './retry-after.ts';
 import {
   cachedUpstreamTarget,
   upstreamTarget,
-  type Upstream,
+  type UpstreamCall,
+  type UpstreamClient,
   type UpstreamHandler,
-  type UpstreamRequest,
   type UpstreamTarget,
 } from './upstream.ts';
 
@@ -65,7 +65,7 @@ const UPSTREAM_DRAIN_TIMEOUT_MS = 1_000;
 
 /** What every exchange of one proxy shares (one object, built once). */
 export interface ExchangeDeps {
-  readonly upstream: Upstream;
+  readonly upstream: UpstreamClient;
   readonly metrics: SidecarMetrics;
   readonly logger: Logger;
   /** Monotonic ms, for TTFT metrics (the balancer has its own clock for decisions). */
@@ -291,7 +291,7 @@ class ExchangeAttempt implements UpstreamHandler {
   readonly #exchange: Exchange;
   readonly #metrics: EndpointMetrics;
   readonly #sentAtMs: number;
-  readonly #upstream: UpstreamRequest;
+  readonly #upstream: UpstreamCall;
   #deadline: NodeJS.Timeout | undefined;
   #status = 0;
   #headers: IncomingHttpHeaders = {};

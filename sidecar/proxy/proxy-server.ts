@@ -8,7 +8,7 @@ import { readBody, type BodyResult } from './body.ts';
 import { sendError, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps } from './exchange.ts';
 import type { SidecarMetrics } from './metrics.ts';
-import { Upstream } from './upstream.ts';
+import { Upstream, type UpstreamClient } from './upstream.ts';
 
 /** The OpenAI routes the sidecar serves, and the method each accepts. */
 const ROUTES: ReadonlyMap<string, 'GET' | 'POST'> = new Map([
@@ -39,6 +39,8 @@ export interface ProxyOptions {
   /** Monotonic ms, for TTFT metrics (the balancer has its own clock for decisions). */
   nowMs: () => number;
   isDraining: () => boolean;
+  /** Sends the upstream requests; a keep-alive `Upstream` unless a test scripts one. */
+  upstream?: UpstreamClient | undefined;
 }
 
 /**
@@ -48,7 +50,7 @@ export interface ProxyOptions {
  */
 export class SidecarProxy {
   readonly server: http.Server;
-  private readonly upstream = new Upstream();
+  private readonly upstream: UpstreamClient;
   /** Shared by every exchange: built once, not per request. */
   private readonly exchangeDeps: ExchangeDeps;
   /** The response in progress on each client connection, for `onClientError`. */
@@ -60,6 +62,7 @@ export class SidecarProxy {
 
   constructor(options: ProxyOptions) {
     this.options = options;
+    this.upstream = options.upstream ?? new Upstream();
     this.exchangeDeps = {
       upstream: this.upstream,
       metrics: options.metrics,

@@ -70,10 +70,30 @@ export interface UpstreamRequestInit {
   connectTimeoutMs: number;
 }
 
+/** One request in flight, as its attempt drives it. */
+export interface UpstreamCall {
+  /** Stops reading the response (the client is slow); `resume()` goes on. */
+  pause(): void;
+  resume(): void;
+  /** From now on, a silence of `ms` between body chunks fails the request with ETIMEDOUT. */
+  watchIdle(ms: number): void;
+  /** Destroys request and response; the handler hears nothing more. */
+  abort(): void;
+  /** Reads and drops the rest of the response for at most `limitMs`; the handler hears nothing more. */
+  drain(limitMs: number): void;
+}
+
+/** What sends the requests (`Upstream`; tests script a fake). */
+export interface UpstreamClient {
+  request(init: UpstreamRequestInit, handler: UpstreamHandler): UpstreamCall;
+  /** Closes every kept-alive connection. */
+  close(): void;
+}
+
 const KEEP_ALIVE = { keepAlive: true, maxSockets: Infinity, scheduling: 'lifo' } as const;
 
 /** The agents every attempt's request goes through; one per sidecar. */
-export class Upstream {
+export class Upstream implements UpstreamClient {
   readonly #httpAgent = new http.Agent(KEEP_ALIVE);
   readonly #httpsAgent = new https.Agent(KEEP_ALIVE);
 
@@ -97,7 +117,7 @@ export class Upstream {
  * One upstream HTTP request and its response. The listeners are bound once per request; the
  * streaming path per chunk is one call of `handler.onData`.
  */
-export class UpstreamRequest {
+export class UpstreamRequest implements UpstreamCall {
   readonly #handler: UpstreamHandler;
   readonly #req: http.ClientRequest;
   readonly #connectTimeoutMs: number;
