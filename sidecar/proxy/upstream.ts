@@ -124,6 +124,8 @@ export class UpstreamRequest implements UpstreamCall {
   #res: IncomingMessage | undefined;
   /** Set once the handler was told the end or an error, or must hear nothing more. */
   #quiet = false;
+  /** Aborted before it had a socket: destroy the socket as soon as it has one. */
+  #abortOnSocket = false;
 
   constructor(init: UpstreamRequestInit, agent: http.Agent, handler: UpstreamHandler) {
     this.#handler = handler;
@@ -162,6 +164,12 @@ export class UpstreamRequest implements UpstreamCall {
   /** Destroys request and response; the handler hears nothing more. */
   abort(): void {
     this.#quiet = true;
+    if (this.#req.socket === null) {
+      // Destroyed before it has its socket, a request hands that socket to the agent's pool
+      // instead (a new connection left open and idle): destroy the request once it has one.
+      this.#abortOnSocket = true;
+      return;
+    }
     this.#req.destroy();
     this.#res?.destroy();
   }
@@ -175,7 +183,7 @@ export class UpstreamRequest implements UpstreamCall {
     this.#quiet = true;
     const res = this.#res;
     if (res === undefined) {
-      this.#req.destroy();
+      this.abort();
       return;
     }
     const limit = setTimeout(() => res.destroy(), limitMs);
@@ -184,6 +192,10 @@ export class UpstreamRequest implements UpstreamCall {
   }
 
   readonly #onSocket = (socket: Socket): void => {
+    if (this.#abortOnSocket) {
+      this.#req.destroy();
+      return;
+    }
     // Only while a fresh connection is being made: a kept-alive socket is already connected.
     if (this.#connectTimeoutMs <= 0 || !socket.connecting) return;
     const timer = setTimeout(() => {
