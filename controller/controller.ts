@@ -24,30 +24,30 @@ import {
   type Secret,
   type Service,
 } from './core/objects.ts';
-import { driftEvent } from './core/drift-events.ts';
+import { driftEvent } from './drift/events.ts';
 import { PoolIndex } from './core/pool-index.ts';
 import { poolStatus, statusEqual, type SidecarState as SidecarStatusView } from './core/status.ts';
 import { WorkQueue } from './core/work-queue.ts';
-import { DriftMonitor, type DriftChange } from './drift-monitor.ts';
-import { recordEvent } from './event-recorder.ts';
-import type { InjectionConfig } from './core/injection-config.ts';
-import { InjectionAuditor } from './injection-auditor.ts';
-import { injectionWebhook, WEBHOOK_PATH } from './injection-webhook.ts';
-import { KubeApiError, KubeRaw } from './kube-raw.ts';
-import { certificateNotAfterMs } from './tls-certificates.ts';
+import { DriftMonitor, type DriftChange } from './drift/monitor.ts';
+import { recordEvent } from './kube/event-recorder.ts';
+import type { InjectionConfig } from './injection/config.ts';
+import { InjectionAuditor } from './injection/auditor.ts';
+import { injectionWebhook, WEBHOOK_PATH } from './injection/webhook.ts';
+import { KubeApiError, KubeRaw } from './kube/kube-raw.ts';
+import { certificateNotAfterMs } from './tls/certificates.ts';
 import {
   FileTlsSource,
   SelfManagedTlsSource,
   type TlsFiles,
   type TlsSource,
-} from './tls-source.ts';
-import { WebhookCaBundle } from './webhook-ca-bundle.ts';
-import { LeaderElector } from './leader.ts';
-import { ReplicaSummaries } from './replica-summary.ts';
+} from './tls/source.ts';
+import { WebhookCaBundle } from './injection/ca-bundle.ts';
+import { LeaderElector } from './kube/leader.ts';
+import { ReplicaSummaries } from './stream/replica-summary.ts';
 import { ControllerMetrics } from './metrics.ts';
-import { SnapshotServer, type PoolKey } from './snapshot-server.ts';
-import { SupervisedInformer } from './supervised-informer.ts';
-import { TokenAuthenticator } from './token-auth.ts';
+import { SnapshotServer, type PoolKey } from './stream/snapshot-server.ts';
+import { SupervisedInformer } from './kube/supervised-informer.ts';
+import { TokenAuthenticator } from './stream/token-auth.ts';
 
 /** Status writes in flight at once (they share a small pool of API connections). */
 const STATUS_WRITE_CONCURRENCY = 4;

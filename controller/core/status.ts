@@ -175,7 +175,7 @@ export function fleetHealth(
     string,
     EndpointFleetHealth & { rates: { e: number; r: number; t: number }[] }
   >();
-  // Sidecars on other replicas publish only their non-closed breakers (controller/replica-summary.ts),
+  // Sidecars on other replicas publish only their non-closed breakers (controller/stream/replica-summary.ts),
   // so `reporting` counts the connected sidecars that sent a health report at all.
   const connected = connectedSidecars(sidecars);
   const reporting = connected.filter((s) => s.endpoints !== undefined).length;

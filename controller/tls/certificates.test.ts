@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { pino } from 'pino';
-import { planTls } from './core/tls-plan.ts';
-import { createCa, inspectTlsSecret, issueServingCertificate } from './tls-certificates.ts';
-import { FileTlsSource, readTlsFiles } from './tls-source.ts';
+import { planTls } from './plan.ts';
+import { createCa, inspectTlsSecret, issueServingCertificate } from './certificates.ts';
+import { FileTlsSource, readTlsFiles } from './source.ts';
 
 const NOW = Date.now();
 const NAMES = ['switchyard.switchyard-system.svc', '127.0.0.1'];

@@ -9,7 +9,7 @@ import {
   servingValidity,
   subjectAltName,
   type TlsSecretFacts,
-} from './tls-plan.ts';
+} from './plan.ts';
 
 const NOW = Date.UTC(2026, 11, 1);
 const DAY = 24 * 3600_000;

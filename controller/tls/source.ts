@@ -11,14 +11,14 @@
 import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
-import { planTls } from './core/tls-plan.ts';
-import { KubeApiError, type KubeRaw } from './kube-raw.ts';
+import { planTls } from './plan.ts';
+import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
 import {
   createCa,
   inspectTlsSecret,
   issueServingCertificate,
   type TlsMaterial,
-} from './tls-certificates.ts';
+} from './certificates.ts';
 
 export type { TlsMaterial };
 

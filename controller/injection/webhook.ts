@@ -1,15 +1,15 @@
 /**
  * The mutating admission webhook that injects the sidecar (docs/injection.md): reads an
- * AdmissionReview (admission.k8s.io/v1), asks the pure core (core/injection.ts) what to patch and
+ * AdmissionReview (admission.k8s.io/v1), asks the pure core (pod-patch.ts) what to patch and
  * answers. It never denies a pod: with `failurePolicy: Ignore` an outage only means pods come up
  * without the sidecar (the injection auditor then says so on the pod), and a pod that cannot take
  * the sidecar is admitted as it is, annotated and warned about.
  */
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import type { InjectionConfig } from './core/injection-config.ts';
-import { decideInjection, POOL_LABEL, type PodLike } from './core/injection.ts';
-import type { ControllerMetrics } from './metrics.ts';
+import type { InjectionConfig } from './config.ts';
+import { decideInjection, POOL_LABEL, type PodLike } from './pod-patch.ts';
+import type { ControllerMetrics } from '../metrics.ts';
 
 export const WEBHOOK_PATH = '/mutate/pods';
 const MAX_REVIEW_BYTES = 8 * 1024 * 1024;

@@ -13,10 +13,10 @@ import {
   SIDECAR_NAME,
   SKIPPED_ANNOTATION,
   type PodLike,
-} from './core/injection.ts';
-import { recordEvent } from './event-recorder.ts';
-import type { KubeRaw } from './kube-raw.ts';
-import { SupervisedInformer } from './supervised-informer.ts';
+} from './pod-patch.ts';
+import { recordEvent } from '../kube/event-recorder.ts';
+import type { KubeRaw } from '../kube/kube-raw.ts';
+import { SupervisedInformer } from '../kube/supervised-informer.ts';
 
 type Pod = PodLike &
   KubernetesObject & {

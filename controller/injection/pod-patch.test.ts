@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fastJsonPatch from 'fast-json-patch';
 import fc from 'fast-check';
-import { parseInjectionConfig, type InjectionConfig } from './injection-config.ts';
+import { parseInjectionConfig, type InjectionConfig } from './config.ts';
 import {
   CA_BUNDLE_ANNOTATION,
   INJECTED_ANNOTATION,
@@ -13,7 +13,7 @@ import {
   decideInjection,
   type InjectionDecision,
   type PodLike,
-} from './injection.ts';
+} from './pod-patch.ts';
 
 const CA = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
 

@@ -6,8 +6,8 @@ import {
   SNAPSHOT_PROTOCOL_VERSION,
   type PoolSnapshot,
   type SidecarReport,
-} from '../crds/snapshot.ts';
-import type { ControllerMetrics } from './metrics.ts';
+} from '../../crds/snapshot.ts';
+import type { ControllerMetrics } from '../metrics.ts';
 import type { AuthResult } from './token-auth.ts';
 
 /** A pool key: `namespace/name`. */

@@ -9,11 +9,11 @@
  * changes, not for every probe (probedAt rides along with the next write).
  */
 import type { Logger } from 'pino';
-import { judgeDrift } from '../crds/drift.ts';
-import type { InferencePoolStatus } from '../crds/inference-pool.schema.ts';
-import type { DriftPolicy, EndpointSpec } from '../crds/policy-types.ts';
-import { DriftProber, type ProbeResult, type ProbeTarget } from '../probe/drift-prober.ts';
-import type { DriftChangeView } from './core/drift-events.ts';
+import { judgeDrift } from '../../crds/drift.ts';
+import type { InferencePoolStatus } from '../../crds/inference-pool.schema.ts';
+import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
+import { DriftProber, type ProbeResult, type ProbeTarget } from '../../probe/drift-prober.ts';
+import type { DriftChangeView } from './events.ts';
 
 type DriftSection = NonNullable<InferencePoolStatus['drift']>;
 
@@ -34,7 +34,7 @@ interface PoolDrift {
   expected: string | undefined;
 }
 
-/** One change of a pool's verdicts, as its Event tells it (core/drift-events.ts). */
+/** One change of a pool's verdicts, as its Event tells it (drift/events.ts). */
 export type DriftChange = DriftChangeView;
 
 export interface DriftMonitorOptions {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { driftEvent } from './drift-events.ts';
+import { driftEvent } from './events.ts';
 
 describe('drift events', () => {
   it('a drifted endpoint is a Warning naming both fingerprints and what happens to it', () => {

@@ -7,7 +7,7 @@
  * 1.29+): it starts before the app containers, the kubelet waits for its startup probe, and it
  * stops after them, so the app never calls 127.0.0.1:8080 while nothing listens there.
  */
-import type { InjectionConfig, ProbeTiming } from './injection-config.ts';
+import type { InjectionConfig, ProbeTiming } from './config.ts';
 
 export const POOL_LABEL = 'switchyard.dev/pool';
 /** Set by the webhook on every pod it injected. */
@@ -24,7 +24,7 @@ export const TOKEN_VOLUME = 'switchyard-token';
 export const CACHE_VOLUME = 'switchyard-cache';
 export const TOKEN_DIR = '/var/run/secrets/switchyard';
 export const CACHE_DIR = '/var/cache/switchyard';
-/** The audience the controller's TokenReview demands (controller/token-auth.ts says the same). */
+/** The audience the controller's TokenReview demands (controller/stream/token-auth.ts says the same). */
 export const TOKEN_AUDIENCE = 'switchyard';
 /**
  * Non-root, as the restricted Pod Security Standard wants, and above 10000 so it matches no user

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
-import type { SidecarState } from './core/status.ts';
-import { KubeApiError, microTime, type KubeRaw } from './kube-raw.ts';
+import type { SidecarState } from '../core/status.ts';
+import { KubeApiError, microTime, type KubeRaw } from '../kube/kube-raw.ts';
 
 /**
  * Sidecars connect to any replica, but only the leader writes status. Each replica therefore

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { pino } from 'pino';
-import type { EndpointSpec } from '../crds/policy-types.ts';
-import { startSim, type SimHandle } from '../sim/server.ts';
-import { DriftMonitor, type DriftChange } from './drift-monitor.ts';
+import type { EndpointSpec } from '../../crds/policy-types.ts';
+import { startSim, type SimHandle } from '../../sim/server.ts';
+import { DriftMonitor, type DriftChange } from './monitor.ts';
 
 describe('DriftMonitor (against simulators)', () => {
   const sims: SimHandle[] = [];

@@ -12,7 +12,7 @@ import {
   type CaFacts,
   type ServingFacts,
   type TlsSecretFacts,
-} from './core/tls-plan.ts';
+} from './plan.ts';
 
 /** PEM texts; `caKey` only in the self-managed Secret (it signs new serving certificates). */
 export interface TlsMaterial {

@@ -6,7 +6,7 @@
  * turns. The chart leaves caBundle out of its manifest: Helm's three-way merge then keeps ours.
  */
 import type { Logger } from 'pino';
-import { KubeApiError, type KubeRaw } from './kube-raw.ts';
+import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
 
 interface WebhookConfiguration {
   metadata: { name: string; resourceVersion?: string };

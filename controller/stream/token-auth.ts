@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { KubeRaw } from './kube-raw.ts';
+import type { KubeRaw } from '../kube/kube-raw.ts';
 
 interface TokenReviewStatus {
   authenticated?: boolean;
