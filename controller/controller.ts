@@ -17,7 +17,8 @@ import {
   type InferencePoolStatus,
 } from '../crds/inference-pool.schema.ts';
 import type { PoolSnapshot } from '../crds/snapshot.ts';
-import { desiredSnapshot, type ReconcileResult } from './core/desired-snapshot.ts';
+import { desiredSnapshot } from './core/desired-snapshot.ts';
+import type { ReconcileResult } from './core/reconcile-result.ts';
 import {
   SERVICE_NAME_LABEL,
   type EndpointSlice,
@@ -26,7 +27,7 @@ import {
 } from './core/objects.ts';
 import { driftEvent } from './drift/events.ts';
 import { PoolIndex } from './core/pool-index.ts';
-import { poolStatus, statusEqual, type SidecarState as SidecarStatusView } from './core/status.ts';
+import { poolStatus, statusEqual, type SidecarView } from './core/status.ts';
 import { WorkQueue } from './core/work-queue.ts';
 import { DriftMonitor, type DriftChange } from './drift/monitor.ts';
 import { recordEvent } from './kube/event-recorder.ts';
@@ -294,8 +295,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
   };
 
   /** This replica's sidecars of one pool, as the status core sees them. */
-  const localSidecars = (key: PoolKey): Map<string, SidecarStatusView> => {
-    const reports = new Map<string, SidecarStatusView>();
+  const localSidecars = (key: PoolKey): Map<string, SidecarView> => {
+    const reports = new Map<string, SidecarView>();
     for (const [id, sc] of stream.sidecars(key)) {
       reports.set(id, {
         streaming: sc.streams > 0,

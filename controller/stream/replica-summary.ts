@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { SidecarState } from '../core/status.ts';
+import type { SidecarView } from '../core/status.ts';
 import { KubeApiError, microTime, type KubeRaw } from '../kube/kube-raw.ts';
 
 /**
@@ -37,7 +37,7 @@ export interface ReplicaSummaryOptions {
   publishEveryMs: number;
   logger: Logger;
   /** This replica's sidecars per pool key, as the status core sees them. */
-  local: () => Map<string, Map<string, SidecarState>>;
+  local: () => Map<string, Map<string, SidecarView>>;
   /** Remote sidecars changed: the leader should rewrite these pools' status. */
   onRemoteChange: (poolKeys: string[]) => void;
 }
@@ -56,7 +56,7 @@ export class ReplicaSummaries {
   private lastPublished = '';
   private lastPublishedAtMs = -Infinity;
   /** Other replicas' sidecars, per pool key; refreshed by `refresh()`. */
-  private remote = new Map<string, Map<string, SidecarState>>();
+  private remote = new Map<string, Map<string, SidecarView>>();
   private remoteText = '';
   /** Lease record → when we first saw it (monotonic): a replica is gone when its record stops changing. */
   private observed = new Map<string, { record: string; atMs: number }>();
@@ -87,7 +87,7 @@ export class ReplicaSummaries {
   }
 
   /** Sidecars of `poolKey` connected to other replicas. */
-  remoteSidecars(poolKey: string): ReadonlyMap<string, SidecarState> {
+  remoteSidecars(poolKey: string): ReadonlyMap<string, SidecarView> {
     return this.remote.get(poolKey) ?? new Map();
   }
 
@@ -156,7 +156,7 @@ export class ReplicaSummaries {
       `${this.path}?labelSelector=${encodeURIComponent(`${SUMMARY_LABEL}=true`)}`,
     );
     const now = performance.now();
-    const next = new Map<string, Map<string, SidecarState>>();
+    const next = new Map<string, Map<string, SidecarView>>();
     const seen = new Set<string>();
     for (const lease of list.items) {
       const holder = lease.spec?.holderIdentity ?? '';
@@ -175,7 +175,7 @@ export class ReplicaSummaries {
         continue;
       }
       for (const [pool, sidecars] of Object.entries(summary)) {
-        const map = next.get(pool) ?? new Map<string, SidecarState>();
+        const map = next.get(pool) ?? new Map<string, SidecarView>();
         for (const [id, hash, streaming, broken] of sidecars) {
           map.set(id, {
             streaming: streaming === 1,

@@ -22,7 +22,8 @@ interface Subscriber {
   res: http.ServerResponse;
 }
 
-export interface SidecarState {
+/** One sidecar as this replica's stream server knows it: its connections and its last report. */
+export interface SidecarConnection {
   report: SidecarReport | undefined;
   lastSeenMs: number;
   /** Open snapshot streams of this sidecar on this replica. */
@@ -34,7 +35,7 @@ interface PoolChannel {
   /** The serialised SSE event of `snapshot`, built once per change, written to every subscriber. */
   event: string | undefined;
   subscribers: Set<Subscriber>;
-  sidecars: Map<string, SidecarState>;
+  sidecars: Map<string, SidecarConnection>;
 }
 
 const MAX_REPORT_BYTES = 1024 * 1024;
@@ -123,7 +124,7 @@ export class SnapshotServer {
   }
 
   /** Sidecars of one pool as this replica knows them, for the status. */
-  sidecars(key: PoolKey): ReadonlyMap<string, SidecarState> {
+  sidecars(key: PoolKey): ReadonlyMap<string, SidecarConnection> {
     return this.channels.get(key)?.sidecars ?? new Map();
   }
 
