@@ -72,13 +72,13 @@ export class InjectionAuditor {
 
   constructor(options: InjectionAuditorOptions) {
     this.options = options;
-    const core = options.kubeConfig.makeApiClient(CoreV1Api);
+    const coreV1 = options.kubeConfig.makeApiClient(CoreV1Api);
     this.informer = new SupervisedInformer<Pod>({
       name: 'pods',
       kubeConfig: options.kubeConfig,
       path: '/api/v1/pods',
       labelSelector: POOL_LABEL,
-      list: () => core.listPodForAllNamespaces({ labelSelector: POOL_LABEL }),
+      list: () => coreV1.listPodForAllNamespaces({ labelSelector: POOL_LABEL }),
       logger: options.logger,
       onChange: (pod, kind) => {
         if (kind === 'delete') this.told.delete(pod.metadata?.uid ?? '');

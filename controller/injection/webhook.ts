@@ -7,6 +7,7 @@
  */
 import type http from 'node:http';
 import type { Logger } from 'pino';
+import { objectKey, type PoolKey } from '../core/pool-index.ts';
 import type { InjectionConfig } from './config.ts';
 import { decideInjection, POOL_LABEL, type PodLike } from './pod-patch.ts';
 import type { ControllerMetrics } from '../metrics.ts';
@@ -25,7 +26,8 @@ interface AdmissionRequest {
 export interface InjectionWebhookOptions {
   config: () => InjectionConfig;
   caBundle: () => string;
-  poolExists: (namespace: string, name: string) => boolean | undefined;
+  /** The pools the controller knows; until its cache has synced, no pod is told its pool is missing. */
+  pools: { readonly hasSynced: boolean; has(key: PoolKey): boolean };
   logger: Logger;
   metrics: ControllerMetrics;
 }
@@ -111,7 +113,10 @@ export function injectionWebhook(
         namespace,
         config: options.config(),
         caBundle: options.caBundle(),
-        poolExists: pool === undefined ? undefined : options.poolExists(namespace, pool),
+        poolExists:
+          pool === undefined || !options.pools.hasSynced
+            ? undefined
+            : options.pools.has(objectKey(namespace, pool)),
       });
     } catch (err) {
       // An object shape the core did not expect: admit it untouched rather than block a rollout.

@@ -20,7 +20,6 @@ export interface LeaderElectionOptions {
   leaseDurationMs: number;
   renewEveryMs: number;
   logger: Logger;
-  onChange: (leader: boolean) => void;
 }
 
 /**
@@ -31,6 +30,7 @@ export interface LeaderElectionOptions {
  */
 export class LeaderElector {
   private readonly options: LeaderElectionOptions;
+  private readonly listeners: ((leader: boolean) => void)[] = [];
   private leader = false;
   private lastRenewMs = -Infinity;
   private timer: NodeJS.Timeout | undefined;
@@ -44,6 +44,11 @@ export class LeaderElector {
 
   isLeader(): boolean {
     return this.leader;
+  }
+
+  /** Calls `listener` on every change of leadership (after the change). */
+  onChange(listener: (leader: boolean) => void): void {
+    this.listeners.push(listener);
   }
 
   start(): void {
@@ -63,7 +68,7 @@ export class LeaderElector {
       { identity: this.options.identity, lease: `${this.options.namespace}/${this.options.name}` },
       leader ? 'became leader' : 'lost leadership',
     );
-    this.options.onChange(leader);
+    for (const listener of this.listeners) listener(leader);
   }
 
   private get path(): string {

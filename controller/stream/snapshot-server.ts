@@ -7,11 +7,10 @@ import {
   type PoolSnapshot,
   type SidecarReport,
 } from '../../crds/snapshot.ts';
+import type { PoolKey } from '../core/pool-index.ts';
+import type { SidecarView } from '../core/status.ts';
 import type { ControllerMetrics } from '../metrics.ts';
 import type { AuthResult } from './token-auth.ts';
-
-/** A pool key: `namespace/name`. */
-export type PoolKey = string;
 
 export interface Authenticator {
   authenticate(authorization: string | undefined): Promise<AuthResult>;
@@ -90,7 +89,7 @@ export class SnapshotServer {
     this.heartbeat.unref();
   }
 
-  /** Whether the pool exists (as far as the controller's cache knows). */
+  /** The pool's channel, made on first use. */
   private channel(key: PoolKey): PoolChannel {
     let channel = this.channels.get(key);
     if (channel === undefined) {
@@ -123,14 +122,24 @@ export class SnapshotServer {
     this.channels.delete(key);
   }
 
-  /** Sidecars of one pool as this replica knows them, for the status. */
-  sidecars(key: PoolKey): ReadonlyMap<string, SidecarConnection> {
-    return this.channels.get(key)?.sidecars ?? new Map();
+  /** This replica's sidecars of one pool, as the status core sees them. */
+  sidecarViews(key: PoolKey): Map<string, SidecarView> {
+    const views = new Map<string, SidecarView>();
+    for (const [id, sc] of this.channels.get(key)?.sidecars ?? []) {
+      views.set(id, {
+        streaming: sc.streams > 0,
+        lastSeenMs: sc.lastSeenMs,
+        appliedVersion: sc.report?.appliedVersion,
+        appliedHash: sc.report?.appliedHash,
+        endpoints: sc.report?.endpoints,
+      });
+    }
+    return views;
   }
 
-  /** Pools with known sidecars on this replica. */
-  poolKeys(): PoolKey[] {
-    return [...this.channels.keys()];
+  /** `sidecarViews` of every pool with known sidecars on this replica, by pool key. */
+  sidecarViewsByPool(): Map<PoolKey, Map<string, SidecarView>> {
+    return new Map([...this.channels.keys()].map((key) => [key, this.sidecarViews(key)]));
   }
 
   connectedCount(): number {

@@ -22,6 +22,26 @@ import {
 
 export type { TlsMaterial };
 
+/** Where the serving certificate comes from (the `--tls-*` flags). */
+export type TlsConfig =
+  | { kind: 'files'; files: TlsFiles }
+  | { kind: 'self-managed'; namespace: string; secretName: string; names: string[] };
+
+/** The source `config` names, serving from now on; undefined without one (plain HTTP, tests only). */
+export async function startTlsSource(
+  config: TlsConfig | undefined,
+  deps: { raw: KubeRaw; logger: Logger },
+): Promise<TlsSource | undefined> {
+  switch (config?.kind) {
+    case undefined:
+      return undefined;
+    case 'files':
+      return new FileTlsSource(config.files, deps.logger);
+    case 'self-managed':
+      return SelfManagedTlsSource.start({ ...deps, ...config });
+  }
+}
+
 export interface TlsSource {
   current(): TlsMaterial;
   /** Called after the material changed; the stream server and the webhook's caBundle follow. */
