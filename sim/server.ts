@@ -14,7 +14,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { PrefixCache, blockKeys } from './cache.ts';
+import { PrefixCache, blockKeys } from './engine/prefix-cache.ts';
 import {
   ChunkWriter,
   WORDS,
@@ -35,7 +35,7 @@ import type {
 import { checkSimOptionsPatch, resolveSimOptions, SimOptionError } from './options.ts';
 import type { SimOptions } from './options.ts';
 import { mulberry32 } from '../lib/rng.ts';
-import { hashString32 } from './rng.ts';
+import { hashString32 } from './engine/hash.ts';
 import type { RandomFn } from '../lib/rng.ts';
 
 /** Model name listed by GET /v1/models (and used when a request names none) if `model` is unset. */
