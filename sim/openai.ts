@@ -2,6 +2,7 @@
  * The OpenAI wire format as far as the simulator speaks it: request parsing and validation,
  * response objects, SSE chunks, and error bodies.
  */
+import type { FinishReason } from './engine/answer.ts';
 
 /** An error answered in OpenAI's shape: `{"error":{"message","type","param","code"}}`. */
 export interface ApiError {
@@ -186,8 +187,6 @@ export function usage(promptTokens: number, completionTokens: number, cached: nu
   };
 }
 
-export type FinishReason = 'stop' | 'length';
-
 /** Identity of one response, repeated in every chunk. */
 export interface ResponseHead {
   id: string;
@@ -281,14 +280,3 @@ export function fullResponse(
   base['usage'] = u;
   return base;
 }
-
-/** Short English-looking words; a generated token is one of them (with a leading space). */
-// prettier-ignore
-export const WORDS: readonly string[] = [
-  'the', 'of', 'and', 'to', 'in', 'is', 'that', 'for', 'it', 'as', 'was', 'with', 'be', 'by',
-  'on', 'not', 'this', 'are', 'at', 'from', 'or', 'have', 'an', 'they', 'which', 'one', 'you',
-  'were', 'all', 'we', 'can', 'her', 'has', 'there', 'been', 'if', 'more', 'when', 'will',
-  'would', 'who', 'so', 'no', 'model', 'token', 'cache', 'route', 'load', 'queue', 'slot', 'yard',
-  'switch', 'train', 'track', 'signal', 'fast', 'slow', 'prefix', 'block', 'batch', 'time',
-  'data', 'node', 'pod',
-];

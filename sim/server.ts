@@ -14,10 +14,8 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { PrefixCache, blockKeys } from './engine/prefix-cache.ts';
 import {
   ChunkWriter,
-  WORDS,
   errorBody,
   fullResponse,
   isApiError,
@@ -25,26 +23,18 @@ import {
   parseGeneration,
   usage,
 } from './openai.ts';
-import type {
-  ApiError,
-  EmbeddingRequest,
-  FinishReason,
-  GenerationKind,
-  ResponseHead,
-} from './openai.ts';
+import type { ApiError, GenerationKind, ResponseHead } from './openai.ts';
 import { checkSimOptionsPatch, resolveSimOptions, SimOptionError } from './options.ts';
 import type { SimOptions } from './options.ts';
-import { mulberry32 } from '../lib/rng.ts';
-import { hashString32 } from './engine/hash.ts';
-import type { RandomFn } from '../lib/rng.ts';
+import { Answer } from './engine/answer.ts';
+import { embeddingVector } from './engine/embedding.ts';
+import { Engine } from './engine/engine.ts';
+import type { JobHandle, JobSink } from './engine/engine.ts';
+import { estimateTokens, tokenizePrompt } from './engine/prompt.ts';
+import { wallTime } from './wall-time.ts';
 
 /** Model name listed by GET /v1/models (and used when a request names none) if `model` is unset. */
 export const ANY_MODEL_NAME = 'sim-model';
-/** Minimum wall-clock gap between two writes of one stream: faster decodes are batched. */
-export const MIN_TICK_MS = 1;
-/** Output length when the request sets no max_tokens: uniform in [MIN, MAX]. */
-export const DEFAULT_OUTPUT_MIN = 16;
-export const DEFAULT_OUTPUT_MAX = 128;
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const KEEP_ALIVE_MS = 65_000;
 
@@ -105,64 +95,15 @@ export interface StartSimDeps {
   logger?: SimLogger | undefined;
 }
 
-type JobKind = GenerationKind | 'embedding';
-type JobState = 'queued' | 'prefill' | 'decode' | 'stalled' | 'done';
-
-interface Job {
-  readonly seq: number;
-  readonly kind: JobKind;
-  readonly res: ServerResponse;
-  readonly stream: boolean;
-  readonly stall: boolean;
-  readonly head: ResponseHead;
-  readonly promptTokens: number;
-  /** Prefix cache keys of the prompt's full blocks (none for embeddings). */
-  readonly keys: number[];
-  readonly outputTokens: number;
-  readonly finish: FinishReason;
-  readonly includeUsage: boolean;
-  readonly rng: RandomFn;
-  readonly embedding: EmbeddingRequest | undefined;
-  readonly writer: ChunkWriter | undefined;
-  state: JobState;
-  holdsSlot: boolean;
-  timer: NodeJS.Timeout | undefined;
-  cachedTokens: number;
-  emitted: number;
-  /** Decode progress in tokens (fractional), as of `progressAt`, at `intervalMs` per token. */
-  progress: number;
-  progressAt: number;
-  intervalMs: number;
-  /** Non-streaming: the generated text so far. */
-  text: string;
-}
-
 /** Per-request connection state, created before the body is read. */
 interface Exchange {
   closed: boolean;
-  job: Job | undefined;
+  job: JobHandle | undefined;
 }
 
-function emptyCounters(): Omit<
-  SimStats,
-  'name' | 'uptimeMs' | 'inFlight' | 'queued' | 'cachedBlocks'
-> {
-  return {
-    requests: 0,
-    completed: 0,
-    aborted: 0,
-    errors: 0,
-    rateLimited: 0,
-    queueRejected: 0,
-    stalled: 0,
-    badRequests: 0,
-    coldStarts: 0,
-    cacheHitBlocks: 0,
-    cacheMissBlocks: 0,
-    promptTokens: 0,
-    cachedPromptTokens: 0,
-    completionTokens: 0,
-  };
+interface RequestCounters {
+  requests: number;
+  badRequests: number;
 }
 
 const NOOP_LOGGER: SimLogger = { debug() {}, info() {}, warn() {} };
@@ -204,24 +145,15 @@ class Simulator {
   readonly #startedAt = performance.now();
   #opts: SimOptions;
   #port = 0;
-  #faultRng: RandomFn;
-  readonly #cache: PrefixCache;
-  #counters = emptyCounters();
-  readonly #running = new Set<Job>();
-  #queue: Job[] = [];
-  #busy = 0;
+  readonly #engine: Engine;
+  #counters: RequestCounters = { requests: 0, badRequests: 0 };
   #seq = 0;
-  /** When the server last became idle; undefined = it never served (the first request is cold). */
-  #idleSince: number | undefined = undefined;
-  /** Prefills may not start before this (wall clock, performance.now()). */
-  #warmAt = 0;
   #closing = false;
 
   constructor(opts: SimOptions, log: SimLogger) {
     this.#opts = opts;
     this.#log = log;
-    this.#faultRng = mulberry32(opts.seed);
-    this.#cache = new PrefixCache(opts.cacheBlocks);
+    this.#engine = new Engine(opts, wallTime);
     // A long keep-alive: a proxy's pooled upstream socket should not be closed under it by the
     // server's idle timer (Node's default is 5 s), which would show up as spurious resets.
     this.#server = createServer({ keepAliveTimeout: KEEP_ALIVE_MS }, (req, res) =>
@@ -240,17 +172,7 @@ class Simulator {
   async close(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
-    const jobs = [...this.#running, ...this.#queue];
-    this.#running.clear();
-    this.#queue = [];
-    this.#busy = 0;
-    for (const job of jobs) {
-      if (job.timer !== undefined) clearTimeout(job.timer);
-      job.timer = undefined;
-      job.state = 'done';
-      job.holdsSlot = false;
-      job.res.destroy();
-    }
+    this.#engine.close();
     const closed = once(this.#server, 'close');
     this.#server.close();
     this.#server.closeAllConnections();
@@ -266,13 +188,28 @@ class Simulator {
   }
 
   stats(): SimStats {
+    const load = this.#engine.load();
+    const c = this.#engine.counters();
     return {
       name: this.#name(),
       uptimeMs: Math.round(performance.now() - this.#startedAt),
-      inFlight: this.#busy,
-      queued: this.#queue.length,
-      cachedBlocks: this.#cache.size,
-      ...this.#counters,
+      inFlight: load.running,
+      queued: load.waiting,
+      cachedBlocks: load.cachedBlocks,
+      requests: this.#counters.requests,
+      completed: c.completed,
+      aborted: c.aborted,
+      errors: c.errors,
+      rateLimited: c.rateLimited,
+      queueRejected: c.queueRejected,
+      stalled: c.stalled,
+      badRequests: this.#counters.badRequests,
+      coldStarts: c.coldStarts,
+      cacheHitBlocks: c.cacheHitBlocks,
+      cacheMissBlocks: c.cacheMissBlocks,
+      promptTokens: c.promptTokens,
+      cachedPromptTokens: c.cachedPromptTokens,
+      completionTokens: c.completionTokens,
     };
   }
 
@@ -282,28 +219,16 @@ class Simulator {
    * between two policies, so that each meets the same backends. Requests in progress go on.
    */
   resetStats(): void {
-    this.#counters = emptyCounters();
-    this.#cache.clear();
-    this.#faultRng = mulberry32(this.#opts.seed);
-    if (this.#busy === 0) {
-      this.#idleSince = undefined;
-      this.#warmAt = 0;
-    }
+    this.#counters = { requests: 0, badRequests: 0 };
+    this.#engine.reset();
   }
 
   configure(patch: Partial<SimOptions>): SimOptions {
     const checked = checkSimOptionsPatch(patch, { runtime: true });
     if (!checked.ok) throw new SimOptionError(checked.field, checked.message);
-    const before = this.#opts;
-    const next = { ...before, ...checked.patch };
+    const next = { ...this.#opts, ...checked.patch };
     this.#opts = next;
-    if (next.seed !== before.seed) this.#faultRng = mulberry32(next.seed);
-    if (next.blockTokens !== before.blockTokens || next.charsPerToken !== before.charsPerToken) {
-      this.#cache.clear(); // old keys describe a different block partition
-    }
-    if (next.cacheBlocks !== before.cacheBlocks) this.#cache.setCapacity(next.cacheBlocks);
-    this.#drain();
-    this.#loadChanged(performance.now());
+    this.#engine.setOptions(next);
     this.#log.info({ patch: checked.patch }, 'options changed');
     return this.effectiveOptions();
   }
@@ -314,7 +239,7 @@ class Simulator {
     const ex: Exchange = { closed: false, job: undefined };
     res.once('close', () => {
       ex.closed = true;
-      if (ex.job !== undefined) this.#onClientGone(ex.job);
+      if (ex.job !== undefined) this.#engine.abandon(ex.job);
     });
     req.on('error', () => {}); // a client that resets mid-body: res 'close' handles it
     res.setHeader('x-sim-backend', this.#name());
@@ -482,10 +407,6 @@ class Simulator {
     sendJson(res, 200, optionsJson(this.configure(checked.patch)));
   }
 
-  #tokens(chars: number): number {
-    return Math.ceil(chars / this.#opts.charsPerToken);
-  }
-
   #generation(kind: GenerationKind, body: unknown, res: ServerResponse, ex: Exchange): void {
     this.#counters.requests++;
     const parsed = parseGeneration(kind, body);
@@ -493,13 +414,8 @@ class Simulator {
     const model = this.#resolveModel(parsed.model);
     if (isApiError(model)) return this.#badRequest(res, model);
 
-    const o = this.#opts;
-    // Always three draws, so the fault sequence depends only on the seed and the request order.
-    const uError = this.#faultRng();
-    const uRateLimit = this.#faultRng();
-    const uStall = this.#faultRng();
-    if (uError < o.errorRate) {
-      this.#counters.errors++;
+    const fault = this.#engine.drawFault();
+    if (fault.kind === 'error') {
       this.#log.debug({ kind }, 'injected error');
       return sendError(res, {
         status: 500,
@@ -508,65 +424,76 @@ class Simulator {
         code: 'internal_error',
       });
     }
-    if (uRateLimit < o.rateLimitRate) {
-      this.#counters.rateLimited++;
+    if (fault.kind === 'rate-limit') {
       this.#log.debug({ kind }, 'injected rate limit');
       return sendError(res, rateLimitError('Rate limit reached for requests. (simulated)'), {
         'retry-after': '1',
       });
     }
-    if (!this.#canAdmit()) return this.#overflow(res);
+    const room = this.#engine.checkRoom();
+    if (room.kind === 'full') return this.#overflow(res, room);
 
+    const o = this.#opts;
     const seq = ++this.#seq;
-    const promptTokens = this.#tokens(parsed.promptText.length);
-    const rng = mulberry32((o.seed ^ hashString32(parsed.promptText)) >>> 0);
-    const outputTokens =
-      parsed.maxTokens ??
-      DEFAULT_OUTPUT_MIN + Math.floor(rng() * (DEFAULT_OUTPUT_MAX - DEFAULT_OUTPUT_MIN + 1));
+    const prompt = tokenizePrompt(parsed.promptText, o);
+    const answer = new Answer(parsed.promptText, parsed.maxTokens, o.seed);
     const head: ResponseHead = {
       id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-sim${this.#port}-${seq}`,
       created: Math.floor(Date.now() / 1000),
       model,
       fingerprint: o.fingerprint,
     };
-    const stall = uStall < o.stallRate;
-    const job: Job = {
-      seq,
-      kind,
-      res,
-      stream: parsed.stream,
-      stall,
-      head,
-      promptTokens,
-      keys: blockKeys(parsed.promptText, o.blockTokens * o.charsPerToken),
-      outputTokens,
-      finish: parsed.maxTokens === undefined ? 'stop' : 'length',
-      includeUsage: parsed.includeUsage,
-      rng,
-      embedding: undefined,
-      writer: parsed.stream ? new ChunkWriter(kind, head, parsed.includeUsage) : undefined,
-      state: 'queued',
-      holdsSlot: false,
-      timer: undefined,
-      cachedTokens: 0,
-      emitted: 0,
-      progress: 0,
-      progressAt: 0,
-      intervalMs: 0,
-      text: '',
+    const stall = fault.kind === 'stall';
+    const writer = parsed.stream ? new ChunkWriter(kind, head, parsed.includeUsage) : undefined;
+    let text = '';
+    const sink: JobSink = {
+      tokens: (from, to, per) => {
+        let out = '';
+        let pending = '';
+        for (let i = from; i < to; i++) {
+          const word = answer.token(i);
+          if (writer === undefined) text += word;
+          else if (i === 0) out += writer.first(word);
+          else {
+            pending += word;
+            if (i % per === 0 || i === to - 1) {
+              out += writer.token(pending);
+              pending = '';
+            }
+          }
+        }
+        if (out !== '') res.write(out);
+      },
+      complete: (cachedTokens) => {
+        const u = usage(prompt.tokens, answer.outputTokens, cachedTokens);
+        if (writer !== undefined) {
+          let tail = writer.finish(answer.finish);
+          if (parsed.includeUsage) tail += writer.usage(u);
+          res.end(tail + ChunkWriter.DONE);
+        } else {
+          sendJson(res, 200, fullResponse(kind, head, text, answer.finish, u));
+        }
+      },
+      stopped: () => res.destroy(),
     };
-    if (stall) {
-      this.#counters.stalled++;
-      this.#log.debug({ kind }, 'injected stall');
-    }
-    if (job.stream || stall) {
+    if (stall) this.#log.debug({ kind }, 'injected stall');
+    if (parsed.stream || stall) {
       res.writeHead(200, {
-        'content-type': job.stream ? 'text/event-stream; charset=utf-8' : 'application/json',
+        'content-type': parsed.stream ? 'text/event-stream; charset=utf-8' : 'application/json',
         'cache-control': 'no-cache',
       });
       res.flushHeaders();
     }
-    this.#admit(job, ex);
+    ex.job = this.#engine.admit(
+      {
+        promptTokens: prompt.tokens,
+        blockKeys: prompt.blockKeys,
+        outputTokens: answer.outputTokens,
+        stream: parsed.stream,
+        stall,
+      },
+      sink,
+    );
   }
 
   #embeddings(body: unknown, res: ServerResponse, ex: Exchange): void {
@@ -575,38 +502,36 @@ class Simulator {
     if (isApiError(parsed)) return this.#badRequest(res, parsed);
     const model = this.#resolveModel(parsed.model);
     if (isApiError(model)) return this.#badRequest(res, model);
-    if (!this.#canAdmit()) return this.#overflow(res);
+    const room = this.#engine.checkRoom();
+    if (room.kind === 'full') return this.#overflow(res, room);
     let promptTokens = 0;
     for (const input of parsed.inputs)
-      promptTokens += input.tokens ?? this.#tokens(input.text.length);
-    const seq = ++this.#seq;
-    this.#admit(
+      promptTokens += input.tokens ?? estimateTokens(input.text.length, this.#opts);
+    ++this.#seq;
+    ex.job = this.#engine.admit(
+      { promptTokens, blockKeys: [], outputTokens: 0, stream: false, stall: false },
       {
-        seq,
-        kind: 'embedding',
-        res,
-        stream: false,
-        stall: false,
-        head: { id: `emb-${seq}`, created: 0, model, fingerprint: undefined },
-        promptTokens,
-        keys: [],
-        outputTokens: 0,
-        finish: 'stop',
-        includeUsage: false,
-        rng: mulberry32(this.#opts.seed),
-        embedding: parsed,
-        writer: undefined,
-        state: 'queued',
-        holdsSlot: false,
-        timer: undefined,
-        cachedTokens: 0,
-        emitted: 0,
-        progress: 0,
-        progressAt: 0,
-        intervalMs: 0,
-        text: '',
+        tokens: () => {},
+        complete: () => {
+          const data = parsed.inputs.map((input, index) => {
+            const vector = embeddingVector(input.text, parsed.dimensions, this.#opts.seed);
+            return {
+              object: 'embedding',
+              index,
+              embedding: parsed.base64
+                ? Buffer.from(vector.buffer).toString('base64')
+                : Array.from(vector),
+            };
+          });
+          sendJson(res, 200, {
+            object: 'list',
+            data,
+            model,
+            usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
+          });
+        },
+        stopped: () => res.destroy(),
       },
-      ex,
     );
   }
 
@@ -615,246 +540,15 @@ class Simulator {
     sendError(res, e);
   }
 
-  #overflow(res: ServerResponse): void {
-    this.#counters.rateLimited++;
-    this.#counters.queueRejected++;
+  #overflow(res: ServerResponse, room: { slots: number; queued: number }): void {
     sendError(
       res,
       rateLimitError(
-        `The server is at capacity (${this.#opts.slots} slots busy, ${this.#queue.length} queued). (simulated)`,
+        `The server is at capacity (${room.slots} slots busy, ${room.queued} queued). (simulated)`,
       ),
       { 'retry-after': '1' },
     );
   }
-
-  // ---------------------------------------------------------------- engine
-
-  #canAdmit(): boolean {
-    return this.#busy < this.#opts.slots || this.#queue.length < this.#opts.queueLimit;
-  }
-
-  #admit(job: Job, ex: Exchange): void {
-    ex.job = job;
-    if (this.#busy < this.#opts.slots && this.#queue.length === 0) this.#start(job);
-    else this.#queue.push(job);
-  }
-
-  #drain(): void {
-    while (this.#busy < this.#opts.slots && this.#queue.length > 0) {
-      this.#start(this.#queue.shift()!);
-    }
-  }
-
-  #start(job: Job): void {
-    const o = this.#opts;
-    const now = performance.now();
-    if (this.#busy === 0 && o.coldStartMs > 0) {
-      const idle = this.#idleSince;
-      if (idle === undefined || now - idle >= o.coldIdleMs / o.speed) {
-        this.#warmAt = now + o.coldStartMs / o.speed;
-        this.#counters.coldStarts++;
-      }
-    }
-    this.#idleSince = now; // busy from now on: any later idle period starts counting again
-    this.#busy++;
-    this.#running.add(job);
-    job.holdsSlot = true;
-    if (job.stall) {
-      job.state = 'stalled';
-      this.#loadChanged(now);
-      return;
-    }
-    const hits = job.keys.length > 0 ? this.#cache.match(job.keys) : 0;
-    job.cachedTokens = Math.min(job.promptTokens, hits * o.blockTokens);
-    this.#counters.cacheHitBlocks += hits;
-    this.#counters.cacheMissBlocks += job.keys.length - hits;
-    const prefillMs = ((job.promptTokens - job.cachedTokens) * o.prefillMsPerToken) / o.speed;
-    const firstAt = Math.max(now, this.#warmAt) + prefillMs;
-    job.state = 'prefill';
-    job.timer = arm(() => this.#prefilled(job), firstAt - now);
-    this.#loadChanged(now);
-  }
-
-  /** Wall-clock time per output token at the current load. */
-  #interval(): number {
-    const o = this.#opts;
-    const others = Math.max(0, this.#busy - 1);
-    return (o.decodeMsPerToken * (1 + (o.loadSlowdown * others) / o.slots)) / o.speed;
-  }
-
-  #prefilled(job: Job): void {
-    job.timer = undefined;
-    if (job.state !== 'prefill') return;
-    if (job.keys.length > 0) this.#cache.insert(job.keys);
-    if (job.embedding !== undefined) {
-      this.#sendEmbeddings(job, job.embedding);
-      return this.#finish(job);
-    }
-    // The prefill produces the first token.
-    this.#emit(job, 1);
-    if (job.emitted >= job.outputTokens) return this.#complete(job);
-    job.state = 'decode';
-    job.progress = 1;
-    job.progressAt = performance.now();
-    job.intervalMs = this.#interval();
-    this.#schedule(job);
-  }
-
-  #advance(job: Job, now: number): void {
-    if (job.intervalMs <= 0) job.progress = job.outputTokens;
-    else job.progress += (now - job.progressAt) / job.intervalMs;
-    job.progressAt = now;
-  }
-
-  /** Arm the job's timer for its next write (streaming) or its end (non-streaming). */
-  #schedule(job: Job): void {
-    if (job.timer !== undefined) clearTimeout(job.timer);
-    let target = job.outputTokens;
-    if (job.stream && job.intervalMs > 0) {
-      const batch = Math.max(1, Math.ceil(MIN_TICK_MS / job.intervalMs));
-      // Writes end on chunk boundaries: after the first token, every tokensPerChunk tokens.
-      const per = this.#opts.tokensPerChunk;
-      const boundary = 1 + Math.ceil((job.emitted + batch - 1) / per) * per;
-      target = Math.min(job.outputTokens, per > 1 ? boundary : job.emitted + batch);
-    }
-    const delay = Math.max(0, (target - job.progress) * job.intervalMs);
-    job.timer = arm(() => this.#tick(job), delay);
-  }
-
-  #tick(job: Job): void {
-    job.timer = undefined;
-    if (job.state !== 'decode') return;
-    this.#advance(job, performance.now());
-    job.intervalMs = this.#interval();
-    let upto = Math.min(job.outputTokens, Math.floor(job.progress + 1e-6));
-    // A tick that comes late, or after the rate changed with the load, lands between chunk
-    // boundaries: write up to the last boundary reached and leave the rest for the next tick, so
-    // that chunks keep their size whatever the timing (the end is always a boundary).
-    const per = this.#opts.tokensPerChunk;
-    if (job.stream && per > 1 && upto < job.outputTokens && upto > 1)
-      upto = 1 + Math.floor((upto - 1) / per) * per;
-    if (upto > job.emitted) this.#emit(job, upto);
-    if (job.emitted >= job.outputTokens) this.#complete(job);
-    else this.#schedule(job);
-  }
-
-  /** The number of busy slots changed: re-rate every decode from now on. */
-  #loadChanged(now: number): void {
-    const interval = this.#interval();
-    for (const job of this.#running) {
-      if (job.state !== 'decode') continue;
-      this.#advance(job, now);
-      job.intervalMs = interval;
-      // A stream picks the new rate up at its next tick (at most one token later); a
-      // non-streaming generation sleeps until its end, so its timer must move.
-      if (!job.stream) this.#schedule(job);
-    }
-  }
-
-  #word(job: Job, index: number): string {
-    const word = WORDS[Math.floor(job.rng() * WORDS.length)] ?? 'the';
-    return index === 0 ? word.charAt(0).toUpperCase() + word.slice(1) : ' ' + word;
-  }
-
-  /**
-   * Produce tokens [emitted, upto): one write for a stream (the first token alone in its chunk,
-   * then `tokensPerChunk` tokens a chunk), appended text otherwise.
-   */
-  #emit(job: Job, upto: number): void {
-    const writer = job.writer;
-    const per = this.#opts.tokensPerChunk;
-    let out = '';
-    let pending = '';
-    for (let i = job.emitted; i < upto; i++) {
-      const word = this.#word(job, i);
-      if (writer === undefined) job.text += word;
-      else if (i === 0) out += writer.first(word);
-      else {
-        pending += word;
-        if (i % per === 0 || i === upto - 1) {
-          out += writer.token(pending);
-          pending = '';
-        }
-      }
-    }
-    job.emitted = upto;
-    if (out !== '') job.res.write(out);
-  }
-
-  #complete(job: Job): void {
-    const u = usage(job.promptTokens, job.outputTokens, job.cachedTokens);
-    const kind = job.kind === 'embedding' ? 'chat' : job.kind;
-    if (job.writer !== undefined) {
-      let tail = job.writer.finish(job.finish);
-      if (job.includeUsage) tail += job.writer.usage(u);
-      job.res.end(tail + ChunkWriter.DONE);
-    } else {
-      sendJson(job.res, 200, fullResponse(kind, job.head, job.text, job.finish, u));
-    }
-    this.#counters.completionTokens += job.outputTokens;
-    this.#finish(job);
-  }
-
-  #sendEmbeddings(job: Job, request: EmbeddingRequest): void {
-    const data = request.inputs.map((input, index) => {
-      const vector = embeddingVector(input.text, request.dimensions, this.#opts.seed);
-      return {
-        object: 'embedding',
-        index,
-        embedding: request.base64
-          ? Buffer.from(vector.buffer).toString('base64')
-          : Array.from(vector),
-      };
-    });
-    sendJson(job.res, 200, {
-      object: 'list',
-      data,
-      model: job.head.model,
-      usage: { prompt_tokens: job.promptTokens, total_tokens: job.promptTokens },
-    });
-  }
-
-  /** A job answered in full. */
-  #finish(job: Job): void {
-    this.#counters.completed++;
-    this.#counters.promptTokens += job.promptTokens;
-    this.#counters.cachedPromptTokens += job.cachedTokens;
-    this.#release(job);
-  }
-
-  #onClientGone(job: Job): void {
-    if (job.state === 'done') return;
-    this.#counters.aborted++;
-    this.#release(job);
-  }
-
-  /** Give back everything the job holds: its timer, its queue place or its slot. */
-  #release(job: Job): void {
-    if (job.timer !== undefined) clearTimeout(job.timer);
-    job.timer = undefined;
-    const state = job.state;
-    job.state = 'done';
-    if (state === 'queued') {
-      const at = this.#queue.indexOf(job);
-      if (at >= 0) this.#queue.splice(at, 1);
-      return;
-    }
-    if (!job.holdsSlot) return;
-    job.holdsSlot = false;
-    this.#running.delete(job);
-    this.#busy--;
-    const now = performance.now();
-    if (this.#busy === 0) this.#idleSince = now;
-    if (this.#closing) return;
-    this.#drain();
-    this.#loadChanged(now);
-  }
-}
-
-/** Node's setTimeout fires at once (with a warning) beyond 2^31 − 1 ms: clamp instead. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-function arm(fn: () => void, ms: number): NodeJS.Timeout {
-  return setTimeout(fn, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(ms))));
 }
 
 function modelNotFound(model: string): ApiError {
@@ -874,21 +568,6 @@ function rateLimitError(message: string): ApiError {
 /** Options as JSON: unset optional options appear as null rather than disappearing. */
 function optionsJson(o: SimOptions): Record<string, unknown> {
   return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, v ?? null]));
-}
-
-/** A deterministic unit vector for `text`. */
-export function embeddingVector(text: string, dimensions: number, seed: number): Float32Array {
-  const rng = mulberry32((hashString32(text) ^ seed) >>> 0);
-  const v = new Float32Array(dimensions);
-  let norm = 0;
-  for (let i = 0; i < dimensions; i++) {
-    const x = rng() * 2 - 1;
-    v[i] = x;
-    norm += x * x;
-  }
-  const scale = norm > 0 ? 1 / Math.sqrt(norm) : 0;
-  for (let i = 0; i < dimensions; i++) v[i] = v[i]! * scale;
-  return v;
 }
 
 /**
