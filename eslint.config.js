@@ -9,6 +9,7 @@ const PURE_CORE = [
   'sidecar/policy/**/*.ts',
   'crds/**/*.ts',
   'controller/core/**/*.ts',
+  'sim/engine/**/*.ts',
 ];
 
 export default tseslint.config(
