@@ -75,7 +75,7 @@ export class Simulator {
     this.engine = new Engine(opts, deps.time);
   }
 
-  /** The options in force; `port` as configured (0 = any): `effectiveOptions()` has the real one. */
+  /** The options in force, `port` as configured (0 = any): see `effectiveOptions()`. */
   options(): SimOptions {
     return this.#opts;
   }

@@ -4,7 +4,7 @@
  * `fakeTime()` (./testing.ts) and move time by hand.
  */
 
-/** A pending timer, as `setTimer` returned it; only the same `EngineTime`'s `clearTimer` reads it. */
+/** A pending timer as `setTimer` returned it; only that `EngineTime`'s `clearTimer` reads it. */
 export type TimerId = object;
 
 export interface EngineTime {

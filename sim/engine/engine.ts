@@ -30,13 +30,16 @@ export interface Work {
   readonly blockKeys: readonly number[];
   /** Tokens to generate; 0: the job is complete when its prefill ends (embeddings). */
   readonly outputTokens: number;
-  /** Deliver tokens as they come due (true), or all of them at the end. */
+  /** True: deliver tokens as they come due. False: sleep until the last one is due. */
   readonly stream: boolean;
   /** An injected stall: hold a slot and produce nothing until abandoned. */
   readonly stall: boolean;
 }
 
-/** How a job's output leaves the engine. Called from the engine's timers, never re-entrantly. */
+/**
+ * How a job's output leaves the engine (the HTTP layer's handler object for one request). Called
+ * from the engine's timers, and `stopped` from `close()`; a sink does not call back into the engine.
+ */
 export interface JobSink {
   /**
    * Tokens [from, to) are due, to go out in one write. A stream's first token is alone in its

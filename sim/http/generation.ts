@@ -137,7 +137,7 @@ export function serveGeneration(
   );
 }
 
-/** Each delivery is one write: the first token alone in its chunk, then chunks as the engine cuts them. */
+/** One write a delivery: the first token alone in its chunk, then chunks of the engine's size. */
 function streamSink(
   res: ServerResponse,
   answer: Answer,
