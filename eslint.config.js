@@ -16,6 +16,7 @@ const PURE_CORE = [
   'controller/injection/config.ts',
   'controller/tls/plan.ts',
   'controller/drift/events.ts',
+  'sim/engine/**/*.ts',
 ];
 
 export default tseslint.config(

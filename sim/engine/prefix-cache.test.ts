@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { PrefixCache, blockKeys } from './cache.ts';
-import { mulberry32 } from '../lib/rng.ts';
+import { PrefixCache, blockKeys } from './prefix-cache.ts';
+import { mulberry32 } from '../../lib/rng.ts';
 
 function commonPrefix(a: string, b: string): number {
   let i = 0;

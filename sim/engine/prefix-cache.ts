@@ -7,7 +7,7 @@
  * vLLM's automatic prefix caching and SGLang's radix cache behave. Only full blocks are cached; the
  * trailing partial block is always computed.
  */
-import { fmix32 } from './rng.ts';
+import { fmix32 } from './hash.ts';
 
 const TWO_POW_21 = 2 ** 21;
 

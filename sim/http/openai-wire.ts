@@ -1,43 +1,23 @@
 /**
- * The OpenAI wire format as far as the simulator speaks it: request parsing and validation,
- * response objects, SSE chunks, and error bodies.
+ * OpenAI's wire format as far as the simulator speaks it: request parsing and validation,
+ * response objects and SSE chunks (errors: api-error.ts).
  */
-
-/** An error answered in OpenAI's shape: `{"error":{"message","type","param","code"}}`. */
-export interface ApiError {
-  status: number;
-  message: string;
-  type: string;
-  code: string;
-  param?: string | undefined;
-}
-
-export function isApiError(value: unknown): value is ApiError {
-  return typeof value === 'object' && value !== null && 'status' in value && 'code' in value;
-}
-
-export function errorBody(e: ApiError): string {
-  return JSON.stringify({
-    error: { message: e.message, type: e.type, param: e.param ?? null, code: e.code },
-  });
-}
+import type { FinishReason } from '../engine/answer.ts';
+import { isApiError } from './api-error.ts';
+import type { ApiError } from './api-error.ts';
+import type {
+  AnswerUsage,
+  GenerationRequest,
+  GenerationWire,
+  ResponseHead,
+  StreamWriter,
+} from './generation.ts';
 
 function invalid(message: string, param?: string, code = 'invalid_value'): ApiError {
   return { status: 400, message, type: 'invalid_request_error', code, param };
 }
 
 export type GenerationKind = 'chat' | 'completion';
-
-export interface GenerationRequest {
-  kind: GenerationKind;
-  /** The requested model, if the body named one. */
-  model: string | undefined;
-  /** Chat: the messages' text contents joined by newlines. Completions: the prompt. */
-  promptText: string;
-  maxTokens: number | undefined;
-  stream: boolean;
-  includeUsage: boolean;
-}
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -75,6 +55,7 @@ function maxTokensOf(body: Record<string, unknown>): number | ApiError | undefin
   return undefined;
 }
 
+/** Chat: the prompt is the messages' text contents joined by newlines. Completions: `prompt`. */
 export function parseGeneration(kind: GenerationKind, body: unknown): GenerationRequest | ApiError {
   if (!isRecord(body)) return invalid('the request body must be a JSON object', undefined);
   const model = optionalModel(body);
@@ -116,7 +97,7 @@ export function parseGeneration(kind: GenerationKind, body: unknown): Generation
   if (typeof includeUsage !== 'boolean') {
     return invalid('stream_options.include_usage must be a boolean', 'stream_options');
   }
-  return { kind, model, promptText, maxTokens, stream, includeUsage: stream && includeUsage };
+  return { model, promptText, maxTokens, stream, includeUsage: stream && includeUsage };
 }
 
 export interface EmbeddingInput {
@@ -170,40 +151,31 @@ export function parseEmbedding(body: unknown): EmbeddingRequest | ApiError {
   return { model, inputs, dimensions, base64: format === 'base64' };
 }
 
-export interface Usage {
+interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
   prompt_tokens_details: { cached_tokens: number };
 }
 
-export function usage(promptTokens: number, completionTokens: number, cached: number): Usage {
+function openAiUsage(u: AnswerUsage): Usage {
   return {
-    prompt_tokens: promptTokens,
-    completion_tokens: completionTokens,
-    total_tokens: promptTokens + completionTokens,
-    prompt_tokens_details: { cached_tokens: cached },
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.promptTokens + u.completionTokens,
+    prompt_tokens_details: { cached_tokens: u.cachedTokens },
   };
-}
-
-export type FinishReason = 'stop' | 'length';
-
-/** Identity of one response, repeated in every chunk. */
-export interface ResponseHead {
-  id: string;
-  created: number;
-  model: string;
-  fingerprint: string | undefined;
 }
 
 /**
  * Builds the SSE events of one stream. The invariant parts of a chunk are serialised once, so a
  * token costs one string concatenation instead of a JSON.stringify.
  */
-export class ChunkWriter {
+export class ChunkWriter implements StreamWriter {
   readonly #kind: GenerationKind;
   readonly #head: string;
   readonly #open: string;
+  readonly #includeUsage: boolean;
   readonly #usageNull: string;
 
   constructor(kind: GenerationKind, head: ResponseHead, includeUsage: boolean) {
@@ -217,6 +189,7 @@ export class ChunkWriter {
       `data: {"id":${JSON.stringify(head.id)},"object":"${object}","created":${head.created},` +
       `"model":${JSON.stringify(head.model)}${fp},"choices":`;
     this.#open = this.#head + (kind === 'chat' ? '[{"index":0,"delta":' : '[{"text":');
+    this.#includeUsage = includeUsage;
     this.#usageNull = includeUsage ? ',"usage":null' : '';
   }
 
@@ -242,18 +215,17 @@ export class ChunkWriter {
       : this.#chunk(JSON.stringify(text), undefined);
   }
 
-  finish(reason: FinishReason): string {
-    return this.#chunk(this.#kind === 'chat' ? '{}' : '""', reason);
+  /** The finish chunk (an empty delta), the usage chunk when asked for, then `[DONE]`. */
+  end(finish: FinishReason, usage: AnswerUsage): string {
+    let tail = this.#chunk(this.#kind === 'chat' ? '{}' : '""', finish);
+    if (this.#includeUsage) {
+      tail += this.#head + `[],"usage":${JSON.stringify(openAiUsage(usage))}}\n\n`;
+    }
+    return tail + 'data: [DONE]\n\n';
   }
-
-  usage(u: Usage): string {
-    return this.#head + `[],"usage":${JSON.stringify(u)}}\n\n`;
-  }
-
-  static readonly DONE = 'data: [DONE]\n\n';
 }
 
-export function fullResponse(
+function fullResponse(
   kind: GenerationKind,
   head: ResponseHead,
   text: string,
@@ -282,13 +254,13 @@ export function fullResponse(
   return base;
 }
 
-/** Short English-looking words; a generated token is one of them (with a leading space). */
-// prettier-ignore
-export const WORDS: readonly string[] = [
-  'the', 'of', 'and', 'to', 'in', 'is', 'that', 'for', 'it', 'as', 'was', 'with', 'be', 'by',
-  'on', 'not', 'this', 'are', 'at', 'from', 'or', 'have', 'an', 'they', 'which', 'one', 'you',
-  'were', 'all', 'we', 'can', 'her', 'has', 'there', 'been', 'if', 'more', 'when', 'will',
-  'would', 'who', 'so', 'no', 'model', 'token', 'cache', 'route', 'load', 'queue', 'slot', 'yard',
-  'switch', 'train', 'track', 'signal', 'fast', 'slow', 'prefix', 'block', 'batch', 'time',
-  'data', 'node', 'pod',
-];
+/** Chat completions (`chat`) or legacy completions (`completion`): one format, two shapes. */
+export function openAiGenerationWire(kind: GenerationKind): GenerationWire {
+  return {
+    kind,
+    idPrefix: kind === 'chat' ? 'chatcmpl' : 'cmpl',
+    streamWriter: (head, includeUsage) => new ChunkWriter(kind, head, includeUsage),
+    fullBody: (head, text, finish, usage) =>
+      fullResponse(kind, head, text, finish, openAiUsage(usage)),
+  };
+}
