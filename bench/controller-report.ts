@@ -347,7 +347,7 @@ function cpuCells(c: CpuShare | undefined): string[] {
 }
 
 export const METHOD = `One run of \`npm run bench:controller\` takes about a minute. It drives \`switchyard controller\` on a
-real kube-apiserver and etcd (\`test/k8s/cluster.ts\`, with the binaries that \`scripts/k8s/build.sh\` builds):
+real kube-apiserver and etcd (\`harness/k8s/cluster.ts\`, with the binaries that \`scripts/k8s/build.sh\` builds):
 
 \`\`\`sh
 npm run bench:controller                      # 200 pools × 20 endpoints, 500 subscribers, 100 + 5 × 20 writes

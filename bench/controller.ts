@@ -29,9 +29,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startSwitchyard, type RunningProcess } from '../harness/processes.ts';
-import { startCluster, waitFor, type Cluster } from '../test/k8s/cluster.ts';
-import { installInferencePoolCrd } from '../test/k8s/crd.ts';
-import { onExit } from '../test/k8s/exit-hooks.ts';
+import { startCluster, waitFor, type Cluster } from '../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../harness/k8s/crd.ts';
+import { onExit } from '../harness/exit-hooks.ts';
 import {
   Api,
   createObjects,
