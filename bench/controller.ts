@@ -50,15 +50,13 @@ import {
 import {
   childrenByName,
   ConnectionProbe,
-  cpuSeconds,
   loadAverage,
-  machineCpuSeconds,
-  memoryMb,
   moduleBaselines,
   rssParts,
   Sampler,
   type WindowStats,
 } from './controller-proc.ts';
+import { cpuSeconds, machineCpuSeconds, memoryMb } from '../harness/proc.ts';
 import { summariseProfile, type ProfileSummary } from './controller-profile.ts';
 import {
   distribution,

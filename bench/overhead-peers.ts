@@ -1,15 +1,16 @@
 /**
  * The overhead benchmark's child processes: the zero-latency backend, the bare http-proxy-3
- * passthrough, HAProxy and nginx (each optional), plus /proc readings (RSS, CPU time) by PID.
- * Every child is stopped by its PID; nothing system-wide is touched.
+ * passthrough, HAProxy and nginx (each optional). Every child is stopped by its PID
+ * (harness/child-processes.ts); nothing system-wide is touched.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { accessSync, constants, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { trackChild } from '../harness/child-processes.ts';
 
 export interface Child {
   name: string;
@@ -22,57 +23,20 @@ export interface Child {
   stop(graceMs?: number): Promise<number | string>;
 }
 
-const live = new Set<ChildProcess>();
 const tempDirs: string[] = [];
 let hooked = false;
-function hook(): void {
-  if (hooked) return;
-  hooked = true;
-  process.once('exit', () => {
-    for (const child of live) {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
-    for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
-  });
-}
 
 /** A fresh directory under the system temp dir, removed when this process exits. */
 export function tempDir(name: string): string {
-  hook();
+  if (!hooked) {
+    hooked = true;
+    process.once('exit', () => {
+      for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+    });
+  }
   const dir = mkdtempSync(join(tmpdir(), `switchyard-bench-${name}-`));
   tempDirs.push(dir);
   return dir;
-}
-
-function track(child: ChildProcess): {
-  exited: Promise<number | string>;
-  output: () => string;
-  stop: (graceMs?: number) => Promise<number | string>;
-} {
-  hook();
-  live.add(child);
-  let log = '';
-  const keep = (text: string): void => {
-    log += text;
-    if (log.length > 100_000) log = log.slice(-50_000);
-  };
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', keep);
-  const exited = new Promise<number | string>((resolve) => {
-    child.once('exit', (code, signal) => {
-      live.delete(child);
-      resolve(code ?? signal ?? 'unknown');
-    });
-  });
-  const stop = async (graceMs = 5_000): Promise<number | string> => {
-    if (child.exitCode !== null || child.signalCode !== null) return exited;
-    child.kill('SIGTERM');
-    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-    const result = await exited;
-    clearTimeout(timer);
-    return result;
-  };
-  return { exited, output: () => log, stop };
 }
 
 /** Runs `node [nodeArgs] <script> [args]` and waits for the URL line it prints. */
@@ -86,7 +50,7 @@ export function startNodeScript(
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), path, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const t = track(child);
+  const t = trackChild(child);
   return new Promise((resolve, reject) => {
     let done = false;
     const timer = setTimeout(() => {
@@ -140,7 +104,7 @@ export async function spawnListening(
     env: { ...process.env, ...options.env },
   });
   child.stdout?.resume();
-  const t = track(child);
+  const t = trackChild(child);
   try {
     await waitForPort(
       port,
@@ -331,53 +295,6 @@ export async function spawnNginx(
   }
 }
 
-/** VmRSS of a process in MB (MiB), or undefined when it cannot be read. */
-export function rssMb(pid: number): number | undefined {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
-    return match === null ? undefined : Number(match[1]) / 1024;
-  } catch {
-    return undefined;
-  }
-}
-
-const CLOCK_TICKS = (() => {
-  const out = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
-  const n = Number(out.stdout.trim());
-  return Number.isFinite(n) && n > 0 ? n : 100;
-})();
-
-/** user+system CPU seconds a process used so far (from /proc/<pid>/stat), or undefined. */
-export function cpuSeconds(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12])) / CLOCK_TICKS;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * CPU seconds the whole machine spent so far (all cores, from /proc/stat): `tasks` is time in
- * processes (user, nice, system, steal), `irq` the kernel's interrupt and softirq work, which
- * on loopback is much of the TCP stack and is charged to no process.
- */
-export function machineCpuSeconds(): { tasks: number; irq: number } | undefined {
-  try {
-    const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!;
-    const [, user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).map(Number);
-    return {
-      tasks: ((user ?? 0) + (nice ?? 0) + (system ?? 0) + (steal ?? 0)) / CLOCK_TICKS,
-      irq: ((irq ?? 0) + (softirq ?? 0)) / CLOCK_TICKS,
-    };
-  } catch {
-    return undefined;
-  }
-}
-
 export interface WrkResult {
   concurrency: number;
   rps: number;
@@ -415,7 +332,7 @@ export function runWrk(
     ['-t1', `-c${concurrency}`, `-d${seconds}s`, '--latency', '-s', script, url],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
-  const t = track(child);
+  const t = trackChild(child);
   let out = '';
   child.stdout?.setEncoding('utf8');
   child.stdout?.on('data', (text: string) => (out += text));

@@ -34,9 +34,6 @@ import {
   type Pacer,
 } from './overhead-load.ts';
 import {
-  cpuSeconds,
-  machineCpuSeconds,
-  rssMb,
   runWrk,
   startHaproxy,
   startNginx,
@@ -46,6 +43,7 @@ import {
   which,
   type Child,
 } from './overhead-peers.ts';
+import { cpuSeconds, machineCpuSeconds, rssMb } from '../harness/proc.ts';
 import { summariseProfile } from './overhead-profile.ts';
 import {
   added,

@@ -17,14 +17,12 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseDurationMs } from '../cli/args.ts';
-import { stopAll, type RunningProcess } from '../harness/processes.ts';
-import { percentile } from './routing/metrics.ts';
+import { ask, completeStream, type Answer } from '../harness/ask.ts';
+import { balancePool, sidecarOn, type SidecarOnPool } from '../harness/pool-file.ts';
+import { establishedWith, cpuSeconds, machineCpuSeconds, rssMb } from '../harness/proc.ts';
+import { stopAll, type RunningProcess, startSim } from '../harness/processes.ts';
 import { seededRng } from '../sidecar/policy/rng.ts';
-import { balancePool, startSim } from '../test/helpers.ts';
-import { ask, completeStream, type Answer } from '../test/reliability/client.ts';
-import { sidecarOn, type SidecarOnPool } from '../test/reliability/fixtures.ts';
-import { establishedWith } from '../test/reliability/proc.ts';
-import { cpuSeconds, machineCpuSeconds, rssMb } from './overhead-peers.ts';
+import { percentile } from './routing/metrics.ts';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 
@@ -319,7 +317,7 @@ async function main(): Promise<void> {
       settleMs: Math.round(performance.now() - settleStarted),
       inFlight: gauge(afterText, 'switchyard_inflight'),
       fds: readdirSync(`/proc/${pid}/fd`).length,
-      clientConnections: await establishedWith(pid, Number(new URL(sidecar.url).port)),
+      clientConnections: establishedWith(pid, Number(new URL(sidecar.url).port)),
       rssMb: round(rssMb(pid) ?? NaN, 1),
     };
 

@@ -6,7 +6,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { availableParallelism } from 'node:os';
-import { machineCpuSeconds } from '../overhead-peers.ts';
+import { machineCpuSeconds } from '../../harness/proc.ts';
 import { startFleet, type SimFleet } from './backends.ts';
 import { cdf, summarise, type PolicyResult } from './metrics.ts';
 import { Oracle } from './oracle.ts';
