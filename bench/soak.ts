@@ -16,8 +16,8 @@ import os from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { parseDurationMs } from '../cli/args.ts';
 import { ask, completeStream, type Answer } from '../harness/ask.ts';
+import { parseDuration } from '../lib/duration.ts';
 import { balancePool, sidecarOn, type SidecarOnPool } from '../harness/pool-file.ts';
 import { establishedWith, cpuSeconds, machineCpuSeconds, rssMb } from '../harness/proc.ts';
 import { stopAll, type RunningProcess, startSim } from '../harness/processes.ts';
@@ -51,6 +51,12 @@ interface Flags {
   seed: number;
   health: string | undefined;
   out: string;
+}
+
+function parseDurationMs(value: string): number {
+  const ms = parseDuration(value);
+  if (ms === undefined) throw new Error(`expected a duration like 500ms, 30s or 2m, got ${value}`);
+  return ms;
 }
 
 function parseFlags(): Flags {
