@@ -6,7 +6,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { cpuSeconds, machineCpuSeconds, memoryMb, tcpConnections } from '../harness/proc.ts';
+import { cpuSeconds, machineCpuSeconds, memoryMb, tcpConnections } from '../../harness/proc.ts';
 
 function readText(path: string): string | undefined {
   try {

@@ -12,8 +12,8 @@
  * per call, which would add a handshake to every measured write).
  */
 import https from 'node:https';
-import type { Cluster } from '../harness/k8s/cluster.ts';
-import { makeServingTls, type ServingTls } from '../harness/tls.ts';
+import type { Cluster } from '../../harness/k8s/cluster.ts';
+import { makeServingTls, type ServingTls } from '../../harness/tls.ts';
 
 export const BACKEND = 'b';
 export const PORT = 8000;
