@@ -9,6 +9,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { trackChild } from '../../harness/child-processes.ts';
 
 export interface Child {
@@ -131,7 +132,7 @@ async function waitForPort(port: number, timeoutMs: number, alive: () => boolean
       socket.once('error', () => resolve(false));
     });
     if (ok) return;
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
   throw new Error(`port ${port} did not open within ${timeoutMs} ms`);
 }

@@ -45,6 +45,7 @@ async function main(): Promise<void> {
     const quiet = await idleWindow(flags, server, controller);
     const writes = await measureWrites(flags, server, pools, controller, initial);
     const subscriberStats = await disconnectAll(initial, controller);
+    const sliceWatchRestarts = controller.watch.restarts;
     const profiles = summariseProfiles(flags, controller, initial, quiet, writes);
     const results = assembleResults({
       flags,
@@ -58,7 +59,7 @@ async function main(): Promise<void> {
       quiet,
       writes,
       subscriberStats,
-      sliceWatchRestarts: controller.watch.restarts,
+      sliceWatchRestarts,
       profiles,
     });
     await storeResults(flags, results);

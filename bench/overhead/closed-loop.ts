@@ -2,9 +2,9 @@
  * (a) Closed-loop throughput: every target at every concurrency, in rounds, re-running cells
  * that had no quiet round; the same with a realistic prompt; and a `wrk` cross-check.
  */
-import { runWrk } from './peers.ts';
 import { cpuMark, cpuShare, isNoisy, withCpu, type Target } from './cpu.ts';
 import { CHAT_BODY, chatBodyOfSize, closedLoop } from './load.ts';
+import { runWrk } from './peers.ts';
 import { label, type ClosedRun } from './report.ts';
 import { log, type OverheadRun } from './setup.ts';
 

@@ -25,7 +25,15 @@ import { measureMemory, measureVariant } from './memory.ts';
 import { measureOpenLoop } from './open-loop.ts';
 import { profileProxies } from './profile.ts';
 import { renderMarkdown } from './report.ts';
-import { findBinaries, log, newResults, startTargets, warmUp, type OverheadRun } from './setup.ts';
+import {
+  findBinaries,
+  log,
+  newResults,
+  startTargets,
+  stopProxies,
+  warmUp,
+  type OverheadRun,
+} from './setup.ts';
 import { measureSse } from './sse.ts';
 
 async function main(): Promise<void> {
@@ -41,7 +49,7 @@ async function main(): Promise<void> {
   await measureOpenLoop(run); // (b)
   await measureSse(run); // (c)
   await measureMemory(run); // (d)
-  for (const t of run.proxies) await t.stop?.();
+  await stopProxies(run);
   await measureVariant(run);
   await profileProxies(run); // (e)
   await run.backend.stop();

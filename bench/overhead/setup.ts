@@ -294,3 +294,8 @@ export async function warmUp(run: OverheadRun): Promise<void> {
   for (const t of run.proxies)
     run.rssAfterWarmUp.set(t.name, t.pid === undefined ? undefined : rssMb(t.pid));
 }
+
+/** The proxies are done with once memory is measured (the variant and profiles start their own). */
+export async function stopProxies(run: OverheadRun): Promise<void> {
+  for (const t of run.proxies) await t.stop?.();
+}
