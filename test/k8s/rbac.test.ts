@@ -27,8 +27,8 @@ import { parseAllDocuments } from 'yaml';
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
 import { CHART, helm, type Helm } from '../chart/tools.ts';
 import { recordFigure } from '../reliability/figures.ts';
-import { startCluster, waitFor, type Cluster, type K8sObject } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import { startCluster, waitFor, type Cluster, type K8sObject } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import { createNamespaces } from './test-controller.ts';
 
 const enabled =

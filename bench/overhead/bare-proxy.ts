@@ -1,6 +1,6 @@
 /**
  * The floor our proxy library sets: a bare `http-proxy-3` passthrough with no policy, no body
- * read, no metrics, no logging. `node bench/overhead-bare-proxy.ts --target http://127.0.0.1:P`
+ * read, no metrics, no logging. `node bench/overhead/bare-proxy.ts --target http://127.0.0.1:P`
  * prints its URL (`http://127.0.0.1:<port>`) once listening; SIGTERM exits (so `--cpu-prof`
  * writes its profile).
  *
@@ -20,7 +20,7 @@ const { values } = parseArgs({
   },
 });
 if (values.target === undefined) {
-  process.stderr.write('usage: node bench/overhead-bare-proxy.ts --target http://host:port\n');
+  process.stderr.write('usage: node bench/overhead/bare-proxy.ts --target http://host:port\n');
   process.exit(2);
 }
 

@@ -1,5 +1,5 @@
 /**
- * A real Kubernetes control plane for tests: etcd and kube-apiserver (built by
+ * A real Kubernetes control plane for tests and the controller bench: etcd and kube-apiserver (built by
  * scripts/k8s/build.sh) on free loopback ports, with everything in a temp dir.
  *
  * No kubelet, scheduler or controller manager: objects are stored and validated exactly as in a
@@ -37,7 +37,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseAllDocuments, stringify } from 'yaml';
 import { k8sBinaries } from './binaries.ts';
-import { onExit } from './exit-hooks.ts';
+import { onExit } from '../exit-hooks.ts';
 
 export interface ClusterOptions {
   /** Kubernetes version to build/run, e.g. 'v1.34.4'. Default: the one pinned in build.sh. */

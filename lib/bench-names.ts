@@ -1,7 +1,8 @@
 /**
- * The names of the routing bench's scenarios and policies, in report order. Here in cli/, with
- * no imports, so that `switchyard bench --help` can list them without loading the bench, and in
- * an installation (the image) that does not ship bench/ at all.
+ * The names of the routing bench's scenarios and policies, in report order. Not in bench/: the
+ * image ships no bench/, and `switchyard bench --help` lists them there too; not in cli/ either,
+ * because the bench must not import the CLI (the CLI runs the bench, so the dependency goes one
+ * way: cli/ → bench/ → lib/). No imports.
  */
 
 export const SCENARIOS = [

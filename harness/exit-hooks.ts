@@ -1,9 +1,10 @@
 /**
- * Synchronous clean-up that runs when the test process ends: normally, through process.exit, or
- * on SIGINT/SIGTERM/SIGHUP (node's test runner sends SIGTERM to a test file it cancels). Used by
- * the cluster (kill etcd and kube-apiserver) and the test hosts (delete namespaces and veths), so
- * an interrupted run leaves nothing behind. A SIGKILLed run cannot clean up: the next run removes
- * what is left (see `reapStale*` in cluster.ts and test-hosts.ts).
+ * Synchronous clean-up that runs when the test or bench process ends: normally, through
+ * process.exit, or on SIGINT/SIGTERM/SIGHUP (node's test runner sends SIGTERM to a test file it
+ * cancels). Used by the cluster (kill etcd and kube-apiserver), the test hosts (delete namespaces
+ * and veths) and the controller bench, so an interrupted run leaves nothing behind. A SIGKILLed
+ * run cannot clean up: the next run removes what is left (see `reapStale*` in k8s/cluster.ts and
+ * test/k8s/test-hosts.ts).
  */
 
 const hooks = new Set<() => void>();

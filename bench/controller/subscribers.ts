@@ -9,7 +9,7 @@
  * measured.
  */
 import https from 'node:https';
-import { snapshotKey, type PoolFixture } from './controller-fixture.ts';
+import { snapshotKey, type PoolFixture } from './fixture.ts';
 
 export interface SubscriberOptions {
   index: number;

@@ -1,5 +1,5 @@
 /**
- * The overhead benchmark's zero-latency backend: `node bench/overhead-backend.ts --port 0`.
+ * The overhead benchmark's zero-latency backend: `node bench/overhead/backend.ts --port 0`.
  * Prints its URL (`http://127.0.0.1:<port>`) as the only stdout line once listening; SIGTERM
  * closes it.
  *

@@ -1,11 +1,12 @@
 /**
  * fast-check arbitraries for pool documents, shared by the validator's fuzz test
- * (crds/fuzz.test.ts) and the reconcile core's (controller/core/desired-snapshot.fuzz.test.ts):
- * mutations of valid pools (set, delete, add a field anywhere) with values likely to matter.
+ * (crds/fuzz.test.ts), the reconcile core's (controller/core/desired-snapshot.fuzz.test.ts) and
+ * the controller's on a real API server (test/k8s/controller-fuzz.test.ts): mutations of valid
+ * pools (set, delete, add a field anywhere) with values likely to matter.
  */
 import fc from 'fast-check';
 import { parse } from 'yaml';
-import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from '../../crds/examples.ts';
+import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from '../crds/examples.ts';
 
 export type Json = unknown;
 

@@ -5,13 +5,8 @@
  * so each phase of the bench can report CPU shares and RSS over its own window.
  */
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
-
-const CLOCK_TICKS = (() => {
-  const out = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
-  const n = Number(out.stdout.trim());
-  return Number.isFinite(n) && n > 0 ? n : 100;
-})();
+import { readdirSync, readFileSync } from 'node:fs';
+import { cpuSeconds, machineCpuSeconds, memoryMb, tcpConnections } from '../../harness/proc.ts';
 
 function readText(path: string): string | undefined {
   try {
@@ -21,16 +16,6 @@ function readText(path: string): string | undefined {
   }
 }
 
-/** VmRSS and VmHWM (peak RSS over the process's life) in MiB. */
-export function memoryMb(pid: number): { rss: number; hwm: number } | undefined {
-  const status = readText(`/proc/${pid}/status`);
-  if (status === undefined) return undefined;
-  const rss = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
-  const hwm = /^VmHWM:\s+(\d+)\s+kB/m.exec(status);
-  if (rss === null || hwm === null) return undefined;
-  return { rss: Number(rss[1]) / 1024, hwm: Number(hwm[1]) / 1024 };
-}
-
 /** RssAnon / RssFile / RssShmem of a process in MiB (what VmRSS is made of). */
 export function rssParts(pid: number): { anon: number; file: number; shmem: number } | undefined {
   const status = readText(`/proc/${pid}/status`);
@@ -38,34 +23,6 @@ export function rssParts(pid: number): { anon: number; file: number; shmem: numb
   const kb = (field: string): number =>
     Number(new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm').exec(status)?.[1] ?? NaN) / 1024;
   return { anon: kb('RssAnon'), file: kb('RssFile'), shmem: kb('RssShmem') };
-}
-
-/** Fields of /proc/<pid>/stat after the command name (so index 0 is field 3, `state`). */
-function statFields(pid: number | 'self'): string[] | undefined {
-  const stat = readText(`/proc/${pid}/stat`);
-  if (stat === undefined) return undefined;
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-}
-
-/** utime + stime of a process (all its threads), in CPU seconds. */
-export function cpuSeconds(pid: number | 'self'): number | undefined {
-  const f = statFields(pid);
-  if (f === undefined) return undefined;
-  return (Number(f[11]) + Number(f[12])) / CLOCK_TICKS;
-}
-
-/**
- * CPU seconds of the whole machine (all cores): `tasks` in processes (user, nice, system,
- * steal), `irq` the kernel's interrupt and softirq work (on loopback, much of the TCP stack).
- */
-export function machineCpuSeconds(): { tasks: number; irq: number } | undefined {
-  const line = readText('/proc/stat')?.split('\n', 1)[0];
-  if (line === undefined) return undefined;
-  const [, user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).map(Number);
-  return {
-    tasks: ((user ?? 0) + (nice ?? 0) + (system ?? 0) + (steal ?? 0)) / CLOCK_TICKS,
-    irq: ((irq ?? 0) + (softirq ?? 0)) / CLOCK_TICKS,
-  };
 }
 
 export function loadAverage(): string {
@@ -264,8 +221,7 @@ export function moduleBaselines(repo: string): Record<string, number | null> {
 }
 
 /**
- * TCP connections a process holds to one remote port (the API server), by socket inode: joins
- * /proc/<pid>/fd (socket:[inode]) with /proc/<pid>/net/tcp{,6} (remote address and inode).
+ * TCP connections a process holds to one remote port (the API server), by socket inode.
  * Sampled over a phase, it tells how many connections the process opened and held at once.
  */
 export class ConnectionProbe {
@@ -281,33 +237,15 @@ export class ConnectionProbe {
   }
 
   sample(): number {
-    let fds: string[];
-    try {
-      fds = readdirSync(`/proc/${this.pid}/fd`);
-    } catch {
-      return 0;
-    }
-    const sockets = new Set<string>();
-    for (const fd of fds) {
-      try {
-        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${this.pid}/fd/${fd}`));
-        if (m !== null) sockets.add(m[1]!);
-      } catch {
-        // closed meanwhile
-      }
-    }
     let open = 0;
-    for (const table of ['tcp', 'tcp6']) {
-      const text = readText(`/proc/${this.pid}/net/${table}`) ?? '';
-      for (const line of text.split('\n').slice(1)) {
-        const cols = line.trim().split(/\s+/);
-        const remote = cols[2];
-        const inode = cols[9];
-        if (remote === undefined || inode === undefined || !sockets.has(inode)) continue;
-        if (parseInt(remote.split(':')[1] ?? '', 16) !== this.port) continue;
+    try {
+      for (const c of tcpConnections(this.pid)) {
+        if (c.remotePort !== this.port) continue;
         open++;
-        this.seen.add(inode);
+        this.seen.add(c.inode);
       }
+    } catch {
+      return 0; // the process is gone
     }
     this.maxOpen = Math.max(this.maxOpen, open);
     return open;

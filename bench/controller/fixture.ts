@@ -1,5 +1,5 @@
 /**
- * The objects `npm run bench:controller` puts on the real API server (test/k8s/cluster.ts):
+ * The objects `npm run bench:controller` puts on the real API server (harness/k8s/cluster.ts):
  * per pool a Service, one EndpointSlice (label `kubernetes.io/service-name`) and an
  * InferencePool with one `service` backend; ServiceAccount tokens (audience `switchyard`) for
  * the simulated sidecars; and a TLS certificate for the controller's stream port.
@@ -12,8 +12,8 @@
  * per call, which would add a handshake to every measured write).
  */
 import https from 'node:https';
-import type { Cluster } from '../test/k8s/cluster.ts';
-import { makeServingTls, type ServingTls } from '../test/k8s/tls.ts';
+import type { Cluster } from '../../harness/k8s/cluster.ts';
+import { makeServingTls, type ServingTls } from '../../harness/tls.ts';
 
 export const BACKEND = 'b';
 export const PORT = 8000;

@@ -3,9 +3,21 @@
  * histograms (parsed from its /metrics), the results JSON types, and the "Controller" section
  * at the end of docs/benchmarks.md (between its own markers; the rest of the file is left as is).
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import type { ProfileSummary } from './controller-profile.ts';
-import type { CpuShare, WindowStats } from './controller-proc.ts';
+import type { FunctionTime } from '../common/cpu-profile.ts';
+import { table as markdownTable, type Align } from '../common/markdown.ts';
+import type { CpuShare, WindowStats } from './resources.ts';
+
+/** The controller's CPU profile over one phase of the run (bench/common/cpu-profile.ts). */
+export interface WindowProfile {
+  file: string;
+  /** The phase. */
+  window: string;
+  totalMs: number;
+  busyMs: number;
+  areas: { area: string; ms: number; pct: number }[];
+  topSelf: FunctionTime[];
+  topInclusive: FunctionTime[];
+}
 
 // ---- percentiles --------------------------------------------------------------------------
 
@@ -196,7 +208,7 @@ export interface WhatIfRow {
   /** Connections the controller opened to the API server until 2 s after the initial sync. */
   apiConnectionsAtSync?: number | undefined;
   /** With --profile. */
-  profiles?: ProfileSummary[] | undefined;
+  profiles?: WindowProfile[] | undefined;
 }
 
 export interface Results {
@@ -313,7 +325,7 @@ export interface Results {
     /** RSS of fresh node processes that only load code (what the controller starts from). */
     moduleBaselinesMb: Record<string, number | null>;
     /** With --profile: the controller's CPU profile over the sync, idle and writes windows. */
-    profiles: ProfileSummary[];
+    profiles: WindowProfile[];
   };
   targets: Target[];
   notes: string[];
@@ -328,14 +340,9 @@ const fmt = (v: number | null | undefined, digits = 1): string =>
     ? '–'
     : v.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
-function table(head: string[], align: string[], rows: string[][]): string {
-  return [
-    `| ${head.join(' | ')} |`,
-    `| ${align.join(' | ')} |`,
-    ...rows.map((r) => `| ${r.join(' | ')} |`),
-    '',
-  ].join('\n');
-}
+/** A table and the blank line after it (the sections are joined line by line). */
+const table = (head: string[], align: Align[], rows: string[][]): string =>
+  `${markdownTable(head, rows, align)}\n`;
 
 function distRow(label: string, d: Distribution): string[] {
   return [label, String(d.n), fmt(d.p50), fmt(d.p90), fmt(d.p99), fmt(d.max), fmt(d.mean)];
@@ -347,7 +354,7 @@ function cpuCells(c: CpuShare | undefined): string[] {
 }
 
 export const METHOD = `One run of \`npm run bench:controller\` takes about a minute. It drives \`switchyard controller\` on a
-real kube-apiserver and etcd (\`test/k8s/cluster.ts\`, with the binaries that \`scripts/k8s/build.sh\` builds):
+real kube-apiserver and etcd (\`harness/k8s/cluster.ts\`, with the binaries that \`scripts/k8s/build.sh\` builds):
 
 \`\`\`sh
 npm run bench:controller                      # 200 pools × 20 endpoints, 500 subscribers, 100 + 5 × 20 writes
@@ -358,7 +365,7 @@ npm run bench:controller -- --what-if 'CPU profile' --profile    # a variant, ad
 - **Objects.** Each pool has a Service, one EndpointSlice with N endpoints (addresses from
   10.200.0.0/16; nothing connects to them, no backend runs) and an InferencePool with one
   \`service\` backend. The pools are spread over a few namespaces.
-- **Subscribers.** Light clients of the real stream run in the bench process (\`bench/controller-subscribers.ts\`).
+- **Subscribers.** Light clients of the real stream run in the bench process (\`bench/controller/subscribers.ts\`).
   Each has its own TLS connection and its own ServiceAccount token, with audience \`switchyard\`.
   Each token is a separate TokenRequest, as every pod has its own. The clients are spread
   round-robin over the pools, so subscriber \`i\` follows pool \`i mod pools\`. A minimal SSE parser
@@ -398,7 +405,7 @@ export function renderMarkdown(r: Results): string {
     '',
     table(
       ['target', 'measured', 'met'],
-      [':--', ':--', ':--'],
+      ['l', 'l', 'l'],
       r.targets.map((t) => [t.goal, t.detail, t.met ? 'yes' : '**NO**']),
     ),
     '### EndpointSlice write → every subscriber',
@@ -407,7 +414,7 @@ export function renderMarkdown(r: Results): string {
     '',
   );
   const head = ['', 'n', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'mean ms'];
-  const align = [':--', '--:', '--:', '--:', '--:', '--:', '--:'];
+  const align: Align[] = ['l', 'r', 'r', 'r', 'r', 'r', 'r'];
   const latencyRows = (l: LatencyFigures, what: string): string[][] => [
     distRow(`**${what}: last subscriber**`, l.lastSubscriberMs),
     distRow(`${what}: each subscriber`, l.perSubscriberMs),
@@ -439,7 +446,7 @@ export function renderMarkdown(r: Results): string {
     '',
     table(
       ['from spawning the controller to', 'ms'],
-      [':--', '--:'],
+      ['l', 'r'],
       [
         ['"controller listening"', fmt(sync.listeningMs, 0)],
         ['its "caches synced" log line', fmt(sync.cachesSyncedMs, 0)],
@@ -491,7 +498,7 @@ export function renderMarkdown(r: Results): string {
         'controller RSS mean MB',
         'RSS max MB',
       ],
-      [':--', '--:', '--:', '--:', '--:', '--:', '--:', '--:', '--:', '--:'],
+      ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
       [
         phaseRow('start → initial sync', res.sync),
         phaseRow(`idle (${s.subscribers} streams, reports only)`, res.idle),
@@ -513,7 +520,7 @@ export function renderMarkdown(r: Results): string {
         'heap used MB',
         'external MB',
       ],
-      [':--', '--:', '--:', '--:', '--:', '--:', '--:', '--:', '--:'],
+      ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
       res.memory.map((p) => [
         p.at,
         fmt(p.tSeconds),
@@ -545,7 +552,7 @@ export function renderMarkdown(r: Results): string {
     '',
     table(
       ['histogram', 'count', 'p50 ms', 'p90 ms', 'p99 ms', 'mean ms'],
-      [':--', '--:', '--:', '--:', '--:', '--:'],
+      ['l', 'r', 'r', 'r', 'r', 'r'],
       [
         histRow('push latency, writes one at a time', cm.pushLatency.sequential),
         histRow(`push latency, bursts of ${s.burstSize}`, cm.pushLatency.burst),
@@ -581,17 +588,17 @@ export function renderMarkdown(r: Results): string {
       '',
       table(
         ['area', 'ms', '% of busy'],
-        [':--', '--:', '--:'],
+        ['l', 'r', 'r'],
         p.areas.slice(0, 12).map((a) => [a.area, fmt(a.ms, 0), fmt(a.pct)]),
       ),
       table(
         ['top self time: function (file:line)', 'area', 'ms', '% of busy'],
-        [':--', ':--', '--:', '--:'],
+        ['l', 'l', 'r', 'r'],
         p.topSelf.slice(0, 15).map((f) => [`\`${f.function}\``, f.area, fmt(f.ms, 0), fmt(f.pct)]),
       ),
       table(
         ['inclusive time: switchyard and dependency functions', 'area', 'ms', '% of busy'],
-        [':--', ':--', '--:', '--:'],
+        ['l', 'l', 'r', 'r'],
         p.topInclusive
           .slice(0, 15)
           .map((f) => [`\`${f.function}\``, f.area, fmt(f.ms, 0), fmt(f.pct)]),
@@ -621,7 +628,7 @@ export function renderMarkdown(r: Results): string {
           'other CPU %',
           'run',
         ],
-        [':--', ':--', '--:', '--:', '--:', '--:', '--:', '--:', '--:', '--:', '--:', ':--'],
+        ['l', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'l'],
         whatIfs.map((w) => [
           w.label,
           w.command === 'npm run bench:controller'
@@ -641,32 +648,4 @@ export function renderMarkdown(r: Results): string {
       ),
     );
   return out.join('\n');
-}
-
-const BEGIN =
-  '<!-- controller:begin (generated by `npm run bench:controller`; edits inside are overwritten) -->';
-const END = '<!-- controller:end -->';
-
-/**
- * Writes the Controller section at the end of docs/benchmarks.md: replaces what is between its
- * markers, or appends it. Nothing outside the markers is touched (the other sections belong to
- * other benches), and only the new section is run through prettier.
- */
-export async function writeDocs(path: string, generated: string): Promise<void> {
-  let section = `${BEGIN}\n\n## Controller\n\n${METHOD}\n\nThe tables below come from the last run; \`bench/results/controller.json\` has every figure.\n\n${generated}\n${END}\n`;
-  try {
-    const prettier = await import('prettier');
-    const config = (await prettier.resolveConfig(path)) ?? {};
-    section = await prettier.format(section, { ...config, parser: 'markdown' });
-  } catch {
-    // prettier is a dev dependency; without it the section is still valid markdown.
-  }
-  const old = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmarks\n';
-  const begin = old.indexOf('<!-- controller:begin');
-  const end = old.indexOf(END);
-  const text =
-    begin !== -1 && end > begin
-      ? old.slice(0, begin) + section.trimEnd() + old.slice(end + END.length)
-      : `${old.trimEnd()}\n\n${section}`;
-  writeFileSync(path, text.endsWith('\n') ? text : `${text}\n`);
 }
