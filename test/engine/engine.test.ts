@@ -141,6 +141,86 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
     else if (dir !== '') process.stderr.write(`[engine] logs kept in ${dir}\n`);
   });
 
+  // The facts docs/engine.md states, checked on vLLM directly: a vLLM upgrade that changes one
+  // fails here, before the simulator (calibrated against them) silently disagrees.
+  describe('what vLLM itself answers (docs/engine.md)', () => {
+    test('/metrics: the load gauges and prefix-cache counters, with their types', async () => {
+      const text = await (await fetch(`${a!.url}/metrics`)).text();
+      for (const [name, type] of [
+        ['vllm:num_requests_waiting', 'gauge'],
+        ['vllm:num_requests_running', 'gauge'],
+        ['vllm:kv_cache_usage_perc', 'gauge'],
+        ['vllm:prefix_cache_queries_total', 'counter'],
+        ['vllm:prefix_cache_hits_total', 'counter'],
+        ['vllm:time_to_first_token_seconds', 'histogram'],
+      ])
+        assert.match(text, new RegExp(`^# TYPE ${name} ${type}$`, 'm'));
+      assert.match(text, /^vllm:num_requests_waiting\{engine="0",model_name="tiny"\} \d+\.\d+$/m);
+      assert.match(text, /^vllm:cache_config_info\{[^}]*block_size="128"[^}]*\} 1\.0$/m);
+    });
+
+    test('the ORCA header: TEXT and JSON on non-streamed chat and completions, none on a stream', async () => {
+      const post = (path: string, body: unknown, format: string): Promise<Response> =>
+        fetch(`${a!.url}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'endpoint-load-metrics-format': format },
+          body: JSON.stringify(body),
+        });
+      const chat = { model: 'tiny', messages: HELLO, max_tokens: 2 };
+      const text = await post('/v1/chat/completions', chat, 'TEXT');
+      assert.match(
+        text.headers.get('endpoint-load-metrics') ?? '',
+        /^TEXT named_metrics\.num_requests_waiting=\d+\.\d+, named_metrics\.kv_cache_usage_perc=\d+\.\d+$/,
+      );
+      await text.arrayBuffer();
+      const json = await post(
+        '/v1/completions',
+        { model: 'tiny', prompt: 'hi', max_tokens: 2 },
+        'JSON',
+      );
+      const header = json.headers.get('endpoint-load-metrics') ?? '';
+      assert.ok(header.startsWith('JSON '), header);
+      assert.deepEqual(
+        Object.keys((JSON.parse(header.slice(5)) as { named_metrics: object }).named_metrics),
+        ['num_requests_waiting', 'kv_cache_usage_perc'],
+      );
+      await json.arrayBuffer();
+      const stream = await post('/v1/chat/completions', { ...chat, stream: true }, 'TEXT');
+      assert.equal(stream.headers.get('endpoint-load-metrics'), null);
+      await stream.arrayBuffer();
+    });
+
+    test('--api-key guards /v1 only, with a bare {"error":"Unauthorized"}', async () => {
+      const res = await fetch(`${b!.url}/v1/models`);
+      assert.equal(res.status, 401);
+      assert.deepEqual(await res.json(), { error: 'Unauthorized' });
+      assert.equal((await fetch(`${b!.url}/health`)).status, 200);
+      assert.equal((await fetch(`${b!.url}/metrics`)).status, 200);
+    });
+
+    test('Responses and Messages are served directly; a response is not stored by default', async () => {
+      const direct = clientFor(a!.url);
+      const response = await direct.responses.create({
+        model: 'tiny',
+        input: 'hello there',
+        max_output_tokens: 3,
+        temperature: 0,
+      });
+      assert.equal(response.status, 'incomplete');
+      assert.equal(response.usage?.output_tokens, 3);
+      const missing = await fetch(`${a!.url}/v1/responses/${response.id}`);
+      assert.equal(missing.status, 404);
+      const message = await fetch(`${a!.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny', max_tokens: 3, messages: HELLO }),
+      });
+      const body = (await message.json()) as { type: string; stop_reason: string };
+      assert.equal(body.type, 'message');
+      assert.equal(body.stop_reason, 'max_tokens');
+    });
+  });
+
   describe('the OpenAI API through the sidecar', () => {
     let proxy: RunningProcess;
     let client: OpenAI;
