@@ -17,8 +17,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI, { APIError } from 'openai';
-import { stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { debugBackends, eventually, startSidecar } from '../helpers.ts';
+import { startSidecar, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import { debugBackends, eventually } from '../helpers.ts';
 import { engineInstalled, engineVenv, tinyModel } from './engine-install.ts';
 import { startVllm, stopVllms, type VllmServer } from './vllm.ts';
 
