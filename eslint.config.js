@@ -16,6 +16,7 @@ const PURE_CORE = [
   'controller/injection/config.ts',
   'controller/tls/plan.ts',
   'controller/drift/events.ts',
+  'controller/load/scrape-schedule.ts',
 ];
 
 export default tseslint.config(
