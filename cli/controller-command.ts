@@ -128,6 +128,10 @@ export function addControllerCommand(program: Command): void {
         process.stderr.write(`switchyard controller: ${message}\n`);
         process.exit(2);
       };
+      if (flags.loadScrapeEvery !== 0 && flags.loadScrapeEvery < MIN_LOAD_SCRAPE_EVERY_MS)
+        fail(
+          `--load-scrape-every must be 0 (off) or at least ${MIN_LOAD_SCRAPE_EVERY_MS}ms: model servers answer /metrics in milliseconds, but not for free`,
+        );
       // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
       const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');
@@ -153,10 +157,6 @@ export function addControllerCommand(program: Command): void {
       } catch (err) {
         fail(`cannot load the kubeconfig: ${(err as Error).message}`);
       }
-      if (flags.loadScrapeEvery !== 0 && flags.loadScrapeEvery < MIN_LOAD_SCRAPE_EVERY_MS)
-        fail(
-          `--load-scrape-every must be 0 (off) or at least ${MIN_LOAD_SCRAPE_EVERY_MS}ms: model servers answer /metrics in milliseconds, but not for free`,
-        );
       let tls: TlsConfig | undefined;
       if (flags.tlsSecret !== undefined) {
         if (flags.tlsCertFile !== undefined || flags.tlsKeyFile !== undefined)
