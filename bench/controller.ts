@@ -471,6 +471,9 @@ async function main(): Promise<void> {
       'switchyard',
       '--identity',
       'controller-0',
+      // Nothing may connect to the bench's 10.200.x.x endpoints (controller-fixture.ts).
+      '--load-scrape-every',
+      '0',
     ];
     const args = [
       'controller',
