@@ -187,6 +187,20 @@ describe('LoadMonitor', () => {
     assert.equal(h.scrapes.length, stopped);
   });
 
+  it('frees the slot of a scrape that rejects, and counts it as an error', async (t) => {
+    const pools = new Map([['apps/chat', [{ id: 'gpus/a', url: url('10.0.0.1') }]]]);
+    const h = harness(t, pools, new Map(), {
+      concurrency: 1,
+      scrape: () => Promise.reject(new Error('boom')),
+    });
+    h.monitor.start();
+    await h.advance(5_000);
+    h.monitor.stop();
+    assert.ok(h.results.length >= 2, `${h.results.length} scrapes`);
+    assert.ok(h.results.every((r) => r === 'error'));
+    assert.deepEqual(h.monitor.counts(), { new: 0, reporting: 0, 'no-metrics': 0, failing: 1 });
+  });
+
   it('skips endpoints whose URL has no metrics URL', async (t) => {
     const pools = new Map([['apps/chat', [{ id: 'odd', url: 'not a url' }]]]);
     const h = harness(t, pools, new Map());

@@ -139,16 +139,19 @@ export class LoadMonitor {
   #scrape(target: string, startedAtMs: number): void {
     this.#inFlight++;
     const scrape = this.#options.scrape ?? scrapeLoad;
-    void scrape(target, { timeoutMs: this.#timeoutMs, signal: this.#stopping.signal }).then(
-      (outcome) => {
-        this.#inFlight--;
-        if (this.#stopping.signal.aborted) return;
-        const now = this.#now();
-        this.#options.onScrape?.(resultOf(outcome), (now - startedAtMs) / 1000);
-        const transition = this.#schedule.record(target, outcome, now);
-        if (transition !== undefined) this.#log(target, transition);
-        this.#pump();
-      },
+    const done = (outcome: ScrapeOutcome): void => {
+      this.#inFlight--;
+      if (this.#stopping.signal.aborted) return;
+      const now = this.#now();
+      this.#options.onScrape?.(resultOf(outcome), (now - startedAtMs) / 1000);
+      const transition = this.#schedule.record(target, outcome, now);
+      if (transition !== undefined) this.#log(target, transition);
+      this.#pump();
+    };
+    // scrapeLoad never rejects; a replacement that does still frees its slot.
+    scrape(target, { timeoutMs: this.#timeoutMs, signal: this.#stopping.signal }).then(
+      done,
+      (err: unknown) => done({ kind: 'failed', cause: 'error', reason: String(err) }),
     );
   }
 
