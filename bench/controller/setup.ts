@@ -174,6 +174,9 @@ export async function startController(
     'switchyard',
     '--identity',
     'controller-0',
+    // Nothing may connect to the bench's 10.200.x.x endpoints (fixture.ts).
+    '--load-scrape-every',
+    '0',
   ];
   const args = [
     'controller',

@@ -384,6 +384,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '$(POD_NAME)',
       '--heartbeat',
       '10s',
+      '--load-scrape-every',
+      '1s',
       '--log-level',
       'info',
     ]);
