@@ -1,4 +1,10 @@
-import type { ControllerSourceOptions } from './controller-source.ts';
+import type { ControllerClientOptions } from './controller/controller-client.ts';
+
+/** The controller client's options that the command line gives. */
+export type ControllerSourceOptions = Omit<
+  ControllerClientOptions,
+  'logger' | 'onSnapshot' | 'currentEndpoints'
+>;
 
 /** Where the pool configuration comes from. */
 export type ConfigSource =

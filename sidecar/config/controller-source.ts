@@ -1,17 +1,8 @@
 import type { Logger } from 'pino';
 import type { ActivePoolState } from './active-pool.ts';
-import type { RunningConfigSource } from './config-source.ts';
-import {
-  startControllerClient,
-  type ControllerClientOptions,
-} from './controller/controller-client.ts';
+import type { ControllerSourceOptions, RunningConfigSource } from './config-source.ts';
+import { startControllerClient } from './controller/controller-client.ts';
 import { endpointHealth } from './controller/endpoint-health.ts';
-
-/** The controller client's options that the command line gives. */
-export type ControllerSourceOptions = Omit<
-  ControllerClientOptions,
-  'logger' | 'onSnapshot' | 'currentEndpoints'
->;
 
 /**
  * A sidecar fed by the controller: every snapshot the client accepts becomes the configuration in
