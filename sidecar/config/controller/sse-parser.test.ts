@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { SseEventTooLargeError, SseParser, type SseEvent } from './controller-sse.ts';
+import { SseEventTooLargeError, SseParser, type SseEvent } from './sse-parser.ts';
 
 function parse(chunks: readonly string[], maxEventSize?: number) {
   const events: SseEvent[] = [];

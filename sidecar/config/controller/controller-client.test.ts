@@ -10,7 +10,7 @@ import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util';
 import { after, before, describe, test, type TestContext } from 'node:test';
 import { pino } from 'pino';
-import { BALANCE_EXAMPLE } from '../crds/examples.ts';
+import { BALANCE_EXAMPLE } from '../../../crds/examples.ts';
 import {
   parseReport,
   reportPath,
@@ -18,15 +18,15 @@ import {
   type EndpointHealthReport,
   type PoolSnapshot,
   type SidecarReport,
-} from '../crds/snapshot.ts';
+} from '../../../crds/snapshot.ts';
 import {
-  backoffDelayMs,
   startControllerClient,
   type ControllerClient,
   type ControllerClientOptions,
 } from './controller-client.ts';
-import { endpointHealth } from './controller-report.ts';
-import { loadPoolText } from './pool-file.ts';
+import { endpointHealth } from './endpoint-health.ts';
+import { backoffDelayMs } from './snapshot-stream.ts';
+import { loadPoolText } from '../pool-file.ts';
 
 const NS = 'apps';
 const POOL = 'chat';

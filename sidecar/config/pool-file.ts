@@ -2,26 +2,17 @@ import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
-import { parsePoolYaml } from '../crds/pool-document.ts';
-import { resolvePool } from '../crds/resolve.ts';
-import { validatePool } from '../crds/validate.ts';
-import type { EndpointSpec, PoolPolicy } from './policy/types.ts';
-import type { PoolTimeouts } from '../crds/policy-types.ts';
-
-export interface LoadedPool {
-  name: string;
-  hash: string;
-  policy: PoolPolicy;
-  endpoints: EndpointSpec[];
-  timeouts: PoolTimeouts;
-}
+import { parsePoolYaml } from '../../crds/pool-document.ts';
+import { resolvePool } from '../../crds/resolve.ts';
+import { validatePool } from '../../crds/validate.ts';
+import type { PoolConfig } from './active-pool.ts';
 
 export interface ConfigProblem {
   path: string;
   message: string;
 }
 
-export type LoadResult = { ok: true; pool: LoadedPool } | { ok: false; problems: ConfigProblem[] };
+export type LoadResult = { ok: true; pool: PoolConfig } | { ok: false; problems: ConfigProblem[] };
 
 /** Parses, validates and resolves pool file text: every problem is listed, none is thrown. */
 export function loadPoolText(text: string, env: Record<string, string | undefined>): LoadResult {

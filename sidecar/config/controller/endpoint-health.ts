@@ -1,5 +1,5 @@
-import type { EndpointHealthReport } from '../crds/snapshot.ts';
-import type { EndpointStatus } from './policy/types.ts';
+import type { EndpointHealthReport } from '../../../crds/snapshot.ts';
+import type { EndpointStatus } from '../../policy/index.ts';
 
 /**
  * The per-endpoint part of a `SidecarReport`, from the balancer's status: breaker state, error

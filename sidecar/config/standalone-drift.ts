@@ -5,9 +5,9 @@
  * snapshot carries the verdicts; then this is off.
  */
 import type { Logger } from 'pino';
-import { judgeDrift, withDriftVerdict } from '../crds/drift.ts';
-import type { DriftPolicy, EndpointSpec } from '../crds/policy-types.ts';
-import { DriftProber, type ProbeResult, type ProbeTarget } from '../probe/drift-prober.ts';
+import { judgeDrift, withDriftVerdict } from '../../crds/drift.ts';
+import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
+import { DriftProber, type ProbeResult, type ProbeTarget } from '../../probe/drift-prober.ts';
 
 export interface StandaloneDriftOptions {
   logger: Logger;

@@ -1,6 +1,6 @@
 import http from 'node:http';
-import type { SidecarMetrics } from './proxy/metrics.ts';
-import type { ActivePool } from './pool-state.ts';
+import type { SidecarMetrics } from '../proxy/metrics.ts';
+import type { ActivePool } from '../config/active-pool.ts';
 
 export interface AdminOptions {
   pool: () => ActivePool | undefined;
