@@ -5,7 +5,7 @@ import type { Socket } from 'node:net';
 import type { Stream } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
-import { affinityKeyFor } from '../policy/affinity.ts';
+import { affinityFor, type AffinityInput } from '../policy/affinity.ts';
 import { PassiveDriftCheck } from './drift-check.ts';
 import type { Attempt, EndpointSpec, Outcome } from '../policy/types.ts';
 import type { ActivePool } from '../pool-state.ts';
@@ -371,7 +371,7 @@ export class SidecarProxy {
       raw: Buffer.alloc(0),
       fields: undefined,
       streamed: false,
-      affinityKey: undefined,
+      affinity: {},
     }).start();
   }
 
@@ -408,10 +408,7 @@ export class SidecarProxy {
         return;
       }
     }
-    const affinityKey =
-      pool.policy.affinity.key === 'None'
-        ? undefined
-        : affinityKeyFor({ headers: req.headers, body }, pool.policy.affinity);
+    const affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
     const streamed = fields.stream === true;
     pool.balancer.recordRequest();
     new Exchange({
@@ -425,7 +422,7 @@ export class SidecarProxy {
       raw,
       fields,
       streamed,
-      affinityKey,
+      affinity,
     }).start();
   }
 
@@ -470,7 +467,7 @@ interface ExchangeInit {
   raw: Buffer;
   fields: Record<string, unknown> | undefined;
   streamed: boolean;
-  affinityKey: string | undefined;
+  affinity: AffinityInput;
 }
 
 /** One client request, across its attempts. */
@@ -492,7 +489,7 @@ class Exchange {
   private readonly raw: Buffer;
   private readonly fields: Record<string, unknown> | undefined;
   private readonly streamed: boolean;
-  private readonly affinityKey: string | undefined;
+  private readonly affinity: AffinityInput;
 
   constructor(init: ExchangeInit) {
     this.proxy = init.proxy;
@@ -505,7 +502,7 @@ class Exchange {
     this.raw = init.raw;
     this.fields = init.fields;
     this.streamed = init.streamed;
-    this.affinityKey = init.affinityKey;
+    this.affinity = init.affinity;
   }
 
   start(): void {
@@ -536,7 +533,7 @@ class Exchange {
   /** The first attempt: pick (or shed at once) and dispatch. */
   private next(): void {
     const pick = this.pool.balancer.pick({
-      affinityKey: this.affinityKey,
+      ...this.affinity,
       exclude: this.tried,
       requestBytes: this.raw.length,
     });
@@ -826,7 +823,7 @@ class Exchange {
       return false;
     }
     const pick = this.pool.balancer.pick({
-      affinityKey: this.affinityKey,
+      ...this.affinity,
       exclude: this.tried,
       requestBytes: this.raw.length,
     });
