@@ -204,7 +204,7 @@ export function promptBlocks(
       const prompt = body['prompt'];
       if (typeof prompt === 'string') message('user', () => hasher.text(prompt));
       else if (Array.isArray(prompt) && prompt.every((p) => typeof p === 'string')) {
-        for (const p of prompt as string[]) message('user', () => hasher.text(p));
+        for (const p of prompt) message('user', () => hasher.text(p));
       } else return undefined;
     }
   } catch {
