@@ -344,14 +344,33 @@ describe('affinity', () => {
     const specs = five();
     const { balancer, statusOf } = setup({ endpoints: specs, policy: withKey() });
     const [home, second] = orderOf('session-1', specs);
-    // Capacity ⌈1.25 · (load + 1) / 5⌉ is 1 while the pool is idle: the home takes one.
-    const first = picked(balancer.pick({ affinityKey: 'session-1' }));
-    assert.equal(first.affinity, 'hit');
-    assert.equal(first.attempt.endpoint.id, home);
+    // Idle pool: the home takes two (the second within maxExtraInFlight 1 of the least busy).
+    for (let i = 0; i < 2; i++) {
+      const result = picked(balancer.pick({ affinityKey: 'session-1' }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, home);
+    }
     const next = picked(balancer.pick({ affinityKey: 'session-1' }));
     assert.equal(next.affinity, 'spill');
     assert.equal(next.attempt.endpoint.id, second, 'the same second home from every sidecar');
-    assert.equal(statusOf(home!).inFlight, 1);
+    assert.equal(statusOf(home!).inFlight, 2);
+  });
+
+  test('under load the bound is loadFactor × the average, not the least busy + maxExtraInFlight', () => {
+    const specs = five();
+    const { balancer, pickOn } = setup({
+      endpoints: specs,
+      policy: withKey({ affinity: { key: 'Header', maxExtraInFlight: 0 } }),
+    });
+    const [home, second] = orderOf('k', specs);
+    // Every endpoint at 4, the home at 5: capacity ⌈1.25 · 22 / 5⌉ = 6, so the home takes one
+    // more (at least + maxExtraInFlight it would take none); then ⌈1.25 · 23 / 5⌉ = 6 again.
+    for (const s of specs) for (let i = 0; i < 4; i++) pickOn(s.id);
+    pickOn(home!);
+    assert.equal(picked(balancer.pick({ affinityKey: 'k' })).attempt.endpoint.id, home);
+    const spilled = picked(balancer.pick({ affinityKey: 'k' }));
+    assert.equal(spilled.affinity, 'spill');
+    assert.equal(spilled.attempt.endpoint.id, second);
   });
 
   test('a large loadFactor keeps the key at home however busy it is', () => {
@@ -561,12 +580,13 @@ describe('prefix affinity', () => {
     const specs = eight();
     const { balancer, pickOn } = setup({ endpoints: specs, policy: PREFIX });
     const [home, second] = order(12, specs);
-    const busy = pickOn(home!); // the home is busy when the first turn arrives
+    // The home is busy when the first turn arrives.
+    const busy = [pickOn(home!), pickOn(home!)];
     const turn1 = picked(balancer.pick({ prompt: PROMPT }));
     assert.equal(turn1.affinity, 'spill');
     assert.equal(turn1.attempt.endpoint.id, second);
     balancer.finish(turn1.attempt, OK);
-    balancer.finish(busy, OK);
+    for (const attempt of busy) balancer.finish(attempt, OK);
     // The home is free again, but the second holds the conversation's KV blocks.
     const turn2 = picked(balancer.pick({ prompt: nextTurn(PROMPT, 13, 14) }));
     assert.equal(turn2.affinity, 'hit');
@@ -589,6 +609,7 @@ describe('prefix affinity', () => {
     const turn1 = picked(balancer.pick({ prompt: PROMPT }));
     balancer.finish(turn1.attempt, OK);
     const holder = turn1.attempt.endpoint.id;
+    pickOn(holder);
     pickOn(holder);
     pickOn(holder);
     const turn2 = picked(balancer.pick({ prompt: nextTurn(PROMPT, 13) }));

@@ -15,7 +15,7 @@
  * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
-import { AFFINITY_MAX_SLOWDOWN } from './affinity.ts';
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from './affinity.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import {
@@ -448,11 +448,17 @@ export class Balancer implements PoolBalancer {
       s.breaker.state === 'closed' &&
       candidates.includes(s) &&
       !(this.#ewma.valueMs(s.id) > maxSlowdown * reference);
-    const capacity = loadCapacity(
-      candidates.map((c) => this.#load(c, now)),
-      affinity.loadFactor ?? DEFAULT_LOAD_FACTOR,
-    );
-    const fits = (s: EndpointState): boolean => this.#load(s, now) < capacity;
+    // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
+    // above the least loaded candidate: the bound alone is strict while the pool is nearly
+    // idle (one request in flight can exceed it), where a cache hit still beats an empty queue.
+    const loads = candidates.map((c) => this.#load(c, now));
+    const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
+    const slack = affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
+    const least = Math.min(...loads);
+    const fits = (s: EndpointState): boolean => {
+      const load = this.#load(s, now);
+      return load < capacity || load <= least + slack;
+    };
 
     let key: number;
     if (prompt !== undefined) {
