@@ -10,13 +10,15 @@
  * sidecar — instead of to whichever endpoint is least busy. A hot prefix warms two or three
  * endpoints, not all of them; and no endpoint is ever asked to take more than its share.
  */
+import { AFFINITY_LOAD_FACTOR } from '../../crds/policy-defaults.ts';
 import { fmix32, fnv1a64 } from './hash.ts';
 
 /**
- * 1.25: the factor KubeAI and the original paper use. Lower keeps loads flatter and moves more
- * keys off their home; higher keeps more cache hits and lets queues grow on popular homes.
+ * 1.25: the factor KubeAI and the original paper use (`affinity.loadFactor`'s default). Lower
+ * keeps loads flatter and moves more keys off their home; higher keeps more cache hits and lets
+ * queues grow on popular homes.
  */
-export const DEFAULT_LOAD_FACTOR = 1.25;
+export const DEFAULT_LOAD_FACTOR = AFFINITY_LOAD_FACTOR;
 
 /** The most any endpoint should carry, counting the request being placed. */
 export function loadCapacity(loads: readonly number[], loadFactor: number): number {
