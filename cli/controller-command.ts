@@ -119,8 +119,8 @@ export function addControllerCommand(program: Command): void {
       // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
       const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');
-      const { readTlsFiles } = await import('../controller/tls-source.ts');
-      const { parseInjectionConfig } = await import('../controller/core/injection-config.ts');
+      const { readTlsFiles } = await import('../controller/tls/source.ts');
+      const { parseInjectionConfig } = await import('../controller/injection/config.ts');
       const { parse: parseYaml } = await import('yaml');
       const kubeConfig = new KubeConfig();
       if (flags.kubeconfig === undefined) {

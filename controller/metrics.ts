@@ -1,5 +1,28 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
+/** What the gauges read, at each scrape. */
+export interface GaugeSources {
+  queueDepth: () => number;
+  connectedSidecars: () => number;
+  isLeader: () => boolean;
+  /** Labelled pods without the sidecar (undefined: injection is off). */
+  podsNotInjected?: () => number | undefined;
+  /** When the served certificate expires, ms since the epoch. */
+  tlsNotAfterMs?: () => number | undefined;
+  /** Per pool key: the endpoints the fleet sees unhealthy (the status' endpointHealth). */
+  fleet?: () => ReadonlyMap<
+    string,
+    readonly {
+      id: string;
+      breakerOpen: number;
+      reporting: number;
+      errorPercent?: number | undefined;
+    }[]
+  >;
+  /** Per pool key: its probed endpoints and the drifted ones. */
+  drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
+}
+
 /** The controller's Prometheus metrics (admin port, /metrics). */
 export class ControllerMetrics {
   readonly registry = new Registry();
@@ -13,27 +36,7 @@ export class ControllerMetrics {
   readonly injections: Counter<'result'>;
   readonly driftProbes: Counter<'result'>;
 
-  constructor(read: {
-    queueDepth: () => number;
-    connectedSidecars: () => number;
-    isLeader: () => boolean;
-    /** Labelled pods without the sidecar (undefined: injection is off). */
-    podsNotInjected?: () => number | undefined;
-    /** When the served certificate expires, ms since the epoch. */
-    tlsNotAfterMs?: () => number | undefined;
-    /** Per pool key: the endpoints the fleet sees unhealthy (the status' endpointHealth). */
-    fleet?: () => ReadonlyMap<
-      string,
-      readonly {
-        id: string;
-        breakerOpen: number;
-        reporting: number;
-        errorPercent?: number | undefined;
-      }[]
-    >;
-    /** Per pool key: its probed endpoints and the drifted ones. */
-    drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
-  }) {
+  constructor() {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_controller_process_' });
     this.reconciles = new Counter({
@@ -77,6 +80,26 @@ export class ControllerMetrics {
       help: 'New pool snapshots published to the stream.',
       registers,
     });
+    this.injections = new Counter({
+      name: 'switchyard_controller_injections_total',
+      help: 'Pod admissions the injection webhook answered, by result: injected, unchanged (already injected), skipped (labelled but cannot take the sidecar), ignored (not labelled or excluded namespace), error.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.driftProbes = new Counter({
+      name: 'switchyard_controller_drift_probes_total',
+      help: 'Drift probes of endpoints by the leader, by result: ok, failed (a failure is not drift).',
+      labelNames: ['result'],
+      registers,
+    });
+  }
+
+  /**
+   * Registers the gauges, which read the controller's parts at each scrape. Called once, when
+   * those parts exist (they count things with the metrics above, so they are built after them).
+   */
+  readFrom(read: GaugeSources): void {
+    const registers = [this.registry];
     new Gauge({
       name: 'switchyard_controller_queue_depth',
       help: 'Pool keys waiting to be reconciled.',
@@ -100,12 +123,6 @@ export class ControllerMetrics {
       collect() {
         this.set(read.isLeader() ? 1 : 0);
       },
-    });
-    this.injections = new Counter({
-      name: 'switchyard_controller_injections_total',
-      help: 'Pod admissions the injection webhook answered, by result: injected, unchanged (already injected), skipped (labelled but cannot take the sidecar), ignored (not labelled or excluded namespace), error.',
-      labelNames: ['result'],
-      registers,
     });
     new Gauge({
       name: 'switchyard_controller_pods_not_injected',
@@ -138,12 +155,6 @@ export class ControllerMetrics {
           for (const e of entries)
             if (e.errorPercent !== undefined) this.set({ pool, endpoint: e.id }, e.errorPercent);
       },
-    });
-    this.driftProbes = new Counter({
-      name: 'switchyard_controller_drift_probes_total',
-      help: 'Drift probes of endpoints by the leader, by result: ok, failed (a failure is not drift).',
-      labelNames: ['result'],
-      registers,
     });
     new Gauge({
       name: 'switchyard_endpoint_drifted',

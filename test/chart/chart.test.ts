@@ -18,7 +18,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, parseAllDocuments } from 'yaml';
-import { parseInjectionConfig } from '../../controller/core/injection-config.ts';
+import { parseInjectionConfig } from '../../controller/injection/config.ts';
 import { startCluster, statusMessage, type Cluster, type K8sObject } from '../k8s/cluster.ts';
 import { CHART, ROOT, helm, type Helm } from './tools.ts';
 
