@@ -5,6 +5,7 @@ import type { Simulator } from '../simulator.ts';
 import { adminRoutes } from './admin.ts';
 import { completionsRoutes } from './completions.ts';
 import { embeddingsRoutes } from './embeddings.ts';
+import { metricsRoutes } from './load-report.ts';
 import { modelsRoutes } from './models.ts';
 import type { Route } from './route.ts';
 
@@ -13,6 +14,7 @@ export function simRoutes(sim: Simulator): Route[] {
     ...completionsRoutes(sim),
     ...embeddingsRoutes(sim),
     ...modelsRoutes(sim),
+    ...metricsRoutes(sim),
     ...adminRoutes(sim),
   ];
 }
