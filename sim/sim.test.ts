@@ -743,3 +743,46 @@ void test('the ORCA header comes with a non-streaming answer when asked, as vLLM
 void test('rejects an unknown engine kind, naming the option', async () => {
   await assert.rejects(startSim({ engine: 'tgi' as 'vllm' }), /engine must be one of vllm, sglang/);
 });
+
+void test('answers the endpoints vLLM-aware routers call: /health, /version, /load, tokenize and render', async () => {
+  await withSim({ charsPerToken: 4 }, async (sim) => {
+    const health = await fetch(sim.url + '/health');
+    assert.equal(health.status, 200);
+    assert.equal(await health.text(), '');
+    assert.deepEqual(await (await fetch(sim.url + '/version')).json(), { version: '0.32.0' });
+    assert.deepEqual(await (await fetch(sim.url + '/load')).json(), { server_load: 0 });
+    const tokenize = async (body: unknown) =>
+      (await (await post(sim.url + '/tokenize', body)).json()) as {
+        count: number;
+        tokens: number[];
+      };
+    const a = await tokenize({ prompt: 'abcdefgh' });
+    assert.equal(a.count, 2);
+    assert.deepEqual(
+      (await tokenize({ prompt: 'abcdefgh' })).tokens,
+      a.tokens,
+      'equal text, equal ids',
+    );
+    const chatTokens = await tokenize(chat('abcdefgh'));
+    assert.equal(chatTokens.count, 2);
+    const render = (await (
+      await post(sim.url + '/v1/chat/completions/render', chat('abcdefgh'))
+    ).json()) as {
+      request_id: string;
+      token_ids: number[];
+    };
+    assert.deepEqual(render.token_ids, a.tokens);
+    assert.equal(typeof render.request_id, 'string');
+    const detok = (await (await post(sim.url + '/detokenize', { tokens: [1, 2] })).json()) as {
+      prompt: string;
+    };
+    assert.equal(typeof detok.prompt, 'string');
+    assert.equal((await post(sim.url + '/detokenize', { tokens: 'x' })).status, 400);
+    assert.equal((await post(sim.url + '/tokenize', { prompt: 5 })).status, 400);
+    assert.equal(
+      (await post(sim.url + '/v1/chat/completions/render', { messages: [] })).status,
+      400,
+    );
+    assert.equal(sim.stats().requests, 0, 'none of these count as inference requests');
+  });
+});

@@ -132,7 +132,7 @@ export function metricsRoutes(sim: Simulator): Route[] {
       handle: ({ res }) => {
         const text = metricsText(sim);
         res.writeHead(200, {
-          'content-type': 'text/plain; version=0.0.4; charset=utf-8',
+          'content-type': 'text/plain; version=1.0.0; charset=utf-8',
           'content-length': String(Buffer.byteLength(text)),
         });
         res.end(text);

@@ -7,6 +7,7 @@ import { completionsRoutes } from './completions.ts';
 import { embeddingsRoutes } from './embeddings.ts';
 import { metricsRoutes } from './load-report.ts';
 import { modelsRoutes } from './models.ts';
+import { vllmExtraRoutes } from './vllm-extras.ts';
 import type { Route } from './route.ts';
 
 export function simRoutes(sim: Simulator): Route[] {
@@ -15,6 +16,7 @@ export function simRoutes(sim: Simulator): Route[] {
     ...embeddingsRoutes(sim),
     ...modelsRoutes(sim),
     ...metricsRoutes(sim),
+    ...vllmExtraRoutes(sim),
     ...adminRoutes(sim),
   ];
 }
