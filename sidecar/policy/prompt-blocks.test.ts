@@ -26,6 +26,19 @@ function shared(a: PromptBlocks, b: PromptBlocks): number {
 }
 
 describe('promptBlocks', () => {
+  test('prompts that differ in one character, at any position, get different hashes', () => {
+    const base = 'x'.repeat(200);
+    const seen = new Set<number>();
+    for (let at = 0; at < base.length; at++) {
+      for (const c of ['a', 'b', '\u4e2d', '\ud83d\ude00'.charAt(0)]) {
+        const text = base.slice(0, at) + c + base.slice(at + 1);
+        const hashes = promptBlocks({ prompt: text }, { ...OPTIONS, blockChars: 256 }, 0)!.hashes;
+        seen.add(hashes.at(-1)!);
+      }
+    }
+    assert.equal(seen.size, 200 * 4);
+  });
+
   test('keeps the defaults named', () => {
     assert.equal(DEFAULT_BLOCK_CHARS, 256);
     assert.equal(DEFAULT_MAX_BLOCKS, 256);
