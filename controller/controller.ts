@@ -11,6 +11,7 @@ import { injectionWebhook, WEBHOOK_PATH } from './injection/webhook.ts';
 import { InformerCaches } from './kube/caches.ts';
 import { KubeRaw } from './kube/kube-raw.ts';
 import { LeaderElector } from './kube/leader.ts';
+import { LoadMonitor } from './load/monitor.ts';
 import { ControllerMetrics } from './metrics.ts';
 import { PoolEventRecorder } from './pool-events.ts';
 import { PoolQueue } from './pool-queue.ts';
@@ -52,6 +53,11 @@ export interface ControllerOptions {
   statusEveryMs: number;
   /** How often each replica publishes its sidecars for the leader (a per-replica Lease). */
   replicaSummaryEveryMs: number;
+  /**
+   * How often each endpoint's /metrics is scraped for its load and each pool's load is streamed
+   * (by every replica, for the pools with sidecars subscribed to it); 0 turns it off.
+   */
+  loadScrapeEveryMs: number;
 }
 
 export interface InjectionOptions {
@@ -154,6 +160,21 @@ export async function startController(options: ControllerOptions): Promise<Runni
     onRemoteChange: (keys) => statusQueue.addAll(keys),
   });
 
+  // Server-reported load: every replica scrapes for the pools its own sidecars subscribe to.
+  const load =
+    options.loadScrapeEveryMs > 0
+      ? new LoadMonitor({
+          periodMs: options.loadScrapeEveryMs,
+          logger,
+          pools: () => stream.subscribedEndpoints(),
+          publish: (key, poolLoad) => stream.publishLoad(key, poolLoad),
+          onScrape: (result, seconds) => {
+            metrics.loadScrapes.inc({ result });
+            metrics.loadScrapeDuration.observe(seconds);
+          },
+        })
+      : undefined;
+
   // The leader's work: Events, drift probes, status writes.
   const events = new PoolEventRecorder({
     raw,
@@ -209,6 +230,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       tls === undefined ? undefined : certificateNotAfterMs(tls.current().cert),
     drift: () => drift.drifted(),
     fleet: () => states.endpointHealth(),
+    loadTargets: () => load?.counts(),
   });
   const admin = adminServer({ metrics, synced: () => caches.synced, isLeader });
 
@@ -234,6 +256,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
   await Promise.all([caches.start(), auditor?.start()]);
   leader.start();
   summaries.start();
+  load?.start();
   caBundle?.start();
   const streamUrl = await listen(
     stream.server,
@@ -256,6 +279,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       const looped = loop.stop();
       status.stop();
       summaries.stop();
+      load?.stop();
       drift.stop();
       caBundle?.stop();
       tls?.stop();

@@ -21,6 +21,8 @@ export interface GaugeSources {
   >;
   /** Per pool key: its probed endpoints and the drifted ones. */
   drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
+  /** The endpoints this replica scrapes for load, by how they stand (undefined: scraping is off). */
+  loadTargets?: () => Readonly<Record<string, number>> | undefined;
 }
 
 /** The controller's Prometheus metrics (admin port, /metrics). */
@@ -35,6 +37,8 @@ export class ControllerMetrics {
   readonly snapshotsPublished: Counter;
   readonly injections: Counter<'result'>;
   readonly driftProbes: Counter<'result'>;
+  readonly loadScrapes: Counter<'result'>;
+  readonly loadScrapeDuration: Histogram;
 
   constructor() {
     const registers = [this.registry];
@@ -90,6 +94,18 @@ export class ControllerMetrics {
       name: 'switchyard_controller_drift_probes_total',
       help: 'Drift probes of endpoints by the leader, by result: ok, failed (a failure is not drift).',
       labelNames: ['result'],
+      registers,
+    });
+    this.loadScrapes = new Counter({
+      name: 'switchyard_controller_load_scrapes_total',
+      help: 'Scrapes of model servers’ /metrics for their load, by result: ok, no_metrics (404, 401, 403 or no load gauges: left alone for 10 min), timeout, error.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.loadScrapeDuration = new Histogram({
+      name: 'switchyard_controller_load_scrape_duration_seconds',
+      help: 'Time of one scrape of a model server’s /metrics, whatever its result.',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       registers,
     });
   }
@@ -165,6 +181,17 @@ export class ControllerMetrics {
         this.reset();
         for (const [pool, { ids, drifted }] of read.drift?.() ?? [])
           for (const id of ids) this.set({ pool, endpoint: id }, drifted.has(id) ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_load_targets',
+      help: 'Model servers this replica scrapes for load (those of pools with sidecars subscribed here), by state: new, reporting, no_metrics, failing.',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [state, n] of Object.entries(read.loadTargets?.() ?? {}))
+          this.set({ state: state.replace('-', '_') }, n);
       },
     });
     new Gauge({

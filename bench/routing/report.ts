@@ -2,17 +2,7 @@
  * The routing benchmark's report: the targets of docs/benchmarks.md#routing checked against the
  * results, and a markdown page with a table per scenario.
  */
-import type { BenchResults } from './run.ts';
-
-export interface TargetCheck {
-  scenario: string;
-  target: string;
-  /** switchyard's figure. */
-  measured: number | null;
-  /** What it had to be at most (or at least, for the hit rate). */
-  limit: number | null;
-  met: boolean | null;
-}
+import type { BenchResults, TargetCheck } from './results.ts';
 
 const PEERS = (results: BenchResults, scenario: string): string[] =>
   Object.keys(results.scenarios[scenario] ?? {}).filter(

@@ -23,7 +23,7 @@ import {
   versionOf,
   which,
   type Child,
-} from '../overhead-peers.ts';
+} from '../common/peers.ts';
 
 /** The API key every client of the benchmark sends (LiteLLM's proxy insists on a master key). */
 export const BENCH_CLIENT_KEY = 'sk-switchyard-bench-0000000000000000';

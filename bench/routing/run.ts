@@ -6,77 +6,19 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { availableParallelism } from 'node:os';
-import { machineCpuSeconds } from '../overhead-peers.ts';
+import { machineCpuSeconds } from '../../harness/proc.ts';
 import { startFleet, type SimFleet } from './backends.ts';
-import { cdf, summarise, type PolicyResult } from './metrics.ts';
+import { cdf, summarise } from './metrics.ts';
 import { Oracle } from './oracle.ts';
 import { writePlots } from './plots.ts';
 import { Progress } from './progress.ts';
 import { PromptBuilder } from './prompt.ts';
 import { buildPayloads, closeReplayAgents, replay } from './replay.ts';
 import { renderReport, checkTargets } from './report.ts';
+import type { BenchResults, BenchSettings, RunRecord } from './results.ts';
 import { POLICIES, type PolicyDefinition, type RouterSet } from './routers.ts';
 import { SCENARIOS, scenario, type ScenarioName } from './scenarios.ts';
-import { HASH_BLOCK_TOKENS, idealHitRate, parseTrace, sampleEvenly, type Trace } from './trace.ts';
-
-export interface BenchSettings {
-  trace: string;
-  backends: number;
-  routers: number;
-  policies: string[];
-  scenarios: ScenarioName[];
-  /** Wall ms per trace ms. */
-  timeScale: number;
-  /** Simulator speed (simulated ms per wall ms). */
-  speed: number;
-  /** 0: the whole trace. */
-  maxRequests: number;
-  seed: number;
-  out: string;
-  heterogeneous: boolean;
-  /** Draw plots (PNG and SVG); off in the smoke test. */
-  plots: boolean;
-  /** Progress on stderr. */
-  quiet: boolean;
-}
-
-export interface RunRecord extends PolicyResult {
-  policy: string;
-  /** How busy the whole machine was during the replay (all cores, every process), percent. */
-  machineCpuPercent: number | null;
-  family: string;
-  costWeightPerMs?: number | null;
-  /** Sorted successful TTFTs, thinned, for CDF plots. */
-  ttftCdf: { x: number; p: number }[];
-}
-
-export interface BenchResults {
-  settings: BenchSettings & { model: string; charsPerToken: number; blockTokens: number };
-  trace: {
-    file: string;
-    format: Trace['format'];
-    requestsInFile: number;
-    requestsReplayed: number;
-    idealHitRate: number | null;
-    idealHitRateWholeTrace: number | null;
-    traceSpanS: number;
-    replaySpanS: number;
-  };
-  machine: { cpus: number; node: string };
-  versions: Record<string, string>;
-  skipped: Record<string, string>;
-  policiesDescribed: Record<string, string>;
-  scenarios: Record<
-    string,
-    Record<
-      string,
-      PolicyResult & { costWeightPerMs?: number | null; machineCpuPercent?: number | null }
-    >
-  >;
-  scenarioDescriptions: Record<string, string>;
-  targets: ReturnType<typeof checkTargets>;
-  durationS: number;
-}
+import { HASH_BLOCK_TOKENS, idealHitRate, parseTrace, sampleEvenly } from './trace.ts';
 
 const MODEL = 'bench-model';
 const CPUS = availableParallelism();

@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import type { InferencePool } from '../../crds/inference-pool.schema.ts';
-import { poolDocument, SERVICE_POOL } from '../../test/reliability/pool-arbitraries.ts';
+import { poolDocument, SERVICE_POOL } from '../../harness/pool-arbitraries.ts';
 import { CONDITION_MESSAGE_MAX_BYTES, desiredSnapshot } from './desired-snapshot.ts';
 import type { EndpointSlice, Secret, Service } from './objects.ts';
 import { SERVICE_NAME_LABEL } from './objects.ts';

@@ -1,9 +1,13 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { Logger } from 'pino';
+import type { EndpointSpec } from '../../crds/policy-types.ts';
 import {
+  LOAD_EVENT,
   parseReport,
+  SNAPSHOT_EVENT,
   SNAPSHOT_PROTOCOL_VERSION,
+  type PoolLoad,
   type PoolSnapshot,
   type SidecarReport,
 } from '../../crds/snapshot.ts';
@@ -38,6 +42,12 @@ interface PoolChannel {
 }
 
 const MAX_REPORT_BYTES = 1024 * 1024;
+/**
+ * A subscriber with more than this waiting in its socket's buffer (a stalled or half-open
+ * connection) is not sent `load` events: each one replaces the last, so skipping loses nothing,
+ * while buffering them would grow without bound until TCP gives up. Snapshots are always written.
+ */
+const MAX_LOAD_BACKLOG_BYTES = 64 * 1024;
 const ROUTE = /^\/v1\/namespaces\/([^/]+)\/pools\/([^/]+)\/(snapshots|reports)$/;
 
 function sendJson(
@@ -108,10 +118,31 @@ export class SnapshotServer {
   publish(key: PoolKey, snapshot: PoolSnapshot, sinceMs: number): void {
     const channel = this.channel(key);
     channel.snapshot = snapshot;
-    channel.event = `event: snapshot\nid: ${snapshot.version}\ndata: ${JSON.stringify(snapshot)}\n\n`;
+    channel.event = `event: ${SNAPSHOT_EVENT}\nid: ${snapshot.version}\ndata: ${JSON.stringify(snapshot)}\n\n`;
     for (const s of channel.subscribers) s.res.write(channel.event);
     if (channel.subscribers.size > 0)
       this.options.metrics.pushLatency.observe((performance.now() - sinceMs) / 1000);
+  }
+
+  /**
+   * Sends the load of `key`'s endpoints to every subscriber. No `id:` line: the stream's last
+   * event id stays the snapshot version, and nothing about the snapshot changes.
+   */
+  publishLoad(key: PoolKey, load: PoolLoad): void {
+    const channel = this.channels.get(key);
+    if (channel === undefined || channel.subscribers.size === 0) return;
+    const event = `event: ${LOAD_EVENT}\ndata: ${JSON.stringify(load)}\n\n`;
+    for (const s of channel.subscribers)
+      if (s.res.writableLength <= MAX_LOAD_BACKLOG_BYTES) s.res.write(event);
+  }
+
+  /** The endpoints of each pool that has subscribers on this replica and a snapshot to serve. */
+  subscribedEndpoints(): Map<PoolKey, readonly EndpointSpec[]> {
+    const pools = new Map<PoolKey, readonly EndpointSpec[]>();
+    for (const [key, channel] of this.channels)
+      if (channel.subscribers.size > 0 && channel.snapshot !== undefined)
+        pools.set(key, channel.snapshot.endpoints);
+    return pools;
   }
 
   /** The pool is gone: its subscribers' streams end (they reconnect and get 404 until it returns). */

@@ -100,7 +100,7 @@ describe('candidates and shedding', () => {
     const result = picked(balancer.pick({}));
     assert.equal(result.attempt.endpoint.id, 'solo');
     assert.equal(result.affinity, 'none');
-    assert.equal(result.attempt.probe, false);
+    assert.equal(result.attempt.halfOpenProbe, false);
     assert.equal(rng.drawn, 0);
   });
 
@@ -214,7 +214,7 @@ describe('candidates and shedding', () => {
     const { balancer, repeat, clock } = setup({ endpoints: [endpoint('a')], rng: middleRng() });
     repeat(20, 'a', ERROR);
     clock.advance(30_000);
-    assert.equal(picked(balancer.pick({})).attempt.probe, true);
+    assert.equal(picked(balancer.pick({})).attempt.halfOpenProbe, true);
     assert.equal(shedAfter(balancer.pick({})), DEFAULT_SHED_RETRY_AFTER_MS);
   });
 });
@@ -241,7 +241,7 @@ describe('in-flight accounting', () => {
   test('ignores attempts it did not hand out', () => {
     const { balancer, statusOf, pickOn } = setup();
     pickOn('a');
-    const forged: Attempt = { endpoint: endpoint('a'), startedAtMs: 0, probe: false };
+    const forged: Attempt = { endpoint: endpoint('a'), startedAtMs: 0, halfOpenProbe: false };
     balancer.firstByte(forged);
     balancer.finish(forged, ERROR);
     assert.equal(statusOf('a').inFlight, 1);
@@ -294,7 +294,7 @@ describe('Failover mode', () => {
 
     clock.advance(36_000); // past any jittered 30 s period
     const probe = picked(balancer.pick({}));
-    assert.equal(probe.attempt.probe, true);
+    assert.equal(probe.attempt.halfOpenProbe, true);
     assert.equal(probe.attempt.endpoint.tier, 0);
     balancer.finish(probe.attempt, OK);
     const second = picked(balancer.pick({}));
@@ -938,7 +938,7 @@ describe('breaker', () => {
     assert.equal(shedAfter(balancer.pick({})), 1);
     clock.advance(1);
     const probe = picked(balancer.pick({}));
-    assert.equal(probe.attempt.probe, true);
+    assert.equal(probe.attempt.halfOpenProbe, true);
     assert.deepEqual(breakerEvents()[1], {
       kind: 'breaker',
       endpointId: 'a',
@@ -962,7 +962,7 @@ describe('breaker', () => {
     repeat(20, 'a', ERROR);
     clock.advance(30_000);
     const probe = picked(balancer.pick({ exclude: new Set(['b', 'c']) }));
-    assert.equal(probe.attempt.probe, true);
+    assert.equal(probe.attempt.halfOpenProbe, true);
     assert.equal(statusOf('a').breaker, 'half-open');
     for (let i = 0; i < 20; i++) {
       assert.notEqual(picked(balancer.pick({})).attempt.endpoint.id, 'a');
@@ -991,7 +991,7 @@ describe('breaker', () => {
     for (let i = 0; i < 3; i++) {
       clock.advance(periods.at(-1)!);
       const probe = picked(balancer.pick({}));
-      assert.equal(probe.attempt.probe, true);
+      assert.equal(probe.attempt.halfOpenProbe, true);
       balancer.finish(probe.attempt, i === 1 ? LIMITED : ERROR); // a 429 fails a probe too
       const reopened = breakerEvents().at(-1)!;
       assert.equal(reopened.reason, 'probe-failed');
@@ -1024,7 +1024,7 @@ describe('breaker', () => {
     balancer.finish(picked(balancer.pick({})).attempt, NEUTRAL);
     assert.equal(statusOf('a').breaker, 'half-open');
     const next = picked(balancer.pick({}));
-    assert.equal(next.attempt.probe, true);
+    assert.equal(next.attempt.halfOpenProbe, true);
   });
 
   test('lets only the probe decide: attempts from before the opening do not', () => {
@@ -1298,7 +1298,7 @@ describe('status', () => {
     assert.equal(statusOf('a').driftMismatches, 2);
     balancer.update(testPolicy(), [endpoint('b')]);
     balancer.noteDriftMismatch(attempt); // a left the pool: nothing to count on
-    balancer.noteDriftMismatch({ endpoint: endpoint('z'), startedAtMs: 0, probe: false });
+    balancer.noteDriftMismatch({ endpoint: endpoint('z'), startedAtMs: 0, halfOpenProbe: false });
   });
 
   test('shows an expired open breaker as half-open', () => {
@@ -1353,7 +1353,7 @@ describe('robustness', () => {
     now = Infinity;
     assert.equal(shedAfter(balancer.pick({})), 30_000);
     now = 31_000;
-    assert.equal(picked(balancer.pick({})).attempt.probe, true);
+    assert.equal(picked(balancer.pick({})).attempt.halfOpenProbe, true);
   });
 
   test('treats an unknown outcome kind as neutral', () => {

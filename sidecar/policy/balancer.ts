@@ -7,7 +7,7 @@
  *       rendezvous hashing, spilling along that order past endpoints over their load bound)
  *     → least loaded, then P2C on score (load: this sidecar's in-flight, corrected by what the
  *       servers report)
- *     → breaker probe slot, in-flight +1
+ *     → half-open breaker probe slot, in-flight +1
  *
  * and, as attempts end, the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
  * health window, breakers, cooldowns, and the retry budget.
@@ -125,7 +125,7 @@ interface EndpointState {
 /** What the balancer knows about an attempt it handed out. */
 interface AttemptRecord {
   readonly state: EndpointState;
-  readonly probeToken: number | undefined;
+  readonly halfOpenProbeToken: number | undefined;
   /** Size of the request body, when the shell told: TTFT samples are normalised by it. */
   readonly requestBytes: number | undefined;
   ttftMs: number | undefined;
@@ -277,14 +277,14 @@ export class Balancer implements PoolBalancer {
       this.#coolDown(state, now, (outcome as { retryAfterMs?: unknown }).retryAfterMs);
     }
 
-    if (record.probeToken !== undefined) {
+    if (record.halfOpenProbeToken !== undefined) {
       const verdict =
         kind === 'success'
           ? 'succeeded'
           : kind === 'error' || kind === 'rate-limited'
             ? 'failed'
             : 'released';
-      const settled = state.breaker.settleProbe(record.probeToken, verdict, now, this.#rng);
+      const settled = state.breaker.settleProbe(record.halfOpenProbeToken, verdict, now, this.#rng);
       if (settled?.to === 'closed') state.window.clear(); // a clean slate after recovery
       this.#emit(state, settled);
     }
@@ -516,16 +516,16 @@ export class Balancer implements PoolBalancer {
     if (state.inFlight === 0 && idleAfterMs > 0 && now - state.lastActivityMs >= idleAfterMs) {
       state.dropNextSample = true;
     }
-    const probeToken = state.breaker.takeProbe();
+    const halfOpenProbeToken = state.breaker.takeProbe();
     const attempt: Attempt = Object.freeze({
       endpoint: state.spec,
       startedAtMs: now,
-      probe: probeToken !== undefined,
+      halfOpenProbe: halfOpenProbeToken !== undefined,
     });
     state.inFlight += 1;
     this.#attempts.set(attempt, {
       state,
-      probeToken,
+      halfOpenProbeToken,
       requestBytes,
       ttftMs: undefined,
       finished: false,

@@ -46,8 +46,11 @@ export type AffinityResult = 'hit' | 'spill' | 'overloaded' | 'none';
 export interface Attempt {
   readonly endpoint: EndpointSpec;
   readonly startedAtMs: number;
-  /** True when this attempt is the single probe of a half-open breaker. */
-  readonly probe: boolean;
+  /**
+   * True when this attempt is the single trial request a half-open breaker lets through (not to
+   * be confused with `EndpointSpec.probe`, the drift probe's verdict).
+   */
+  readonly halfOpenProbe: boolean;
 }
 
 export type PickResult =

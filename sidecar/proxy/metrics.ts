@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { AffinityResult, EndpointSpec, EndpointStatus } from '../policy/types.ts';
+import type { AffinityResult, EndpointSpec, EndpointStatus } from '../policy/index.ts';
 
 /** How an attempt ended, as the `code` label of `switchyard_requests_total`: a bounded set. */
 export type CodeClass = '2xx' | '4xx' | '429' | '5xx' | 'error' | 'timeout' | 'aborted';

@@ -1,5 +1,5 @@
 /**
- * The InferencePool CRD on a real kube-apiserver (test/k8s/cluster.ts): it is accepted and
+ * The InferencePool CRD on a real kube-apiserver (harness/k8s/cluster.ts): it is accepted and
  * established, discovery shows its short name and category, a valid pool gets the schema's
  * defaults, the printer columns are served, and each invalid pool is rejected with the message
  * that crds/semantic.ts defines (the CEL rules' own text) or the API server's schema message.
@@ -19,8 +19,13 @@ import {
   SERVICE_KEY_NEEDS_OPT_IN,
   UNIQUE_BACKEND_NAMES,
 } from '../../crds/semantic.ts';
-import { startCluster, statusMessage, type Cluster, type K8sObject } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import {
+  startCluster,
+  statusMessage,
+  type Cluster,
+  type K8sObject,
+} from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 
 const NAMESPACE = 'crd-validation';
 const POOLS = `/apis/switchyard.dev/v1alpha1/namespaces/${NAMESPACE}/inferencepools`;
