@@ -21,7 +21,16 @@ export interface SimOptions extends EngineOptions {
   model: string | undefined;
   /** Returned as `system_fingerprint`; undefined = the field is omitted. */
   fingerprint: string | undefined;
+  /**
+   * Whose load reports to imitate: `vllm` (`/metrics` with vLLM's names, the ORCA header on
+   * request) or `sglang` (SGLang's metric names, no ORCA header, as SGLang has none).
+   */
+  engine: SimEngineKind;
 }
+
+/** The model servers whose load reporting the simulator can imitate. */
+export const SIM_ENGINE_KINDS = ['vllm', 'sglang'] as const;
+export type SimEngineKind = (typeof SIM_ENGINE_KINDS)[number];
 
 export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   port: 0,
@@ -42,6 +51,7 @@ export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   coldStartMs: 0,
   coldIdleMs: 10_000,
   fingerprint: undefined,
+  engine: 'vllm',
   tokensPerChunk: 1,
   speed: 1,
   seed: 1,
@@ -69,6 +79,8 @@ export interface SimOptionSpec {
   readonly optional: boolean;
   /** May be changed at run time through `POST /admin/config` / `configure()`. */
   readonly runtime: boolean;
+  /** The only values a string option accepts. */
+  readonly choices?: readonly string[];
   readonly help: string;
 }
 
@@ -77,7 +89,9 @@ function spec(
   valueName: string,
   type: SimOptionType,
   help: string,
-  extra: Partial<Pick<SimOptionSpec, 'min' | 'minExclusive' | 'max' | 'optional' | 'runtime'>> = {},
+  extra: Partial<
+    Pick<SimOptionSpec, 'min' | 'minExclusive' | 'max' | 'optional' | 'runtime' | 'choices'>
+  > = {},
 ): SimOptionSpec {
   const flag = '--' + key.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase());
   return {
@@ -92,6 +106,7 @@ function spec(
     ...(extra.min === undefined ? {} : { min: extra.min }),
     ...(extra.minExclusive === undefined ? {} : { minExclusive: extra.minExclusive }),
     ...(extra.max === undefined ? {} : { max: extra.max }),
+    ...(extra.choices === undefined ? {} : { choices: extra.choices }),
   };
 }
 
@@ -187,6 +202,13 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
     optional: true,
   }),
   spec(
+    'engine',
+    '<kind>',
+    'string',
+    `whose load reports to imitate: ${SIM_ENGINE_KINDS.join(' or ')} (/metrics names, ORCA header)`,
+    { choices: SIM_ENGINE_KINDS },
+  ),
+  spec(
     'tokensPerChunk',
     '<n>',
     'integer',
@@ -226,6 +248,9 @@ function problem(s: SimOptionSpec, value: unknown): string | undefined {
   if (s.type === 'string') {
     if (typeof value !== 'string') return `${s.key} must be a string`;
     if (value.length === 0 && s.key === 'host') return 'host must not be empty';
+    if (s.choices !== undefined && !s.choices.includes(value)) {
+      return `${s.key} must be one of ${s.choices.join(', ')}`;
+    }
     return undefined;
   }
   if (typeof value !== 'number' || !Number.isFinite(value)) {

@@ -7,11 +7,15 @@ export type * from './types.ts';
 export {
   AFFINITY_MAX_SLOWDOWN,
   MIN_PREFIX_CHARS_FOR_AFFINITY,
+  affinityFor,
   affinityKeyFor,
-  rendezvousPick,
-  stablePromptText,
+  type AffinityInput,
   type AffinityRequest,
 } from './affinity.ts';
+export { DEFAULT_LOAD_FACTOR, loadCapacity, rendezvousOrder } from './bounded-load.ts';
+export { PrefixIndex } from './prefix-index.ts';
+export { promptBlocks } from './prompt-blocks.ts';
+export { ReportedLoad } from './server-load.ts';
 export {
   Balancer,
   DEFAULT_SHED_RETRY_AFTER_MS,

@@ -15,7 +15,7 @@ import type {
 } from 'node:http';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
-import type { Attempt, EndpointSpec } from '../policy/index.ts';
+import type { AffinityInput, Attempt, EndpointSpec } from '../policy/index.ts';
 import {
   INITIAL_STATE,
   awaitsFirstByte,
@@ -84,7 +84,8 @@ export interface ExchangeInit {
   raw: Buffer;
   fields: Record<string, unknown> | undefined;
   streamed: boolean;
-  affinityKey: string | undefined;
+  /** What affinity hashes on: the prompt's blocks (`Prefix`) or the header's value (`Header`). */
+  affinity: AffinityInput;
 }
 
 const DATA: AttemptEvent = { kind: 'data' };
@@ -106,7 +107,7 @@ export class Exchange {
   readonly #query: string;
   readonly #raw: Buffer;
   readonly #fields: Record<string, unknown> | undefined;
-  readonly #affinityKey: string | undefined;
+  readonly #affinity: AffinityInput;
   readonly #tried = new Set<string>();
   /** Every attempt sent, the last one current: a client that leaves ends them all. */
   readonly #sent: ExchangeAttempt[] = [];
@@ -125,7 +126,7 @@ export class Exchange {
     this.#query = init.query;
     this.#raw = init.raw;
     this.#fields = init.fields;
-    this.#affinityKey = init.affinityKey;
+    this.#affinity = init.affinity;
   }
 
   start(): void {
@@ -155,7 +156,7 @@ export class Exchange {
   #first(): void {
     const { metrics } = this.deps;
     const pick = this.pool.balancer.pick({
-      affinityKey: this.#affinityKey,
+      ...this.#affinity,
       exclude: this.#tried,
       requestBytes: this.#raw.length,
     });
@@ -188,7 +189,7 @@ export class Exchange {
       return false;
     }
     const pick = this.pool.balancer.pick({
-      affinityKey: this.#affinityKey,
+      ...this.#affinity,
       exclude: this.#tried,
       requestBytes: this.#raw.length,
     });

@@ -12,7 +12,7 @@ const CODE_CLASSES: readonly CodeClass[] = [
   'timeout',
   'aborted',
 ];
-const AFFINITY_RESULTS: readonly AffinityResult[] = ['hit', 'slow', 'unavailable', 'none'];
+const AFFINITY_RESULTS: readonly AffinityResult[] = ['hit', 'spill', 'overloaded', 'none'];
 
 /** Seconds, tuned for LLM time-to-first-token: 5 ms up to 2 minutes. */
 const TTFT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];

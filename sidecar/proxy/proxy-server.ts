@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
-import { affinityKeyFor } from '../policy/index.ts';
+import { affinityFor } from '../policy/index.ts';
 import { readBody, type BodyResult } from './body.ts';
 import { sendError, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps } from './exchange.ts';
@@ -274,7 +274,7 @@ export class SidecarProxy {
       raw: Buffer.alloc(0),
       fields: undefined,
       streamed: false,
-      affinityKey: undefined,
+      affinity: {},
     }).start();
   }
 
@@ -311,10 +311,7 @@ export class SidecarProxy {
         return;
       }
     }
-    const affinityKey =
-      pool.policy.affinity.key === 'None'
-        ? undefined
-        : affinityKeyFor({ headers: req.headers, body }, pool.policy.affinity);
+    const affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
     const streamed = fields.stream === true;
     pool.balancer.recordRequest();
     new Exchange(this.exchangeDeps, {
@@ -326,7 +323,7 @@ export class SidecarProxy {
       raw,
       fields,
       streamed,
-      affinityKey,
+      affinity,
     }).start();
   }
 }

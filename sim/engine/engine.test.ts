@@ -128,7 +128,8 @@ void test('FIFO queue behind the slots; a full queue refuses and counts the refu
   const first = submit({ outputTokens: 3 });
   assert.deepEqual(engine.checkRoom(), { kind: 'room' });
   const second = submit({ outputTokens: 2 });
-  assert.deepEqual(engine.load(), {
+  const { kvCacheUsage: _usage, ...load } = engine.load();
+  assert.deepEqual(load, {
     waiting: 1,
     running: 1,
     slots: 1,
@@ -317,4 +318,25 @@ void test('close stops every job, running or queued, and leaves no timer', () =>
   assert.deepEqual([engine.load().running, engine.load().waiting], [0, 0]);
   engine.abandon(running.job); // the response closing afterwards is harmless
   assert.equal(engine.counters().aborted, 0);
+});
+
+void test("KV cache usage: the running requests' prompt and output blocks over the capacity", () => {
+  const { time, engine, submit } = setup({
+    slots: 2,
+    blockTokens: 16,
+    cacheBlocks: 100,
+    decodeMsPerToken: 10,
+    prefillMsPerToken: 0,
+  });
+  assert.equal(engine.load().kvCacheUsage, 0);
+  submit({ promptTokens: 160, outputTokens: 50 });
+  submit({ promptTokens: 320, outputTokens: 50 });
+  time.advance(5);
+  // 480 prompt tokens plus the first token of each: ⌈482 / 16⌉ = 31 blocks of 100.
+  assert.equal(engine.load().kvCacheUsage, 0.31);
+  time.advance(10_000);
+  assert.equal(engine.load().kvCacheUsage, 0);
+  const off = setup({ cacheBlocks: 0 });
+  off.submit({ promptTokens: 100, outputTokens: 5 });
+  assert.equal(off.engine.load().kvCacheUsage, 0);
 });

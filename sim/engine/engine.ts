@@ -73,6 +73,11 @@ export interface EngineLoad {
   /** Blocks held by the prefix cache, and its capacity in blocks (0: the cache is off). */
   readonly cachedBlocks: number;
   readonly cacheCapacityBlocks: number;
+  /**
+   * The KV cache the running requests occupy (prompt and generated tokens, in blocks) as a
+   * fraction of its capacity: vLLM's `kv_cache_usage_perc`. 0 when the cache is off.
+   */
+  readonly kvCacheUsage: number;
 }
 
 /** Counts since start or the last `reset()`. */
@@ -166,12 +171,17 @@ export class Engine {
   }
 
   load(): EngineLoad {
+    const capacity = this.#cache.capacity;
+    let tokens = 0;
+    for (const job of this.#running) tokens += job.work.promptTokens + job.emitted;
+    const usedBlocks = Math.ceil(tokens / Math.max(1, this.#opts.blockTokens));
     return {
       waiting: this.#queue.length,
       running: this.#busy,
       slots: this.#opts.slots,
       cachedBlocks: this.#cache.size,
-      cacheCapacityBlocks: this.#cache.capacity,
+      cacheCapacityBlocks: capacity,
+      kvCacheUsage: capacity > 0 ? Math.min(1, usedBlocks / capacity) : 0,
     };
   }
 

@@ -18,6 +18,7 @@ import {
   queueFull,
   RETRY_AFTER,
 } from './api-error.ts';
+import { orcaHeaders } from './load-report.ts';
 import { resolveModel } from './models.ts';
 import { sendBadRequest, sendError, sendJson } from './respond.ts';
 import type { Exchange } from './route.ts';
@@ -122,8 +123,12 @@ export function serveGeneration(
   });
   const sink = request.stream
     ? streamSink(res, answer, wire.streamWriter(head, request.includeUsage), usage)
-    : wholeSink(res, answer, (text, cachedTokens) =>
-        wire.fullBody(head, text, answer.finish, usage(cachedTokens)),
+    : wholeSink(
+        res,
+        answer,
+        (text, cachedTokens) => wire.fullBody(head, text, answer.finish, usage(cachedTokens)),
+        // The load when the answer is complete, as vLLM computes it for the response.
+        () => orcaHeaders(sim, headerValue(ex.req.headers[ORCA_REQUEST_HEADER])),
       );
   ex.job = sim.engine.admit(
     {
@@ -175,6 +180,7 @@ function wholeSink(
   res: ServerResponse,
   answer: Answer,
   body: (text: string, cachedTokens: number) => unknown,
+  headers: () => Record<string, string>,
 ): JobSink {
   let text = '';
   return {
@@ -182,10 +188,17 @@ function wholeSink(
       for (let i = from; i < to; i++) text += answer.token(i);
     },
     complete(cachedTokens) {
-      sendJson(res, 200, body(text, cachedTokens));
+      sendJson(res, 200, body(text, cachedTokens), headers());
     },
     stopped() {
       res.destroy();
     },
   };
+}
+
+/** The ORCA request header (`endpoint-load-metrics-format`). */
+const ORCA_REQUEST_HEADER = 'endpoint-load-metrics-format';
+
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
 }

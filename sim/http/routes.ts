@@ -5,7 +5,9 @@ import type { Simulator } from '../simulator.ts';
 import { adminRoutes } from './admin.ts';
 import { completionsRoutes } from './completions.ts';
 import { embeddingsRoutes } from './embeddings.ts';
+import { metricsRoutes } from './load-report.ts';
 import { modelsRoutes } from './models.ts';
+import { vllmExtraRoutes } from './vllm-extras.ts';
 import type { Route } from './route.ts';
 
 export function simRoutes(sim: Simulator): Route[] {
@@ -13,6 +15,8 @@ export function simRoutes(sim: Simulator): Route[] {
     ...completionsRoutes(sim),
     ...embeddingsRoutes(sim),
     ...modelsRoutes(sim),
+    ...metricsRoutes(sim),
+    ...vllmExtraRoutes(sim),
     ...adminRoutes(sim),
   ];
 }

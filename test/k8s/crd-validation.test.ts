@@ -8,7 +8,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from '../../crds/policy-defaults.ts';
+import {
+  AFFINITY_LOAD_FACTOR,
+  AFFINITY_MAX_EXTRA_IN_FLIGHT,
+  AFFINITY_MAX_SLOWDOWN,
+} from '../../crds/policy-defaults.ts';
 import {
   BACKEND_HAS_SOURCE,
   BACKEND_SINGLE_SOURCE,
@@ -187,6 +191,7 @@ describe('InferencePool CRD on a real API server', { skip: !enabled }, () => {
       prefixChars: 4096,
       maxSlowdown: AFFINITY_MAX_SLOWDOWN,
       maxExtraInFlight: AFFINITY_MAX_EXTRA_IN_FLIGHT,
+      loadFactor: AFFINITY_LOAD_FACTOR,
     });
     const health = spec['health'] as Record<string, unknown>;
     assert.equal(health['maxErrorRate'], 0.5);

@@ -357,6 +357,7 @@ describe('endpointHealth', () => {
         url: 'http://x/v1',
         tier: 0,
         inFlight: 2,
+        load: 2,
         ewmaTtftMs: 140.5,
         driftMismatches: 0,
         ewmaSeeded: false,
