@@ -12,6 +12,7 @@ export type SidecarErrorCode =
   | 'method_not_allowed'
   | 'model_not_found'
   | 'body_too_large'
+  | 'unsupported_encoding'
   | 'no_configuration'
   | 'no_healthy_backend'
   | 'upstream_unreachable'
@@ -29,6 +30,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   405: 'invalid_request_error',
   408: 'invalid_request_error',
   413: 'invalid_request_error',
+  415: 'invalid_request_error',
   431: 'invalid_request_error',
   502: 'upstream_error',
   503: 'service_unavailable',
