@@ -1188,6 +1188,25 @@ describe('update', () => {
     assert.equal(statusOf('c').ewmaSeeded, true);
   });
 
+  test('counts the in-flight attempts of an endpoint that left and came back', () => {
+    const { balancer, pickOn, statusOf, update } = setup({ rng: middleRng() });
+    const earlier = [pickOn('c'), pickOn('c')];
+    update({}, [endpoint('a'), endpoint('b')]);
+    update({}, [endpoint('a'), endpoint('b'), endpoint('c')]);
+    assert.equal(statusOf('c').inFlight, 2, 'its earlier streams still load it');
+    // Gone and back once more while they run: still counted.
+    update({}, [endpoint('a'), endpoint('b')]);
+    update({}, [endpoint('a'), endpoint('b'), endpoint('c')]);
+    const later = pickOn('c');
+    assert.equal(statusOf('c').inFlight, 3);
+    balancer.finish(earlier[0]!, ERROR);
+    assert.equal(statusOf('c').inFlight, 2);
+    assert.equal(statusOf('c').errors, 0, 'an earlier life says nothing about health');
+    balancer.finish(earlier[1]!, OK);
+    balancer.finish(later, OK);
+    assert.equal(statusOf('c').inFlight, 0);
+  });
+
   test('drops a removed endpoint from the pool median', () => {
     const { serve, statusOf, update } = setup({
       policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },

@@ -116,6 +116,11 @@ interface EndpointState {
   cooldownUntilMs: number;
   /** Left the pool in an update; its attempts may still finish, without effect. */
   removed: boolean;
+  /**
+   * The state the id got when it came back while this one still had attempts in flight: those
+   * attempts are counted there too, so a re-added endpoint does not look idle while it streams.
+   */
+  successor: EndpointState | undefined;
   /** Responses that contradicted the endpoint's drift probe. */
   driftMismatches: number;
   /** What the server last said about its load (ORCA header or /metrics). */
@@ -142,6 +147,8 @@ export class Balancer implements PoolBalancer {
   readonly #ewma: TtftEwmas;
   readonly #budget: RetryBudget;
   #states = new Map<string, EndpointState>();
+  /** Removed endpoints' states with attempts still in flight, by id (for a re-add). */
+  readonly #retired = new Map<string, EndpointState>();
   /** Endpoints in the order of the last update (status order, P2C index order). */
   #order: EndpointState[] = [];
   /** The same endpoints grouped by tier, lowest tier (first choice) first. */
@@ -255,7 +262,13 @@ export class Balancer implements PoolBalancer {
     record.finished = true;
     const state = record.state;
     state.inFlight = Math.max(0, state.inFlight - 1);
-    if (state.removed) return;
+    if (state.removed) {
+      for (let next = state.successor; next !== undefined; next = next.successor)
+        next.inFlight = Math.max(0, next.inFlight - 1);
+      if (state.inFlight === 0 && this.#retired.get(state.id) === state)
+        this.#retired.delete(state.id);
+      return;
+    }
 
     const now = this.#now();
     state.lastActivityMs = now;
@@ -379,9 +392,18 @@ export class Balancer implements PoolBalancer {
           dropNextSample: false,
           cooldownUntilMs: -Infinity,
           removed: false,
+          successor: undefined,
           driftMismatches: 0,
           reported: new ReportedLoad(),
         };
+        // Back while its previous life still streams: a fresh state (health, EWMA and prefixes
+        // were forgotten), but the streams still load it.
+        const previous = this.#retired.get(spec.id);
+        if (previous !== undefined) {
+          this.#retired.delete(spec.id);
+          previous.successor = state;
+          state.inFlight = previous.inFlight;
+        }
       } else {
         state.spec = spec;
         state.breaker.setPolicy(health);
@@ -393,6 +415,7 @@ export class Balancer implements PoolBalancer {
     for (const [id, state] of this.#states) {
       if (next.has(id)) continue;
       state.removed = true;
+      if (state.inFlight > 0) this.#retired.set(id, state);
       this.#ewma.forget(id);
       this.#prefixes.forget(id);
     }
