@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { SidecarMetrics } from '../proxy/metrics.ts';
+import { CachedMetricsText } from './metrics-cache.ts';
 import type { ActivePool } from '../config/active-pool.ts';
 
 export interface AdminOptions {
@@ -53,6 +54,7 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
  * routing to a pod whose sidecar cannot route.
  */
 export function createAdminServer(options: AdminOptions): http.Server {
+  const metricsText = new CachedMetricsText(options.metrics.registry);
   return http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET') {
@@ -80,7 +82,7 @@ export function createAdminServer(options: AdminOptions): http.Server {
         json(res, 200, describeBackends(options.pool()));
         return;
       case '/metrics':
-        options.metrics.registry.metrics().then(
+        metricsText.get().then(
           (text) => {
             res.writeHead(200, { 'content-type': options.metrics.registry.contentType });
             res.end(text);
