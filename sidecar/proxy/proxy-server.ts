@@ -83,14 +83,10 @@ export class SidecarProxy {
     // A client may half-close (send FIN) once its request is out and still read the answer;
     // Node's default aborts the request and closes the connection, so the client got nothing.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
-    // TCP cannot tell that half-close from a client that left (both send FIN). A FIN before the
-    // answer started is taken as a half-close; one after it (mid-stream) as leaving, so the
-    // upstream is stopped at once rather than at the next chunk's failed write.
-    this.server.on('connection', (socket: Socket) =>
-      socket.once('end', () => {
-        if (this.responsesBySocket.get(socket)?.headersSent === true) socket.destroy();
-      }),
-    );
+    // TCP cannot tell that half-close from a client that left (both send FIN), and guessing by
+    // timing cut half-closing clients' streams under load (the client probe found it). A client
+    // that left is seen when a write to it fails: at the next chunk of a stream.
+
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) =>
       this.onClientError(err, socket),
     );
