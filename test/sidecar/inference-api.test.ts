@@ -7,10 +7,11 @@
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
-import { balancePool } from '../../harness/pool-file.ts';
+import { balancePool, sidecarOn } from '../../harness/pool-file.ts';
 import { debugBackends, eventually, startPool, type PoolFixture } from '../helpers.ts';
 
 /** A request body's worth of pseudo-random bytes standing in for audio. */
@@ -174,6 +175,25 @@ describe('the inference API through the sidecar, with the official clients', () 
       });
       assert.ok(counted.input_tokens > 0);
     });
+
+    test("one conversation's turns stay on one endpoint (affinity on system + messages)", async () => {
+      const system = 'You are the dispatcher of a busy rail yard. '.repeat(4);
+      for (const topic of ['signals', 'switches', 'sidings', 'turntables']) {
+        const messages: Anthropic.MessageParam[] = [
+          { role: 'user', content: `Tell me about ${topic} in a few words.` },
+        ];
+        const homes = new Set<string>();
+        for (let turn = 0; turn < 3; turn++) {
+          const { data, response } = await anthropic.messages
+            .create({ model: 'm', max_tokens: 4, system, messages })
+            .withResponse();
+          homes.add(response.headers.get('x-switchyard-backend') ?? '');
+          const text = data.content[0]?.type === 'text' ? data.content[0].text : '';
+          messages.push({ role: 'assistant', content: text }, { role: 'user', content: 'More.' });
+        }
+        assert.equal(homes.size, 1, `${topic}: ${[...homes].join(', ')}`);
+      }
+    });
   });
 
   describe('audio uploads', () => {
@@ -312,6 +332,59 @@ describe('the inference API through the sidecar, with the official clients', () 
         assert.ok(err.message.includes(data.id) && err.message.includes(home), err.message);
         return true;
       });
+    }
+  });
+});
+
+describe('a backend that reads its key from x-api-key', () => {
+  test('gets the key there, and neither of the client credentials', async () => {
+    const seen: http.IncomingHttpHeaders[] = [];
+    const backend = http.createServer((req, res) => {
+      seen.push(req.headers);
+      req.resume();
+      req.on('end', () => {
+        const body = JSON.stringify({
+          id: 'msg_1',
+          type: 'message',
+          role: 'assistant',
+          content: [{ type: 'text', text: 'ok' }],
+          model: 'm',
+          stop_reason: 'end_turn',
+          usage: { input_tokens: 1, output_tokens: 1 },
+        });
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(body);
+      });
+    });
+    await new Promise<void>((resolve) => backend.listen(0, '127.0.0.1', resolve));
+    const { port } = backend.address() as AddressInfo;
+    const KEY = 'sk-ant-test-1234';
+    const running = await sidecarOn(
+      balancePool([`http://127.0.0.1:${port}`]).replace(
+        `url: http://127.0.0.1:${port}/v1}`,
+        `url: http://127.0.0.1:${port}/v1, apiKeyEnv: PROVIDER_KEY, apiKeyHeader: x-api-key}`,
+      ),
+      [],
+      { PROVIDER_KEY: KEY },
+    );
+    try {
+      const client = new Anthropic({
+        baseURL: running.sidecar.url,
+        apiKey: 'client-key',
+        defaultHeaders: { authorization: 'Bearer client-token' },
+        maxRetries: 0,
+      });
+      const message = await client.messages.create({
+        model: 'm',
+        max_tokens: 1,
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      assert.equal(message.type, 'message');
+      assert.equal(seen[0]?.['x-api-key'], KEY);
+      assert.equal(seen[0]?.authorization, undefined);
+    } finally {
+      await running.stop();
+      await new Promise((resolve) => backend.close(resolve));
     }
   });
 });
