@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { balancePool, sidecarOn } from '../../harness/pool-file.ts';
+import { startSim } from '../../harness/processes.ts';
 import { debugBackends, eventually, startPool, type PoolFixture } from '../helpers.ts';
 
 /** A request body's worth of pseudo-random bytes standing in for audio. */
@@ -385,6 +386,56 @@ describe('a backend that reads its key from x-api-key', () => {
     } finally {
       await running.stop();
       await new Promise((resolve) => backend.close(resolve));
+    }
+  });
+});
+
+describe('an upload whose first endpoint refuses the connection', () => {
+  test('is not retried elsewhere (its body is gone), where a JSON request is', async () => {
+    // A port nothing listens on: bind one, note it, close it.
+    const closed = http.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const deadPort = (closed.address() as AddressInfo).port;
+    await new Promise((resolve) => closed.close(resolve));
+    const sim = await startSim('live');
+    const running = await sidecarOn(
+      [
+        'apiVersion: switchyard.dev/v1alpha1',
+        'kind: InferencePool',
+        'metadata: {name: upload}',
+        'spec:',
+        '  mode: Failover',
+        '  backends:',
+        `  - {name: dead, url: 'http://127.0.0.1:${deadPort}/v1'}`,
+        `  - {name: live, url: '${sim.url}/v1'}`,
+        '',
+      ].join('\n'),
+    );
+    try {
+      const form = new FormData();
+      form.set('model', 'm');
+      form.set('file', new Blob([new Uint8Array(audio(10_000, 3))]), 'clip.wav');
+      const upload = await fetch(`${running.sidecar.url}/v1/audio/transcriptions`, {
+        method: 'POST',
+        body: form,
+      });
+      assert.equal(upload.status, 502);
+      assert.equal(upload.headers.get('x-switchyard-attempts'), '1');
+      assert.equal(((await upload.json()) as ErrorBody).error.code, 'upstream_unreachable');
+      const json = await fetch(`${running.sidecar.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'm',
+          max_tokens: 2,
+          messages: [{ role: 'user', content: 'hi' }],
+        }),
+      });
+      assert.equal(json.status, 200);
+      assert.match(json.headers.get('x-switchyard-backend') ?? '', /^live\//);
+    } finally {
+      await running.stop();
+      await sim.stop();
     }
   });
 });
