@@ -63,6 +63,53 @@ export function vllmRouterBinary(): string | undefined {
 // LiteLLM
 // --------------------------------------------------------------------------------------------
 
+/** LiteLLM proxies starting at a time: each takes a core for seconds while Python imports it. */
+const LITELLM_STARTS_AT_ONCE = 2;
+
+/** One LiteLLM proxy over every backend, one model group, the Router's `routing_strategy`. */
+async function startLitellm(ctx: RouterContext, strategy: string): Promise<Child> {
+  const dir = tempDir('routing-litellm');
+  const port = await freePort();
+  const config = join(dir, 'config.yaml');
+  writeFileSync(
+    config,
+    stringify({
+      model_list: ctx.backends.map((b) => ({
+        model_name: ctx.model,
+        litellm_params: {
+          model: `openai/${ctx.model}`,
+          api_base: `${b.url}/v1`,
+          api_key: 'unused',
+          stream_timeout: 300,
+        },
+        model_info: { id: b.name },
+      })),
+      router_settings: {
+        routing_strategy: strategy,
+        num_retries: 2,
+        allowed_fails: 3,
+        cooldown_time: 10,
+      },
+      litellm_settings: { drop_params: true, request_timeout: 300, telemetry: false },
+      // The proxy refuses to start without one; the load generator sends it to every router.
+      general_settings: { master_key: BENCH_CLIENT_KEY },
+    }),
+  );
+  const args = ['--config', config, '--host', '127.0.0.1', '--port', String(port)];
+  return spawnListening('litellm', litellmBinary()!, [...args, '--num_workers', '1'], port, {
+    // Importing LiteLLM takes seconds of CPU; sixteen of them share two cores.
+    timeoutMs: 180_000,
+    env: {
+      // No network: the model cost map and telemetry must not be fetched.
+      LITELLM_LOCAL_MODEL_COST_MAP: 'True',
+      LITELLM_LOG: 'ERROR',
+      LITELLM_TELEMETRY: 'False',
+      DISABLE_ADMIN_UI: 'True',
+      HOME: dir,
+    },
+  });
+}
+
 /** LiteLLM's proxy with its Router: `routing_strategy`, retries and cooldowns as documented. */
 export function litellm(strategy: string, label: string): PolicyDefinition {
   return {
@@ -73,52 +120,7 @@ export function litellm(strategy: string, label: string): PolicyDefinition {
       litellmBinary() === undefined ? `litellm is not installed (${INSTALL.litellm})` : undefined,
     version: () => `LiteLLM ${packageVersion(litellmBinary(), 'litellm')}`,
     start: (ctx) =>
-      startInstances(ctx.instances, async () => {
-        const dir = tempDir('routing-litellm');
-        const port = await freePort();
-        const config = join(dir, 'config.yaml');
-        writeFileSync(
-          config,
-          stringify({
-            model_list: ctx.backends.map((b) => ({
-              model_name: ctx.model,
-              litellm_params: {
-                model: `openai/${ctx.model}`,
-                api_base: `${b.url}/v1`,
-                api_key: 'unused',
-                stream_timeout: 300,
-              },
-              model_info: { id: b.name },
-            })),
-            router_settings: {
-              routing_strategy: strategy,
-              num_retries: 2,
-              allowed_fails: 3,
-              cooldown_time: 10,
-            },
-            litellm_settings: { drop_params: true, request_timeout: 300, telemetry: false },
-            // The proxy refuses to start without one; the load generator sends it to every router.
-            general_settings: { master_key: BENCH_CLIENT_KEY },
-          }),
-        );
-        return spawnListening(
-          'litellm',
-          litellmBinary()!,
-          ['--config', config, '--host', '127.0.0.1', '--port', String(port), '--num_workers', '1'],
-          port,
-          {
-            timeoutMs: 90_000,
-            env: {
-              // No network: the model cost map and telemetry must not be fetched.
-              LITELLM_LOCAL_MODEL_COST_MAP: 'True',
-              LITELLM_LOG: 'ERROR',
-              LITELLM_TELEMETRY: 'False',
-              DISABLE_ADMIN_UI: 'True',
-              HOME: dir,
-            },
-          },
-        );
-      }),
+      startInstances(ctx.instances, () => startLitellm(ctx, strategy), LITELLM_STARTS_AT_ONCE),
   };
 }
 
@@ -133,7 +135,7 @@ export function litellm(strategy: string, label: string): PolicyDefinition {
 const HEALTH_PROBE: WorkerProbe = {
   method: 'GET',
   path: '/health',
-  why: 'registers a backend only once it answers 2xx (vLLM and SGLang serve it)',
+  why: 'they register a backend only once it answers 2xx there, as vLLM and SGLang do',
 };
 
 /** Waits until SMG lists every backend as a healthy worker (registration runs after it listens). */
@@ -163,28 +165,45 @@ async function waitForWorkers(child: Child, count: number, timeoutMs: number): P
  * defaults, which its docs recommend starting from.
  */
 const SMG_SETTINGS = [
-  '--health-check-interval-secs',
-  '30',
-  '--health-failure-threshold',
-  '3',
-  '--health-success-threshold',
-  '2',
-  '--health-check-timeout-secs',
-  '5',
-  '--retry-max-retries',
-  '3',
-  '--retry-initial-backoff-ms',
-  '100',
-  '--retry-backoff-multiplier',
-  '2.0',
+  ...['--health-check-interval-secs', '30', '--health-failure-threshold', '3'],
+  ...['--health-success-threshold', '2', '--health-check-timeout-secs', '5'],
+  ...['--retry-max-retries', '3', '--retry-initial-backoff-ms', '100'],
+  ...['--retry-backoff-multiplier', '2.0'],
 ];
 
 const SMG_POLICY_DEFAULTS: Record<string, string> = {
   cache_aware:
     'cache-threshold 0.3, balance-abs-threshold 64, balance-rel-threshold 1.5, max-tree-size 64 Mi chars, eviction-interval 60 s',
-  power_of_two: 'power-of-two-load-metric expected_wait (from polled engine load, 10 s)',
-  prefix_hash: 'prefix-token-count 256, prefix-hash-load-factor 1.25, balance-abs-threshold 10',
+  power_of_two: 'power-of-two-load-metric expected_wait, from engine load polled every 10 s',
+  prefix_hash:
+    'prefix-token-count 256, prefix-hash-load-factor 1.25, prefix-hash-balance-abs-threshold 10',
 };
+
+/** One SMG over every backend, ready once it lists each of them as a healthy worker. */
+async function startSmg(ctx: RouterContext, policy: string): Promise<Child> {
+  const dir = tempDir('routing-smg');
+  const [port, metricsPort] = [await freePort(), await freePort()];
+  const child = await spawnListening(
+    'smg',
+    smgBinary()!,
+    [
+      'launch',
+      ...['--host', '127.0.0.1', '--port', String(port)],
+      ...['--worker-urls', ...ctx.backends.map((b) => b.url)],
+      ...['--policy', policy, '--backend', 'vllm'],
+      ...SMG_SETTINGS,
+      // Each instance needs its own metrics port (the default 29000 would collide).
+      ...['--prometheus-host', '127.0.0.1', '--prometheus-port', String(metricsPort)],
+      // Lifecycle, not routing: the bench stops it once no request is in flight.
+      ...['--shutdown-grace-period-secs', '1'],
+      ...['--log-level', 'warn'],
+    ],
+    port,
+    { timeoutMs: 60_000, env: { HOME: dir } },
+  );
+  await waitForWorkers(child, ctx.backends.length, 60_000);
+  return child;
+}
 
 /** SMG 1.13 (`smg launch`) over HTTP in front of the simulators, one policy. */
 export function smg(policy: string, label: string): PolicyDefinition {
@@ -199,53 +218,39 @@ export function smg(policy: string, label: string): PolicyDefinition {
       smgBinary() === undefined ? `smg is not installed (${INSTALL.smg})` : undefined,
     version: () => `SMG ${packageVersion(smgBinary(), 'smg')}`,
     requires: [HEALTH_PROBE],
-    start: (ctx: RouterContext) =>
-      startInstances(ctx.instances, async () => {
-        const dir = tempDir('routing-smg');
-        const [port, metricsPort] = [await freePort(), await freePort()];
-        const child = await spawnListening(
-          'smg',
-          smgBinary()!,
-          [
-            'launch',
-            '--host',
-            '127.0.0.1',
-            '--port',
-            String(port),
-            '--worker-urls',
-            ...ctx.backends.map((b) => b.url),
-            '--policy',
-            policy,
-            '--backend',
-            'vllm',
-            ...SMG_SETTINGS,
-            // Each instance needs its own metrics port (the default 29000 would collide).
-            '--prometheus-host',
-            '127.0.0.1',
-            '--prometheus-port',
-            String(metricsPort),
-            // Lifecycle, not routing: the bench stops it once no request is in flight.
-            '--shutdown-grace-period-secs',
-            '1',
-            '--log-level',
-            'warn',
-          ],
-          port,
-          { timeoutMs: 60_000, env: { HOME: dir } },
-        );
-        await waitForWorkers(child, ctx.backends.length, 60_000);
-        return child;
-      }),
+    start: (ctx) => startInstances(ctx.instances, () => startSmg(ctx, policy)),
   };
 }
 
 const VLLM_ROUTER_POLICY_DEFAULTS: Record<string, string> = {
   cache_aware:
-    'cache-threshold 0.3, balance-abs-threshold 64, balance-rel-threshold 1.5, max-tree-size 32 Mi chars, eviction-interval 120 s',
+    'cache-threshold 0.3, balance-abs-threshold 64, balance-rel-threshold 1.5, max-tree-size 32 Mi chars, eviction-interval 120 s; token ids from each worker’s /v1/chat/completions/render or /tokenize when it serves them, else the text',
   consistent_hash:
-    'key: the X-Session-ID … headers or the body’s user/session fields, else a hash of the whole body (the clients send none), 160 virtual nodes',
+    'key: an X-Session-ID (… X-Trace-ID) header or the body’s session_params.session_id, user, session_id or user_id, else the request text, which 0.1.17 reads as empty for chat requests: the clients send no key, so every request hashes alike',
   power_of_two: 'load from the workers’ /get_load every 5 s, else its own in-flight counts',
 };
+
+/** One vllm-router over every backend; it listens only once each answered GET /health. */
+async function startVllmRouter(ctx: RouterContext, policy: string): Promise<Child> {
+  const dir = tempDir('routing-vllm-router');
+  const [port, metricsPort] = [await freePort(), await freePort()];
+  return spawnListening(
+    'vllm-router',
+    vllmRouterBinary()!,
+    [
+      ...['--host', '127.0.0.1', '--port', String(port)],
+      ...['--worker-urls', ...ctx.backends.map((b) => b.url)],
+      ...['--policy', policy],
+      ...['--prometheus-host', '127.0.0.1', '--prometheus-port', String(metricsPort)],
+      // Lifecycle, not routing: when a first /health check is slow on a busy machine, look
+      // again after a second, not after the default 30.
+      ...['--worker-startup-check-interval', '1'],
+      ...['--log-level', 'warning'],
+    ],
+    port,
+    { timeoutMs: 60_000, env: { HOME: dir } },
+  );
+}
 
 /** vllm-router 0.1.17 in front of the simulators, one policy, its documented defaults. */
 export function vllmRouter(policy: string, label: string): PolicyDefinition {
@@ -261,33 +266,6 @@ export function vllmRouter(policy: string, label: string): PolicyDefinition {
         : undefined,
     version: () => `vllm-router ${packageVersion(vllmRouterBinary(), 'vllm-router')}`,
     requires: [HEALTH_PROBE],
-    start: (ctx: RouterContext) =>
-      startInstances(ctx.instances, async () => {
-        const dir = tempDir('routing-vllm-router');
-        const [port, metricsPort] = [await freePort(), await freePort()];
-        // It listens only once every worker answered GET /health.
-        return spawnListening(
-          'vllm-router',
-          vllmRouterBinary()!,
-          [
-            '--host',
-            '127.0.0.1',
-            '--port',
-            String(port),
-            '--worker-urls',
-            ...ctx.backends.map((b) => b.url),
-            '--policy',
-            policy,
-            '--prometheus-host',
-            '127.0.0.1',
-            '--prometheus-port',
-            String(metricsPort),
-            '--log-level',
-            'warning',
-          ],
-          port,
-          { timeoutMs: 60_000, env: { HOME: dir } },
-        );
-      }),
+    start: (ctx) => startInstances(ctx.instances, () => startVllmRouter(ctx, policy)),
   };
 }

@@ -4,7 +4,6 @@
  * the simulated backends. The definitions themselves live in routers.ts (switchyard, the classic
  * balancers, the oracle) and gateways.ts (LiteLLM, SMG, vllm-router).
  */
-import type { Child } from '../overhead-peers.ts';
 
 /** The API key every client of the benchmark sends (LiteLLM's proxy insists on a master key). */
 export const BENCH_CLIENT_KEY = 'sk-switchyard-bench-0000000000000000';
@@ -42,7 +41,7 @@ export type Family = 'baseline' | 'switchyard' | 'oracle' | 'peer';
 export interface WorkerProbe {
   method: 'GET';
   path: string;
-  /** Who calls it and what happens without it, for the error message. */
+  /** Why the peer needs it, for the error message ("they … "). */
   why: string;
 }
 
@@ -79,16 +78,23 @@ export function centralVariant(def: PolicyDefinition): PolicyDefinition {
   };
 }
 
+/** A started router process: what startInstances needs of it. */
+export interface Instance {
+  url: string;
+  pid: number;
+  stop(): Promise<unknown>;
+}
+
 /**
- * Starts `count` instances, at most `concurrency` at a time (sixteen Python proxies starting at
- * once on two cores run past any start timeout); all or none.
+ * Starts `count` instances, at most `concurrency` at a time (sixteen processes starting at once
+ * on two busy cores run past their start timeouts); all or none.
  */
 export async function startInstances(
   count: number,
-  start: (i: number) => Promise<Child>,
+  start: (i: number) => Promise<Instance>,
   concurrency = 4,
 ): Promise<RouterSet> {
-  const children: Child[] = [];
+  const children: Instance[] = [];
   let failure: Error | undefined;
   let next = 0;
   const lane = async (): Promise<void> => {

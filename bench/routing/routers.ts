@@ -13,7 +13,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
+import { startSwitchyard } from '../../harness/processes.ts';
 import {
   freePort,
   spawnListening,
@@ -62,30 +62,21 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
     const dir = tempDir('routing-sidecar');
     const file = join(dir, 'pool.yaml');
     writeFileSync(file, poolYaml(ctx, affinity));
-    const started: RunningProcess[] = await Promise.all(
-      Array.from({ length: ctx.instances }, () =>
-        startSwitchyard([
-          'sidecar',
-          '--pool-file',
-          file,
-          '--listen',
-          '127.0.0.1:0',
-          '--admin',
-          '127.0.0.1:0',
-          '--log-level',
-          'warn',
-          '--picker',
-          picker,
-        ]),
-      ),
+    return startInstances(ctx.instances, () =>
+      startSwitchyard([
+        'sidecar',
+        '--pool-file',
+        file,
+        '--listen',
+        '127.0.0.1:0',
+        '--admin',
+        '127.0.0.1:0',
+        '--log-level',
+        'warn',
+        '--picker',
+        picker,
+      ]),
     );
-    return {
-      urls: started.map((p) => p.url),
-      pids: started.map((p) => p.pid),
-      stop: async () => {
-        await Promise.all(started.map((p) => p.stop()));
-      },
-    };
   };
 }
 

@@ -353,7 +353,7 @@ async function checkRequirements(
     }
     if (status < 200 || status >= 300)
       missing.push(
-        `${policies.join(', ')} need GET ${path} on every backend (each ${why}); \`switchyard sim\` answers ${status === 0 ? 'nothing' : status}.`,
+        `${policies.join(', ')} need GET ${path} on every backend: ${why}. \`switchyard sim\` answers ${status === 0 ? 'nothing' : status} there.`,
       );
   }
   if (missing.length > 0)
