@@ -22,7 +22,10 @@ const PEERS = (results: BenchResults, scenario: string): string[] =>
       !p.includes('@'),
   );
 
-/** The issue's targets, for the steady and fast-failure scenarios that were run. */
+/**
+ * The issue's targets, for the steady and fast-failure scenarios that were run, and for
+ * conversations how many later turns stayed home and how evenly homes are spread.
+ */
 export function checkTargets(results: BenchResults): { checks: TargetCheck[] } {
   const checks: TargetCheck[] = [];
   for (const scenario of ['steady', 'fast-failure']) {
@@ -62,6 +65,27 @@ export function checkTargets(results: BenchResults): { checks: TargetCheck[] } {
         limit: 0.001,
         met: sy === undefined ? null : sy.errorRate <= 0.001,
       });
+  }
+  const chats = results.scenarios['conversations']?.['switchyard']?.conversations;
+  if (results.scenarios['conversations'] !== undefined) {
+    const home = chats?.laterTurnsHome ?? null;
+    const busiest = chats?.maxHomeShare ?? null;
+    checks.push(
+      {
+        scenario: 'conversations',
+        target: 'share of later turns on their first turn’s backend ≥ 90 %',
+        measured: home,
+        limit: 0.9,
+        met: home === null ? null : home >= 0.9,
+      },
+      {
+        scenario: 'conversations',
+        target: 'share of conversations on the busiest home ≤ 60 %',
+        measured: busiest,
+        limit: 0.6,
+        met: busiest === null ? null : busiest <= 0.6,
+      },
+    );
   }
   return { checks };
 }
@@ -137,7 +161,8 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       '|---|---|---:|---:|---|',
     );
     for (const c of results.targets.checks) {
-      const isRate = c.target.includes('rate') || c.target.includes('errors');
+      const isRate =
+        c.target.includes('rate') || c.target.includes('errors') || c.target.includes('share');
       const f = (v: number | null): string => (v === null ? '–' : isRate ? pct(v, 2) : ms(v));
       out.push(
         `| ${c.scenario} | ${c.target} | ${f(c.measured)} | ${f(c.limit)} | ${c.met === null ? 'n/a' : c.met ? 'yes' : '**no**'} |`,
