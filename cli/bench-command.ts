@@ -158,7 +158,8 @@ export function addBenchCommand(program: Command): void {
         `LiteLLM: ${INSTALL.litellm}\n` +
         `SMG: ${INSTALL.smg}\n` +
         `vllm-router: ${INSTALL.vllmRouter}\n` +
-        '(or point SWITCHYARD_LITELLM, SWITCHYARD_SMG, SWITCHYARD_VLLM_ROUTER at the executables)\n\n' +
+        '(or point SWITCHYARD_LITELLM, SWITCHYARD_SMG, SWITCHYARD_VLLM_ROUTER at the executables).\n' +
+        'SMG and vllm-router register a backend only once it answers GET /health: the bench stops first if the simulators do not.\n\n' +
         'Examples:\n  switchyard bench                                  # steady + fast-failure, 1,000 requests, every policy\n' +
         '  switchyard bench --scenario all --max-requests 0  # the whole trace, every scenario (long)\n' +
         '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin\n' +

@@ -1,7 +1,7 @@
 /**
- * The names of the routing bench's scenarios and policies, in report order. Here in cli/, with
- * no imports, so that `switchyard bench --help` can list them without loading the bench, and in
- * an installation (the image) that does not ship bench/ at all.
+ * The names of the routing bench's scenarios and policies, in report order, and how to install
+ * its gateway peers. Here in cli/, with no imports, so that `switchyard bench --help` can list
+ * them without loading the bench, and in an installation (the image) that does not ship bench/.
  */
 
 export const SCENARIOS = [

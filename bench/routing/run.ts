@@ -224,14 +224,7 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
             collected.seeds.push(outcome.run);
             collected.ttfts.push(...outcome.ttfts);
             if (collected.seeds.length === 1) collected.shareOverTime = outcome.shareOverTime;
-            const r = outcome.run.result;
-            progress.done(
-              `${tag}: TTFT p50 ${fmt(r.ttftMs.p50)} p99 ${fmt(r.ttftMs.p99)} ms, errors ${(r.errorRate * 100).toFixed(2)} %, hit rate ${(r.cacheHitRate * 100).toFixed(1)} %` +
-                (r.conversations === undefined
-                  ? ''
-                  : `, later turns home ${(r.conversations.laterTurnsHome * 100).toFixed(1)} %, busiest home ${(r.conversations.maxHomeShare * 100).toFixed(1)} %`) +
-                ` (${outcome.run.wallS.toFixed(1)} s)`,
-            );
+            progress.done(`${tag}: ${summaryLine(outcome.run)}`);
           }
         }
       }
@@ -240,28 +233,7 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
     await fleet.stop();
   }
 
-  const records: Record<string, Record<string, RunRecord>> = {};
-  const scenarios: BenchResults['scenarios'] = {};
-  for (const [s, byLabel] of Object.entries(runs)) {
-    records[s] = {};
-    scenarios[s] = {};
-    for (const [label, c] of Object.entries(byLabel)) {
-      const result: ScenarioResult = {
-        ...aggregateSeeds(c.seeds),
-        ...(c.costWeights && c.def.name === 'switchyard'
-          ? { costWeightPerMs: c.weight ?? null }
-          : {}),
-      };
-      scenarios[s][label] = result;
-      records[s][label] = {
-        ...result,
-        policy: c.def.name,
-        family: c.def.family,
-        ttftCdf: cdf(c.ttfts),
-        shareOverTime: c.shareOverTime,
-      };
-    }
-  }
+  const { scenarios, records } = aggregate(runs);
   const lastAt = requests[requests.length - 1]?.atMs ?? 0;
   const results: BenchResults = {
     settings: { ...settings, model: MODEL, charsPerToken: CHARS_PER_TOKEN, blockTokens },
@@ -289,16 +261,67 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
   };
   results.targets = checkTargets(results);
   results.durationS = (performance.now() - started) / 1000;
-  mkdirSync(settings.out, { recursive: true });
-  writeFileSync(join(settings.out, 'results.json'), JSON.stringify(results, null, 2) + '\n');
-  // Every run with its TTFT CDF: what the plots are drawn from, so --replot can redraw them.
-  writeFileSync(join(settings.out, RUNS_FILE), JSON.stringify(records) + '\n');
-  const plots = settings.plots ? await writePlots(settings.out, records, results) : [];
-  writeFileSync(join(settings.out, 'report.md'), renderReport(results, plots));
-  progress.line(
-    `wrote ${join(settings.out, 'results.json')}, report.md${plots.length > 0 ? ` and ${plots.length} plots` : ''} in ${results.durationS.toFixed(0)} s`,
-  );
+  await writeOutputs(settings.out, results, records, settings.plots, progress);
   return results;
+}
+
+/** The figures of one run, for the progress line. */
+function summaryLine(run: SeedRun): string {
+  const r = run.result;
+  const chats =
+    r.conversations === undefined
+      ? ''
+      : `, later turns home ${(r.conversations.laterTurnsHome * 100).toFixed(1)} %, busiest home ${(r.conversations.maxHomeShare * 100).toFixed(1)} %`;
+  return `TTFT p50 ${fmt(r.ttftMs.p50)} p99 ${fmt(r.ttftMs.p99)} ms, errors ${(r.errorRate * 100).toFixed(2)} %, hit rate ${(r.cacheHitRate * 100).toFixed(1)} %${chats} (${run.wallS.toFixed(1)} s)`;
+}
+
+/** Every policy's runs reduced to medians (results.json) and plot data (runs.json). */
+function aggregate(runs: Record<string, Record<string, Collected>>): {
+  scenarios: BenchResults['scenarios'];
+  records: Record<string, Record<string, RunRecord>>;
+} {
+  const records: Record<string, Record<string, RunRecord>> = {};
+  const scenarios: BenchResults['scenarios'] = {};
+  for (const [s, byLabel] of Object.entries(runs)) {
+    records[s] = {};
+    scenarios[s] = {};
+    for (const [label, c] of Object.entries(byLabel)) {
+      const result: ScenarioResult = {
+        ...aggregateSeeds(c.seeds),
+        ...(c.costWeights && c.def.name === 'switchyard'
+          ? { costWeightPerMs: c.weight ?? null }
+          : {}),
+      };
+      scenarios[s][label] = result;
+      records[s][label] = {
+        ...result,
+        policy: c.def.name,
+        family: c.def.family,
+        ttftCdf: cdf(c.ttfts),
+        shareOverTime: c.shareOverTime,
+      };
+    }
+  }
+  return { scenarios, records };
+}
+
+/** results.json, runs.json (what --replot redraws from), the plots and report.md. */
+async function writeOutputs(
+  out: string,
+  results: BenchResults,
+  records: Record<string, Record<string, RunRecord>>,
+  drawPlots: boolean,
+  progress: Progress,
+): Promise<void> {
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, 'results.json'), JSON.stringify(results, null, 2) + '\n');
+  // Every run with its TTFT CDF: what the plots are drawn from, so --replot can redraw them.
+  writeFileSync(join(out, RUNS_FILE), JSON.stringify(records) + '\n');
+  const plots = drawPlots ? await writePlots(out, records, results) : [];
+  writeFileSync(join(out, 'report.md'), renderReport(results, plots));
+  progress.line(
+    `wrote ${join(out, 'results.json')}, report.md${plots.length > 0 ? ` and ${plots.length} plots` : ''} in ${results.durationS.toFixed(0)} s`,
+  );
 }
 
 /** One policy's runs in one scenario, gathered over the seeds. */
