@@ -19,6 +19,7 @@ COPY bin ./bin
 COPY cli ./cli
 COPY controller ./controller
 COPY crds ./crds
+COPY lib ./lib
 COPY probe ./probe
 COPY sidecar ./sidecar
 COPY sim ./sim

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { INSTALL, POLICY_NAMES as BENCH_POLICY_NAMES, SCENARIOS } from './bench-names.ts';
+import { INSTALL, POLICY_NAMES as BENCH_POLICY_NAMES, SCENARIOS } from '../lib/bench-names.ts';
 import { parsePositiveInt } from './args.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));

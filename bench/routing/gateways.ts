@@ -11,8 +11,8 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { INSTALL } from '../../cli/bench-names.ts';
-import { freePort, spawnListening, tempDir, which, type Child } from '../overhead-peers.ts';
+import { INSTALL } from '../../lib/bench-names.ts';
+import { freePort, spawnListening, tempDir, which, type Child } from '../common/peers.ts';
 import {
   BENCH_CLIENT_KEY,
   startInstances,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { POLICY_NAMES } from '../../cli/bench-names.ts';
+import { POLICY_NAMES } from '../../lib/bench-names.ts';
 import { CENTRAL_SUFFIX } from './policy-definition.ts';
 import { POLICIES } from './routers.ts';
 

@@ -7,7 +7,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BenchResults, RunRecord } from './run.ts';
+import type { BenchResults, RunRecord } from './results.ts';
 
 type Spec = Record<string, unknown>;
 

@@ -7,7 +7,7 @@
  * previous one ended.
  */
 import http from 'node:http';
-import { blockKeys } from '../../sim/cache.ts';
+import { blockKeys } from '../../sim/engine/prefix-cache.ts';
 import { promptText, turnMessages, type Conversation, type TurnRecord } from './conversations.ts';
 import type { ClientResult } from './metrics.ts';
 import type { Oracle } from './oracle.ts';

@@ -2,18 +2,8 @@
  * The routing benchmark's report: the targets of docs/benchmarks.md#routing checked against the
  * results, and a markdown page with a table per scenario.
  */
-import type { BenchResults, ScenarioResult } from './run.ts';
+import type { BenchResults, ScenarioResult, TargetCheck } from './results.ts';
 import { range, type SeedFigures } from './seeds.ts';
-
-export interface TargetCheck {
-  scenario: string;
-  target: string;
-  /** switchyard's figure. */
-  measured: number | null;
-  /** What it had to be at most (or at least, for the hit rate). */
-  limit: number | null;
-  met: boolean | null;
-}
 
 const PEERS = (results: BenchResults, scenario: string): string[] =>
   Object.keys(results.scenarios[scenario] ?? {}).filter(

@@ -21,7 +21,7 @@ import {
   tempDir,
   versionOf,
   which,
-} from '../overhead-peers.ts';
+} from '../common/peers.ts';
 import { litellm, smg, vllmRouter } from './gateways.ts';
 import {
   centralVariant,

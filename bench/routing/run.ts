@@ -11,9 +11,9 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { availableParallelism } from 'node:os';
-import { blockKeys } from '../../sim/cache.ts';
+import { machineCpuSeconds } from '../../harness/proc.ts';
+import { blockKeys } from '../../sim/engine/prefix-cache.ts';
 import type { SimOptions } from '../../sim/options.ts';
-import { machineCpuSeconds } from '../overhead-peers.ts';
 import { startFleet, type SimFleet } from './backends.ts';
 import {
   chainConversations,
@@ -44,82 +44,17 @@ import {
   type ReplayTarget,
 } from './replay.ts';
 import { renderReport, checkTargets } from './report.ts';
+import type { BenchResults, BenchSettings, RunRecord, ScenarioResult } from './results.ts';
 import { POLICIES } from './routers.ts';
-import { SCENARIOS, scenario, type Scenario, type ScenarioName } from './scenarios.ts';
-import { aggregateSeeds, type SeededResult, type SeedRun } from './seeds.ts';
+import { SCENARIOS, scenario, type Scenario } from './scenarios.ts';
+import { aggregateSeeds, type SeedRun } from './seeds.ts';
 import {
   HASH_BLOCK_TOKENS,
   idealHitRate,
   parseTrace,
   sampleEvenly,
-  type Trace,
   type TraceRequest,
 } from './trace.ts';
-
-export interface BenchSettings {
-  trace: string;
-  backends: number;
-  routers: number;
-  policies: string[];
-  scenarios: ScenarioName[];
-  /** Wall ms per trace ms. */
-  timeScale: number;
-  /** Simulator speed (simulated ms per wall ms). */
-  speed: number;
-  /** 0: the whole trace. */
-  maxRequests: number;
-  /** The first seed; run k uses seed + k. */
-  seed: number;
-  /** Runs per policy and scenario, each with its own seed. */
-  seeds: number;
-  /**
-   * How trace prompts are sent: `chat` rebuilds conversations from hash-id chains (a later turn
-   * is a messages array repeating the earlier ones), `single` sends each prompt as one message.
-   * A trace without hash ids is always sent `single`.
-   */
-  prompts: 'chat' | 'single';
-  out: string;
-  heterogeneous: boolean;
-  /** Draw plots (PNG and SVG); off in the smoke test. */
-  plots: boolean;
-  /** Progress on stderr. */
-  quiet: boolean;
-}
-
-export type ScenarioResult = SeededResult & { costWeightPerMs?: number | null };
-
-export interface RunRecord extends ScenarioResult {
-  policy: string;
-  family: string;
-  /** Sorted successful TTFTs of every seed, thinned, for CDF plots. */
-  ttftCdf: { x: number; p: number }[];
-  /** Each backend's share of the requests over the first seed's run, for the herding plot. */
-  shareOverTime: SharePoint[];
-}
-
-export interface BenchResults {
-  settings: BenchSettings & { model: string; charsPerToken: number; blockTokens: number };
-  trace: {
-    file: string;
-    format: Trace['format'];
-    requestsInFile: number;
-    requestsReplayed: number;
-    /** Replayed requests that continue an earlier one (chat-shaped replay only). */
-    laterTurns: number | null;
-    idealHitRate: number | null;
-    idealHitRateWholeTrace: number | null;
-    traceSpanS: number;
-    replaySpanS: number;
-  };
-  machine: { cpus: number; node: string };
-  versions: Record<string, string>;
-  skipped: Record<string, string>;
-  policiesDescribed: Record<string, string>;
-  scenarios: Record<string, Record<string, ScenarioResult>>;
-  scenarioDescriptions: Record<string, string>;
-  targets: ReturnType<typeof checkTargets>;
-  durationS: number;
-}
 
 /** Something the benchmark cannot run without; the command exits 2 with the message. */
 export class BenchSetupError extends Error {

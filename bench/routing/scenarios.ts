@@ -4,7 +4,7 @@
  */
 import type { SimOptions } from '../../sim/options.ts';
 import { HASH_BLOCK_TOKENS } from './trace.ts';
-import { SCENARIOS, type ScenarioName } from '../../cli/bench-names.ts';
+import { SCENARIOS, type ScenarioName } from '../../lib/bench-names.ts';
 
 export interface BackendSpec {
   name: string;
