@@ -1,8 +1,8 @@
 /**
  * One scrape of a model server's Prometheus `/metrics` for its load gauges. Never throws: every
- * answer is an outcome the schedule (load/scrape-schedule.ts) knows what to do with.
+ * answer is an outcome the schedule (scrape-schedule.ts) knows what to do with.
  */
-import { MAX_REPORT_CHARS, parseLoadMetrics } from '../../lib/model-server-load.ts';
+import { MAX_REPORT_CHARS, parseLoadMetrics } from '../model-server-load.ts';
 import type { ScrapeOutcome } from './scrape-schedule.ts';
 
 /** The Prometheus text format, as Prometheus asks for it (not OpenMetrics: one format to read). */
