@@ -11,7 +11,7 @@ import { injectionWebhook, WEBHOOK_PATH } from './injection/webhook.ts';
 import { InformerCaches } from './kube/caches.ts';
 import { KubeRaw } from './kube/kube-raw.ts';
 import { LeaderElector } from './kube/leader.ts';
-import { LoadMonitor } from './load/monitor.ts';
+import { LoadMonitor } from '../lib/load-scrape/monitor.ts';
 import { ControllerMetrics } from './metrics.ts';
 import { PoolEventRecorder } from './pool-events.ts';
 import { PoolQueue } from './pool-queue.ts';

@@ -15,6 +15,11 @@ import type {
 } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
+import {
+  ORCA_REQUEST_HEADER,
+  ORCA_RESPONSE_HEADER,
+  parseOrcaHeader,
+} from '../../lib/model-server-load.ts';
 import type { ActivePool } from '../config/active-pool.ts';
 import type { AffinityInput, Attempt, EndpointSpec } from '../policy/index.ts';
 import {
@@ -132,6 +137,11 @@ export class Exchange {
   #clientGone = false;
   /** The client's end-to-end headers, forwarded to every attempt. */
   #forwarded: IncomingHttpHeaders = {};
+  /**
+   * The client asked for the servers' ORCA load report itself: it gets the header. Otherwise the
+   * sidecar asks for it (the balancer's server-reported load) and keeps it out of the answer.
+   */
+  clientAskedForLoad = false;
   readonly #bodyByModel = new Map<string, Buffer>();
 
   constructor(deps: ExchangeDeps, init: ExchangeInit) {
@@ -165,6 +175,7 @@ export class Exchange {
         forwarded[name] = headers[name];
     }
     this.#forwarded = forwarded;
+    this.clientAskedForLoad = forwarded[ORCA_REQUEST_HEADER] !== undefined;
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.#clientGone = true;
@@ -281,6 +292,8 @@ export class Exchange {
     if (stream === undefined) headers['content-length'] = body.length;
     else if (this.req.headers['content-length'] !== undefined)
       headers['content-length'] = this.req.headers['content-length'];
+    // vLLM answers with its queue and KV-cache use (on non-streamed responses) when asked.
+    if (!this.clientAskedForLoad) headers[ORCA_REQUEST_HEADER] = 'TEXT';
     applyBackendKey(headers, endpoint);
     const url = upstreamUrl(endpoint.url, this.#path);
     const target =
@@ -375,6 +388,12 @@ class ExchangeAttempt implements UpstreamHandler {
     const retryAfterMs =
       status === 429 ? parseRetryAfterMs(headers['retry-after'], Date.now()) : undefined;
     this.#step({ kind: 'head', status, retryAfterMs });
+    const orca = headers[ORCA_RESPONSE_HEADER];
+    if (typeof orca === 'string') {
+      const load = parseOrcaHeader(orca);
+      if (load !== undefined)
+        this.#exchange.pool.balancer.reportLoad(this.attempt.endpoint.id, load);
+    }
     const probe = this.attempt.endpoint.probe;
     if (
       this.#state.kind === 'awaiting-first-byte' &&
@@ -481,6 +500,7 @@ class ExchangeAttempt implements UpstreamHandler {
       const value = upstreamHeaders[name];
       if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) headers[name] = value;
     }
+    if (!exchange.clientAskedForLoad) delete headers[ORCA_RESPONSE_HEADER];
     headers['x-switchyard-backend'] = this.attempt.endpoint.id;
     headers['x-switchyard-attempts'] = String(exchange.attempts);
     exchange.res.writeHead(this.#status, headers);
