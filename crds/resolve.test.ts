@@ -280,6 +280,24 @@ describe('resolvePool: API keys and what needs Kubernetes', () => {
     assert.equal('apiKey' in (result.endpoints[3] ?? {}), false);
   });
 
+  it('says which header the key goes in when the backend asks for x-api-key', () => {
+    const pool = withBackends([
+      { name: 'a', url: 'https://api.example.com/v1', apiKeyEnv: 'K', apiKeyHeader: 'x-api-key' },
+      { name: 'b', url: 'https://b.example.com/v1', apiKeyEnv: 'K', apiKeyHeader: 'Authorization' },
+      { name: 'c', url: 'https://c.example.com/v1', apiKeyHeader: 'x-api-key' },
+    ]);
+    const result = resolvePool(pool, { K: 'sk' });
+    assert.ok(result.ok);
+    assert.deepEqual(
+      result.endpoints.map((e) => [e.apiKey, e.apiKeyHeader]),
+      [
+        ['sk', 'x-api-key'],
+        ['sk', undefined],
+        [undefined, undefined],
+      ],
+    );
+  });
+
   it('reports a missing, empty or unusable variable, naming the field and never the key', () => {
     const pool = withBackends([
       { name: 'a', url: 'https://a.example/v1', apiKeyEnv: 'MISSING' },

@@ -1130,6 +1130,44 @@ describe('Retry-After cooldown', () => {
   });
 });
 
+describe('pinned requests (stored responses)', () => {
+  test('go to the pinned endpoint whatever affinity and load say', () => {
+    const { balancer, pickOn } = setup();
+    pickOn('b');
+    pickOn('b'); // b is the busiest
+    for (let i = 0; i < 5; i++) {
+      const result = picked(balancer.pick({ pinnedEndpointId: 'b', affinityKey: 'k' }));
+      assert.equal(result.attempt.endpoint.id, 'b');
+      assert.equal(result.affinity, 'hit');
+    }
+  });
+
+  test('shed rather than go elsewhere: an unknown, drifted, excluded or cooling endpoint', () => {
+    const { balancer, serve, update } = setup();
+    assert.equal(
+      shedAfter(balancer.pick({ pinnedEndpointId: 'gone' })),
+      DEFAULT_SHED_RETRY_AFTER_MS,
+    );
+    assert.equal(
+      shedAfter(balancer.pick({ pinnedEndpointId: 'a', exclude: new Set(['a']) })),
+      DEFAULT_SHED_RETRY_AFTER_MS,
+    );
+    serve('c', { kind: 'rate-limited', retryAfterMs: 5_000 });
+    assert.equal(shedAfter(balancer.pick({ pinnedEndpointId: 'c' })), 5_000);
+    update({}, [endpoint('a'), endpoint('b', { drifted: true }), endpoint('c')]);
+    assert.equal(shedAfter(balancer.pick({ pinnedEndpointId: 'b' })), DEFAULT_SHED_RETRY_AFTER_MS);
+  });
+
+  test('shed until an open breaker lets a probe through, then take the probe slot', () => {
+    const { balancer, repeat, clock } = setup({ endpoints: [endpoint('a')], rng: middleRng() });
+    repeat(20, 'a', ERROR); // opens for 30 s
+    assert.equal(shedAfter(balancer.pick({ pinnedEndpointId: 'a' })), 30_000);
+    clock.advance(30_000);
+    const result = picked(balancer.pick({ pinnedEndpointId: 'a' }));
+    assert.equal(result.attempt.halfOpenProbe, true);
+  });
+});
+
 describe('retries', () => {
   test("answers 'max-attempts' once attemptsSoFar reaches maxAttempts", () => {
     const { balancer } = setup();

@@ -63,6 +63,11 @@ export interface PickRequest {
   affinityKey?: string | undefined;
   /** The prompt's blocks (`affinity.key: Prefix`, see prompt-blocks.ts), or undefined for none. */
   prompt?: PromptBlocks | undefined;
+  /**
+   * The one endpoint this request may go to (it holds a stored response the request refers to):
+   * picked when it is a candidate, else shed; never another endpoint, never by affinity.
+   */
+  pinnedEndpointId?: string | undefined;
   /** Endpoints already tried for this client request: a retry never goes back to them. */
   exclude?: ReadonlySet<string> | undefined;
   /** Size of the request body in bytes: TTFT samples are normalised by it (docs/policy.md). */

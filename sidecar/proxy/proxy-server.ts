@@ -6,17 +6,15 @@ import type { ActivePool } from '../config/active-pool.ts';
 import { affinityFor } from '../policy/index.ts';
 import { readBody, type BodyResult } from './body.ts';
 import { sendError, sendRawError } from './errors.ts';
-import { Exchange, type ExchangeDeps } from './exchange.ts';
+import { Exchange, type ExchangeDeps, type ResponseTap } from './exchange.ts';
+import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
+import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
+import { StoredResponses } from './stored-responses.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 
-/** The OpenAI routes the sidecar serves, and the method each accepts. */
-const ROUTES: ReadonlyMap<string, 'GET' | 'POST'> = new Map([
-  ['/v1/chat/completions', 'POST'],
-  ['/v1/completions', 'POST'],
-  ['/v1/embeddings', 'POST'],
-  ['/v1/models', 'GET'],
-]);
+/** A matched route and what its path says about stored responses (inference-routes.ts). */
+type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
 
 /**
  * Slow clients (slow-loris). The app is on the same pod and sends a request in microseconds, so
@@ -53,6 +51,8 @@ export class SidecarProxy {
   private readonly upstream: UpstreamClient;
   /** Shared by every exchange: built once, not per request. */
   private readonly exchangeDeps: ExchangeDeps;
+  /** Which endpoint holds which stored response (Responses API). */
+  private readonly storedResponses: StoredResponses;
   /** The response in progress on each client connection, for `onClientError`. */
   private readonly responsesBySocket = new WeakMap<Socket, ServerResponse>();
   private activeExchanges = 0;
@@ -69,6 +69,7 @@ export class SidecarProxy {
       logger: options.logger,
       nowMs: options.nowMs,
     };
+    this.storedResponses = new StoredResponses(options.nowMs);
     this.server = http.createServer(
       {
         keepAliveTimeout: CLIENT_KEEP_ALIVE_TIMEOUT_MS,
@@ -159,20 +160,24 @@ export class SidecarProxy {
     const rawUrl = req.url ?? '/';
     const q = rawUrl.indexOf('?');
     const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
-    const method = ROUTES.get(path);
-    if (method === undefined) {
+    const match = matchRoute(req.method ?? 'GET', path);
+    if (match.kind === 'unknown') {
       sendError(
         res,
         404,
         'unknown_url',
-        `Unknown path ${JSON.stringify(path.slice(0, 200))}: the sidecar serves ${[...ROUTES.keys()].join(', ')}.`,
+        `Unknown path ${JSON.stringify(path.slice(0, 200))}: the sidecar serves ${knownPaths().join(', ')}.`,
       );
       return;
     }
-    if (req.method !== method) {
-      sendError(res, 405, 'method_not_allowed', `${path} accepts ${method} only.`, {
-        allow: method,
-      });
+    if (match.kind === 'wrong-method') {
+      sendError(
+        res,
+        405,
+        'method_not_allowed',
+        `${path.slice(0, 200)} accepts ${match.allow} only.`,
+        { allow: match.allow },
+      );
       return;
     }
     if (this.options.isDraining()) {
@@ -200,14 +205,19 @@ export class SidecarProxy {
       );
       return;
     }
-    if (method === 'GET') {
-      this.serveModels(req, res, pool, path, rawUrl.slice(path.length));
+    const query = rawUrl.slice(path.length);
+    if (match.route.body === 'models') {
+      this.serveModels(req, res, pool, path, query);
+      return;
+    }
+    if (match.route.body === 'stream' && !this.declaredTooLarge(req)) {
+      this.streamThrough(req, res, pool, path, query);
       return;
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
         try {
-          this.onBody(req, res, pool, path, rawUrl.slice(path.length), result);
+          this.onBody(req, res, pool, path, query, match, result);
         } catch (err) {
           this.internalError(res, err);
         }
@@ -222,6 +232,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    match: Matched,
     result: BodyResult,
   ): void {
     if (result.kind === 'aborted') return;
@@ -235,7 +246,117 @@ export class SidecarProxy {
       );
       return;
     }
-    this.serveGeneration(req, res, pool, path, query, result.body);
+    if (match.route.body === 'stream') {
+      // Only a declared Content-Length over the limit is read here; a shorter body than declared
+      // never completes, so this is not reached otherwise.
+      sendError(res, 413, 'body_too_large', 'Request body is larger than the limit.');
+      return;
+    }
+    if (match.route.body === 'json') {
+      this.serveGeneration(req, res, pool, path, query, match.route, result.body);
+      return;
+    }
+    this.serveStoredResponse(req, res, pool, path, query, match, result.body);
+  }
+
+  /** A Content-Length over the limit: read (and dropped) by readBody, then a 413. */
+  private declaredTooLarge(req: IncomingMessage): boolean {
+    const declared = Number(req.headers['content-length']);
+    return Number.isFinite(declared) && declared > this.options.maxBodyBytes;
+  }
+
+  /**
+   * A body passed through as it arrives (multipart audio): no parsing, no holding it whole, no
+   * affinity, no model rewrite; counted against the body limit on the way (413 past it).
+   */
+  private streamThrough(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+  ): void {
+    const body = new LimitedBody(this.options.maxBodyBytes, () => {
+      req.unpipe(body);
+      req.resume(); // read and drop the rest, so the client sees the 413 rather than a reset
+      sendError(
+        res,
+        413,
+        'body_too_large',
+        `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
+        { connection: 'close' },
+      );
+      exchange.abandon(); // called on a later body chunk, when `exchange` is set
+      body.end();
+    });
+    req.pipe(body);
+    // Answered before the body was all sent (shed, an early upstream error): read and drop the
+    // rest, or the connection would hang on a paused request.
+    res.once('finish', () => {
+      if (req.complete) return;
+      req.unpipe(body);
+      req.resume();
+    });
+    pool.balancer.recordRequest();
+    const exchange = new Exchange(this.exchangeDeps, {
+      req,
+      res,
+      pool,
+      path,
+      query,
+      raw: Buffer.alloc(0),
+      fields: undefined,
+      streamed: false,
+      affinity: {},
+      bodyStream: body,
+    });
+    exchange.start();
+  }
+
+  /** `GET/DELETE /v1/responses/{id}`, `POST …/cancel`: to the endpoint that stores the response. */
+  private serveStoredResponse(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+    match: Matched,
+    raw: Buffer,
+  ): void {
+    const responseId = match.responseId as string;
+    const pinned = this.pinnedFor(res, pool, responseId);
+    if (pinned === false) return;
+    const tap =
+      match.deletesResponse === true ? this.storedResponses.forgetOnSuccess(responseId) : undefined;
+    pool.balancer.recordRequest();
+    new Exchange(this.exchangeDeps, {
+      req,
+      res,
+      pool,
+      path,
+      query,
+      raw,
+      fields: undefined,
+      streamed: false,
+      affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
+      tap,
+    }).start();
+  }
+
+  /**
+   * The endpoint a request about a stored response must go to (undefined: unknown id, anywhere),
+   * or false when it was answered here because that endpoint is gone.
+   */
+  private pinnedFor(
+    res: ServerResponse,
+    pool: ActivePool,
+    responseId: string,
+  ): string | undefined | false {
+    const routing = this.storedResponses.routing(pool, responseId);
+    if (routing.kind === 'anywhere') return undefined;
+    if (routing.kind === 'pinned') return routing.endpointId;
+    sendError(res, 409, 'response_endpoint_gone', routing.message);
+    return false;
   }
 
   private serveModels(
@@ -284,6 +405,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    route: InferenceRoute,
     raw: Buffer,
   ): void {
     let body: unknown;
@@ -299,7 +421,7 @@ export class SidecarProxy {
     }
     const fields = body as Record<string, unknown>;
     const models = pool.policy.models;
-    if (models.length > 0) {
+    if (models.length > 0 && !(route.modelOptional === true && fields.model === undefined)) {
       const model = fields.model;
       if (typeof model !== 'string' || !models.includes(model)) {
         sendError(
@@ -311,7 +433,18 @@ export class SidecarProxy {
         return;
       }
     }
-    const affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
+    let affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
+    let tap: ResponseTap | undefined;
+    if (route.createsResponse === true) {
+      tap = this.storedResponses.rememberCreated;
+      const previous = fields.previous_response_id;
+      if (typeof previous === 'string') {
+        // The conversation so far lives on one server only: ahead of every other rule.
+        const pinned = this.pinnedFor(res, pool, previous);
+        if (pinned === false) return;
+        if (pinned !== undefined) affinity = { pinnedEndpointId: pinned };
+      }
+    }
     const streamed = fields.stream === true;
     pool.balancer.recordRequest();
     new Exchange(this.exchangeDeps, {
@@ -324,6 +457,7 @@ export class SidecarProxy {
       fields,
       streamed,
       affinity,
+      tap,
     }).start();
   }
 }

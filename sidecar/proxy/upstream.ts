@@ -19,6 +19,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Readable } from 'node:stream';
 
 /** What an upstream request reports, once each at most (`onData` per chunk). */
 export interface UpstreamHandler {
@@ -66,7 +67,8 @@ export interface UpstreamRequestInit {
   method: string;
   /** Every header to send but `host`, which comes from the target. */
   headers: OutgoingHttpHeaders;
-  body: Buffer;
+  /** The whole body, or a stream passed through as it arrives (multipart uploads). */
+  body: Buffer | Readable;
   connectTimeoutMs: number;
 }
 
@@ -144,7 +146,8 @@ export class UpstreamRequest implements UpstreamCall {
     this.#req.on('socket', this.#onSocket);
     this.#req.on('response', this.#onResponse);
     this.#req.on('error', this.#onError);
-    this.#req.end(init.body);
+    if (Buffer.isBuffer(init.body)) this.#req.end(init.body);
+    else init.body.pipe(this.#req);
   }
 
   /** Stops reading the response (the client is slow); `resume()` goes on. */
