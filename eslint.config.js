@@ -12,7 +12,7 @@ const PURE_CORE = [
 ];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'coverage/**', 'bench/results/**'] },
+  { ignores: ['node_modules/**', 'coverage/**', 'bench/results/**', 'dist/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {
@@ -34,6 +34,25 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': [
         'error',
         { argsIgnorePattern: '^_', varsIgnorePattern: '^_' },
+      ],
+    },
+  },
+  {
+    // Every app pod runs the sidecar: an ES import of node:http loads undici (lib/node-http.ts).
+    files: ['sidecar/**/*.ts', 'lib/**/*.ts', 'probe/**/*.ts', 'cli/**/*.ts', 'crds/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            {
+              name: 'node:http',
+              message: 'Take node:http from lib/node-http.ts: an ES import of it loads undici.',
+              allowTypeImports: true,
+            },
+          ],
+        },
       ],
     },
   },

@@ -1,4 +1,5 @@
-import http from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
+import { http } from '../lib/node-http.ts';
 import type { SidecarMetrics } from './proxy/metrics.ts';
 import type { ActivePool } from './pool-state.ts';
 
@@ -8,7 +9,7 @@ export interface AdminOptions {
   isDraining: () => boolean;
 }
 
-function json(res: http.ServerResponse, status: number, value: unknown): void {
+function json(res: ServerResponse, status: number, value: unknown): void {
   const body = JSON.stringify(value, null, 2);
   res.writeHead(status, {
     'content-type': 'application/json',
@@ -52,7 +53,7 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
  * `/readyz` fails while no configuration is applied and while draining, so Kubernetes stops
  * routing to a pod whose sidecar cannot route.
  */
-export function createAdminServer(options: AdminOptions): http.Server {
+export function createAdminServer(options: AdminOptions): Server {
   return http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET') {

@@ -10,8 +10,9 @@
  * quotes the offending text.
  */
 import { readFile } from 'node:fs/promises';
-import http from 'node:http';
+import type { ClientRequest } from 'node:http';
 import https from 'node:https';
+import { http } from '../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
@@ -194,14 +195,14 @@ export function startControllerClient(options: ControllerClientOptions): Control
   let closed = false;
   let applied: Applied | undefined;
   let session: Session | undefined;
-  let currentStream: http.ClientRequest | undefined;
+  let currentStream: ClientRequest | undefined;
   let reportTimer: NodeJS.Timeout | undefined;
   let reportBusy = false;
   let reportAgain = false;
-  const reportsInFlight = new Map<http.ClientRequest, Promise<void>>();
+  const reportsInFlight = new Map<ClientRequest, Promise<void>>();
   /** Every socket opened, until its handle is closed: `close()` waits for all of them. */
   const sockets = new Map<Socket, Promise<void>>();
-  const track = (req: http.ClientRequest): void => {
+  const track = (req: ClientRequest): void => {
     req.on('socket', (socket) => {
       if (sockets.has(socket)) return;
       sockets.set(

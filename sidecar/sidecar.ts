@@ -11,7 +11,7 @@ import {
   type ControllerClientOptions,
 } from './controller-client.ts';
 import { endpointHealth } from './controller-report.ts';
-import { formatProblems, loadPoolFile, watchPoolFile, type LoadedPool } from './pool-file.ts';
+import type { LoadedPool } from './pool-file.ts';
 import type { ActivePool } from './pool-state.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy } from './proxy/proxy-server.ts';
@@ -64,9 +64,14 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const rng = options.rng ?? systemRng;
   const { source } = options;
   let first: LoadedPool | undefined;
+  // Only a pool file needs YAML and the whole InferencePool validator: a sidecar fed by the
+  // controller loads neither (a few MB of every app pod's memory: docs/image.md#memory).
+  let poolFile: typeof import('./pool-file.ts') | undefined;
   if (source.kind === 'file') {
-    const loaded = await loadPoolFile(source.poolFile, options.env);
-    if (!loaded.ok) throw new ConfigError(formatProblems(source.poolFile, loaded.problems));
+    poolFile = await import('./pool-file.ts');
+    const loaded = await poolFile.loadPoolFile(source.poolFile, options.env);
+    if (!loaded.ok)
+      throw new ConfigError(poolFile.formatProblems(source.poolFile, loaded.problems));
     first = loaded.pool;
   }
   const poolName = source.kind === 'file' ? first!.name : source.pool;
@@ -164,8 +169,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const admin = createAdminServer({ pool: () => active, metrics, isDraining: () => draining });
 
   const reload = async (): Promise<boolean> => {
-    if (source.kind !== 'file') return false;
-    const next = await loadPoolFile(source.poolFile, options.env);
+    if (source.kind !== 'file' || poolFile === undefined) return false;
+    const next = await poolFile.loadPoolFile(source.poolFile, options.env);
     if (!next.ok) {
       metrics.configRejected.inc();
       logger.error(
@@ -178,7 +183,9 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     return true;
   };
   const watcher =
-    source.kind === 'file' ? watchPoolFile(source.poolFile, () => void reload()) : undefined;
+    source.kind === 'file'
+      ? poolFile?.watchPoolFile(source.poolFile, () => void reload())
+      : undefined;
   let client: ControllerClient | undefined;
   if (source.kind === 'controller') {
     const { kind: _kind, ...clientOptions } = source;

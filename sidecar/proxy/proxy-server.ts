@@ -1,6 +1,6 @@
-import http from 'node:http';
 import https from 'node:https';
-import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import type { ClientRequest, IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Stream } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
@@ -122,7 +122,7 @@ class TransportFailure {
  * nothing of the client and may be retried on another endpoint; after it, never.
  */
 export class SidecarProxy {
-  readonly server: http.Server;
+  readonly server: Server;
   private readonly proxy: ProxyServer;
   private readonly httpAgent = new http.Agent({
     keepAlive: true,
