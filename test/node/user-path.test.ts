@@ -421,13 +421,27 @@ describe('the user’s path on a real node', { skip }, () => {
     const [streams] = await timed(`an app pod holding ${STREAMS} streams`, async () => {
       await apply([appDeployment('streams', ['streams', String(STREAMS)])]);
       const ready = await readyPods(APP_NS, 'app=streams', 1);
-      await waitFor(
+      let last: Record<string, unknown> | undefined;
+      const open = await waitFor(
         `${STREAMS} streams open`,
-        async () =>
-          (await logLines(APP_NS, ready[0]!.metadata.name, 'app')).some(
-            (l) => l.kind === 'streams-open',
-          ),
+        async () => {
+          const lines = await logLines(APP_NS, ready[0]!.metadata.name, 'app');
+          last = lines.findLast((l) => l.kind === 'progress') ?? last;
+          return lines.find((l) => l.kind === 'streams-open');
+        },
         { timeoutMs: 120_000, intervalMs: 500 },
+      ).catch((error: unknown) => {
+        throw new Error(
+          `${(error as Error).message}; the app's last progress: ${JSON.stringify(last)}`,
+          {
+            cause: error,
+          },
+        );
+      });
+      assert.equal(
+        open.failed,
+        0,
+        `streams failed before their first chunk: ${JSON.stringify(last)}`,
       );
       return ready;
     });

@@ -72,8 +72,17 @@ if (mode === 'traffic') {
   let ok = 0;
   let failed = 0;
   const errors = new Set<string>();
+  // `streams-open` once every stream has its first chunk or has failed (the test checks which).
+  const settled = (): void => {
+    if (first + failed === n) print({ kind: 'streams-open', n, open: first, failed });
+  };
+  const progress = setInterval(
+    () => print({ kind: 'progress', open: first, ok, failed, errors: [...errors].slice(0, 5) }),
+    5_000,
+  );
   await Promise.all(
     Array.from({ length: n }, async () => {
+      let seen = false;
       try {
         const chunks = await client.chat.completions.create({
           model: 'm',
@@ -81,19 +90,23 @@ if (mode === 'traffic') {
           max_tokens: 40,
           stream: true,
         });
-        let seen = false;
         for await (const _ of chunks) {
           if (seen) continue;
           seen = true;
-          if (++first === n) print({ kind: 'streams-open', n });
+          first++;
+          settled();
         }
         ok++;
       } catch (error) {
-        failed++;
         errors.add((error as Error).message);
+        if (!seen) {
+          failed++;
+          settled();
+        } else failed++;
       }
     }),
   );
+  clearInterval(progress);
   print({ kind: 'streams-done', n, ok, failed, errors: [...errors].slice(0, 5) });
 }
 setInterval(() => undefined, 60_000);
