@@ -7,8 +7,9 @@
  *   node app.ts traffic        a request every 100 ms (alternately streamed), a line per failure
  *                              and a summary line every 2 s, until stopped
  *   node app.ts idle           nothing after the start line
- *   node app.ts streams <n>    n streamed completions at once; a line when all have their first
- *                              chunk and one when all have ended; then idle
+ *   node app.ts streams <n>    once the sidecar is ready, n streamed completions at once; a line
+ *                              when each has its first chunk or failed, one when all have ended,
+ *                              progress every 5 s; then idle
  *
  * Every mode first prints a `start` line: OPENAI_BASE_URL, and whether the sidecar was already
  * ready (its /readyz on 127.0.0.1) at the app's first instant.
@@ -67,6 +68,11 @@ if (mode === 'traffic') {
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, 100 - (Date.now() - started))));
   }
 } else if (mode === 'streams') {
+  // The sidecar's startup probe is its /healthz (the proxy listens), so the app may start before
+  // the sidecar has its pool from the controller: wait for /readyz as a careful app would.
+  for (let i = 0; i < 600 && (await sidecarReady()) !== 200; i++)
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  print({ kind: 'sidecar-ready', readyz: await sidecarReady() });
   const n = Number(arg);
   let first = 0;
   let ok = 0;
