@@ -9,10 +9,10 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY bin ./bin
-COPY lib ./lib
 COPY cli ./cli
 COPY controller ./controller
 COPY crds ./crds
+COPY lib ./lib
 COPY probe ./probe
 COPY sidecar ./sidecar
 COPY sim ./sim

@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from 'commander';
 import type { HostPort } from '../sidecar/sidecar.ts';
+import { parseDuration } from '../lib/duration.ts';
 
 /** `127.0.0.1:8080`, `[::1]:8080`, `:8080` or `8080` (host defaults to loopback: never all interfaces by accident). */
 export function parseHostPort(value: string): HostPort {
@@ -29,11 +30,9 @@ export function parseNonNegativeNumber(value: string): number {
 
 /** `500ms`, `5s`, `2m`, or a plain number of seconds. */
 export function parseDurationMs(value: string): number {
-  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(value.trim());
-  if (match === null) throw new InvalidArgumentError('expected a duration like 500ms, 30s or 2m');
-  const n = Number(match[1]);
-  const unit = match[2] ?? 's';
-  return n * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[unit]!;
+  const ms = parseDuration(value);
+  if (ms === undefined) throw new InvalidArgumentError('expected a duration like 500ms, 30s or 2m');
+  return ms;
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;

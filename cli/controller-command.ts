@@ -5,6 +5,9 @@ import { pino } from 'pino';
 import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
 import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
 
+/** Scraping a server more often than this costs it more than the fresher signal is worth. */
+const MIN_LOAD_SCRAPE_EVERY_MS = 100;
+
 interface ControllerFlags {
   kubeconfig?: string;
   listen: { host: string; port: number };
@@ -19,6 +22,7 @@ interface ControllerFlags {
   webhookConfigName?: string;
   insecureHttp?: boolean;
   heartbeat: number;
+  loadScrapeEvery: number;
   leaseNamespace: string;
   leaseName: string;
   identity: string;
@@ -97,6 +101,14 @@ export function addControllerCommand(program: Command): void {
         .argParser(parseDurationMs),
     )
     .addOption(
+      new Option(
+        '--load-scrape-every <duration>',
+        "how often each endpoint's /metrics is scraped for its load (vLLM, SGLang, TensorRT-LLM) and each pool's load is streamed to its sidecars; 0 turns it off",
+      )
+        .default(1_000, '1s')
+        .argParser(parseDurationMs),
+    )
+    .addOption(
       new Option('--lease-namespace <ns>', 'namespace of the leader-election Lease').default(
         process.env.POD_NAMESPACE ?? 'switchyard',
         '$POD_NAMESPACE or switchyard',
@@ -116,11 +128,15 @@ export function addControllerCommand(program: Command): void {
         process.stderr.write(`switchyard controller: ${message}\n`);
         process.exit(2);
       };
+      if (flags.loadScrapeEvery !== 0 && flags.loadScrapeEvery < MIN_LOAD_SCRAPE_EVERY_MS)
+        fail(
+          `--load-scrape-every must be 0 (off) or at least ${MIN_LOAD_SCRAPE_EVERY_MS}ms: model servers answer /metrics in milliseconds, but not for free`,
+        );
       // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
       const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');
-      const { readTlsFiles } = await import('../controller/tls-source.ts');
-      const { parseInjectionConfig } = await import('../controller/core/injection-config.ts');
+      const { readTlsFiles } = await import('../controller/tls/source.ts');
+      const { parseInjectionConfig } = await import('../controller/injection/config.ts');
       const { parse: parseYaml } = await import('yaml');
       const kubeConfig = new KubeConfig();
       if (flags.kubeconfig === undefined) {
@@ -221,6 +237,7 @@ export function addControllerCommand(program: Command): void {
         sidecarStaleAfterMs: 60_000,
         statusEveryMs: 1_000,
         replicaSummaryEveryMs: 5_000,
+        loadScrapeEveryMs: flags.loadScrapeEvery,
       });
       const stop = (signal: string): void => {
         logger.info({ signal }, 'shutdown requested');

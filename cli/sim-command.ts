@@ -1,26 +1,20 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { SIM_OPTION_SPECS, type SimOptions, type SimOptionSpec } from '../sim/options.ts';
+import {
+  SIM_OPTION_SPECS,
+  SimOptionError,
+  parseSimOptionValue,
+  type SimOptions,
+  type SimOptionSpec,
+} from '../sim/options.ts';
 
+/** The option's own validation (sim/options.ts), as commander's argument parser. */
 function parserFor(spec: SimOptionSpec): (value: string) => number | string {
-  if (spec.type === 'string') return (value) => value;
   return (value) => {
-    const n = Number(value);
-    const whole = spec.type === 'integer' ? Number.isInteger(n) : Number.isFinite(n);
-    const aboveMin =
-      spec.min === undefined || (spec.minExclusive === true ? n > spec.min : n >= spec.min);
-    const belowMax = spec.max === undefined || n <= spec.max;
-    if (!whole || !aboveMin || !belowMax) {
-      const range = [
-        spec.min !== undefined ? `${spec.minExclusive === true ? '>' : '>='} ${spec.min}` : '',
-        spec.max !== undefined ? `<= ${spec.max}` : '',
-      ]
-        .filter(Boolean)
-        .join(' and ');
-      throw new InvalidArgumentError(
-        `expected ${spec.type === 'integer' ? 'a whole number' : 'a number'}${range ? ' ' + range : ''}`,
-      );
+    try {
+      return parseSimOptionValue(spec.key, value);
+    } catch (err) {
+      throw new InvalidArgumentError(err instanceof SimOptionError ? err.message : String(err));
     }
-    return n;
   };
 }
 
@@ -41,6 +35,7 @@ export function addSimCommand(program: Command): void {
     const option = new Option(`${spec.flag} ${spec.valueName}`, spec.help).argParser(
       parserFor(spec),
     );
+    if (spec.choices !== undefined) option.choices(spec.choices);
     if (spec.default !== undefined) option.default(spec.default);
     command.addOption(option);
   }

@@ -1,5 +1,30 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
+/** What the gauges read, at each scrape. */
+export interface GaugeSources {
+  queueDepth: () => number;
+  connectedSidecars: () => number;
+  isLeader: () => boolean;
+  /** Labelled pods without the sidecar (undefined: injection is off). */
+  podsNotInjected?: () => number | undefined;
+  /** When the served certificate expires, ms since the epoch. */
+  tlsNotAfterMs?: () => number | undefined;
+  /** Per pool key: the endpoints the fleet sees unhealthy (the status' endpointHealth). */
+  fleet?: () => ReadonlyMap<
+    string,
+    readonly {
+      id: string;
+      breakerOpen: number;
+      reporting: number;
+      errorPercent?: number | undefined;
+    }[]
+  >;
+  /** Per pool key: its probed endpoints and the drifted ones. */
+  drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
+  /** The endpoints this replica scrapes for load, by how they stand (undefined: scraping is off). */
+  loadTargets?: () => Readonly<Record<string, number>> | undefined;
+}
+
 /** The controller's Prometheus metrics (admin port, /metrics). */
 export class ControllerMetrics {
   readonly registry = new Registry();
@@ -12,28 +37,10 @@ export class ControllerMetrics {
   readonly snapshotsPublished: Counter;
   readonly injections: Counter<'result'>;
   readonly driftProbes: Counter<'result'>;
+  readonly loadScrapes: Counter<'result'>;
+  readonly loadScrapeDuration: Histogram;
 
-  constructor(read: {
-    queueDepth: () => number;
-    connectedSidecars: () => number;
-    isLeader: () => boolean;
-    /** Labelled pods without the sidecar (undefined: injection is off). */
-    podsNotInjected?: () => number | undefined;
-    /** When the served certificate expires, ms since the epoch. */
-    tlsNotAfterMs?: () => number | undefined;
-    /** Per pool key: the endpoints the fleet sees unhealthy (the status' endpointHealth). */
-    fleet?: () => ReadonlyMap<
-      string,
-      readonly {
-        id: string;
-        breakerOpen: number;
-        reporting: number;
-        errorPercent?: number | undefined;
-      }[]
-    >;
-    /** Per pool key: its probed endpoints and the drifted ones. */
-    drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
-  }) {
+  constructor() {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_controller_process_' });
     this.reconciles = new Counter({
@@ -77,6 +84,38 @@ export class ControllerMetrics {
       help: 'New pool snapshots published to the stream.',
       registers,
     });
+    this.injections = new Counter({
+      name: 'switchyard_controller_injections_total',
+      help: 'Pod admissions the injection webhook answered, by result: injected, unchanged (already injected), skipped (labelled but cannot take the sidecar), ignored (not labelled or excluded namespace), error.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.driftProbes = new Counter({
+      name: 'switchyard_controller_drift_probes_total',
+      help: 'Drift probes of endpoints by the leader, by result: ok, failed (a failure is not drift).',
+      labelNames: ['result'],
+      registers,
+    });
+    this.loadScrapes = new Counter({
+      name: 'switchyard_controller_load_scrapes_total',
+      help: 'Scrapes of model servers’ /metrics for their load, by result: ok, no_metrics (404, 401, 403 or no load gauges: left alone for 10 min), timeout, error.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.loadScrapeDuration = new Histogram({
+      name: 'switchyard_controller_load_scrape_duration_seconds',
+      help: 'Time of one scrape of a model server’s /metrics, whatever its result.',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    });
+  }
+
+  /**
+   * Registers the gauges, which read the controller's parts at each scrape. Called once, when
+   * those parts exist (they count things with the metrics above, so they are built after them).
+   */
+  readFrom(read: GaugeSources): void {
+    const registers = [this.registry];
     new Gauge({
       name: 'switchyard_controller_queue_depth',
       help: 'Pool keys waiting to be reconciled.',
@@ -100,12 +139,6 @@ export class ControllerMetrics {
       collect() {
         this.set(read.isLeader() ? 1 : 0);
       },
-    });
-    this.injections = new Counter({
-      name: 'switchyard_controller_injections_total',
-      help: 'Pod admissions the injection webhook answered, by result: injected, unchanged (already injected), skipped (labelled but cannot take the sidecar), ignored (not labelled or excluded namespace), error.',
-      labelNames: ['result'],
-      registers,
     });
     new Gauge({
       name: 'switchyard_controller_pods_not_injected',
@@ -139,12 +172,6 @@ export class ControllerMetrics {
             if (e.errorPercent !== undefined) this.set({ pool, endpoint: e.id }, e.errorPercent);
       },
     });
-    this.driftProbes = new Counter({
-      name: 'switchyard_controller_drift_probes_total',
-      help: 'Drift probes of endpoints by the leader, by result: ok, failed (a failure is not drift).',
-      labelNames: ['result'],
-      registers,
-    });
     new Gauge({
       name: 'switchyard_endpoint_drifted',
       help: '1 for an endpoint whose drift probe answers another fingerprint than its pool expects, 0 for one that matches (pools with drift.probeEvery only; on the leader).',
@@ -154,6 +181,17 @@ export class ControllerMetrics {
         this.reset();
         for (const [pool, { ids, drifted }] of read.drift?.() ?? [])
           for (const id of ids) this.set({ pool, endpoint: id }, drifted.has(id) ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_load_targets',
+      help: 'Model servers this replica scrapes for load (those of pools with sidecars subscribed here), by state: new, reporting, no_metrics, failing.',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [state, n] of Object.entries(read.loadTargets?.() ?? {}))
+          this.set({ state: state.replace('-', '_') }, n);
       },
     });
     new Gauge({

@@ -9,7 +9,7 @@ import { parsePoolYaml } from './pool-document.ts';
 import { resolvePool } from './resolve.ts';
 import { ROOT_PATH, joinPath, splitPath } from './path.ts';
 import { validatePool } from './validate.ts';
-import { mutate, mutation, type Json } from '../test/reliability/pool-arbitraries.ts';
+import { mutate, mutation, type Json } from '../harness/pool-arbitraries.ts';
 
 /** Whatever the input, validatePool answers, and every rejection says where and what. */
 function checkAnswer(doc: unknown): void {

@@ -23,7 +23,11 @@
  * a person) and `x-switchyard-format` (`duration` or `url`: a deeper check in `semantic.ts`).
  */
 import { Type, type Static } from '@sinclair/typebox';
-import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from './policy-defaults.ts';
+import {
+  AFFINITY_LOAD_FACTOR,
+  AFFINITY_MAX_EXTRA_IN_FLIGHT,
+  AFFINITY_MAX_SLOWDOWN,
+} from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
 import { BACKEND_RULES, BACKENDS_RULES, HEALTH_RULES, celValidations } from './semantic.ts';
 
@@ -224,7 +228,7 @@ export const AffinitySchema = Type.Object(
   {
     key: Type.Union([Type.Literal('Prefix'), Type.Literal('Header'), Type.Literal('None')], {
       description:
-        'Where the affinity key of a request comes from. Prefix: a hash of the stable start of the prompt (system prompt and leading messages, first prefixChars characters), so requests that share it meet the same prompt cache. Header: the value of the header named by header (a session id). None: no affinity, every request is balanced on its own. Default: Prefix.',
+        'Where affinity comes from. Prefix: the prompt itself; each sidecar remembers which endpoint it sent which prompt prefixes to and sends a request where its longest known prefix went, and a new prompt goes to the home its system prompt and first user message hash to (the same from every sidecar), so the turns of a conversation and requests sharing a long prefix meet the same prompt cache. Header: the value of the header named by header (a session id) chooses the home. None: no affinity, every request is balanced on its own. Default: Prefix.',
       default: 'Prefix',
     }),
     header: Type.String({
@@ -238,26 +242,32 @@ export const AffinitySchema = Type.Object(
     }),
     prefixChars: Type.Integer({
       description:
-        'How many characters of the stable prompt start are hashed when key is Prefix. An integer from 64 to 1000000. Default: 4096.',
+        "When key is Prefix, a new prompt's home is chosen by its system prompt and first user message, but by at most this many characters of them (a first message holding a whole document gets its home from the document's start). An integer from 64 to 1000000. Default: 4096.",
       minimum: 64,
       maximum: 1_000_000,
       default: 4096,
     }),
     maxSlowdown: Type.Number({
-      description: `The sticky endpoint of a key is kept unless its breaker is open or its EWMA time to first token exceeds this multiple of the pool median; then the request is balanced like any other. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
+      description: `An endpoint is passed over for affinity while its breaker is not closed or its EWMA time to first token exceeds this multiple of the candidates' median; the request goes to the next endpoint of its order. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
       minimum: 1,
       default: AFFINITY_MAX_SLOWDOWN,
     }),
     maxExtraInFlight: Type.Integer({
-      description: `The sticky endpoint of a key is also given up when it has more than this many requests in flight (from this sidecar) beyond the least busy candidate: a cache hit does not pay for a wait in its queue. An integer from 0. Default: ${AFFINITY_MAX_EXTRA_IN_FLIGHT}.`,
+      description: `An endpoint always takes a request it has affinity for while its load is at most this many requests above the least loaded candidate, whatever loadFactor says: near idle, a cache hit beats an empty queue. An integer from 0. Default: ${AFFINITY_MAX_EXTRA_IN_FLIGHT}.`,
       minimum: 0,
       maximum: 1_000_000,
       default: AFFINITY_MAX_EXTRA_IN_FLIGHT,
     }),
+    loadFactor: Type.Number({
+      description: `The load bound of affinity (consistent hashing with bounded loads): an endpoint takes the requests it has affinity for while its load (requests in flight, as the servers report them and this sidecar counts them) is under loadFactor × the candidates' average; past it, the request spills to the next endpoint of its order, the same from every sidecar. Lower spreads hot prompts sooner; higher keeps more cache hits. From 1 to 100. Default: ${AFFINITY_LOAD_FACTOR}.`,
+      minimum: 1,
+      maximum: 100,
+      default: AFFINITY_LOAD_FACTOR,
+    }),
   },
   {
     description:
-      'Cache affinity: requests with the same key go to the same endpoint (rendezvous hashing over the candidates), where its prompt prefix is likely cached.',
+      'Cache affinity: requests that share a prompt prefix (or an affinity header) go to the endpoint that likely holds its KV cache, spilling to a consistent second endpoint when that one is over its load bound.',
     additionalProperties: false,
     default: {},
   },

@@ -18,3 +18,10 @@ export const AFFINITY_MAX_SLOWDOWN = 2.5;
  * there. 1 is what the routing benchmark found best on the Mooncake trace (docs/benchmarks.md).
  */
 export const AFFINITY_MAX_EXTRA_IN_FLIGHT = 1;
+
+/**
+ * The load bound of affinity: an endpoint takes the requests it has affinity for while its load
+ * is under this multiple of the candidates' average (consistent hashing with bounded loads). 1.25
+ * is the factor of the original paper and of KubeAI's PrefixHash.
+ */
+export const AFFINITY_LOAD_FACTOR = 1.25;

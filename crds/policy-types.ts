@@ -41,6 +41,12 @@ export const AffinityPolicySchema = Type.Object({
    * snapshot of an older controller still applies).
    */
   maxExtraInFlight: Type.Optional(Type.Integer({ minimum: 0 })),
+  /**
+   * The load bound of consistent hashing with bounded loads: a key's endpoint takes a request
+   * while its load is under loadFactor × the average (DEFAULT_LOAD_FACTOR when unset, so that a
+   * snapshot of an older controller still applies).
+   */
+  loadFactor: Type.Optional(Type.Number({ minimum: 1 })),
 });
 
 export const HealthPolicySchema = Type.Object({

@@ -33,6 +33,7 @@ const DEFAULT_POLICY: PoolPolicy = {
     prefixChars: 4096,
     maxSlowdown: 2.5,
     maxExtraInFlight: 1,
+    loadFactor: 1.25,
   },
   health: {
     windowMs: 10_000,

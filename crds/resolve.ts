@@ -81,6 +81,7 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
       prefixChars: affinity.prefixChars,
       maxSlowdown: affinity.maxSlowdown,
       maxExtraInFlight: affinity.maxExtraInFlight,
+      loadFactor: affinity.loadFactor,
     },
     health: {
       windowMs: ms('health', 'window', health.window),

@@ -54,6 +54,7 @@ const DEFAULT_SECTIONS = {
     prefixChars: 4096,
     maxSlowdown: 2.5,
     maxExtraInFlight: 1,
+    loadFactor: 1.25,
   },
   health: {
     window: '10s',

@@ -1,27 +1,16 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { trackChild } from './child-processes.ts';
 
 /**
  * Starts `switchyard` subcommands as child processes, the way users run them, and stops them by
  * PID. Used by the demo, the integration tests and the benchmarks. Every child is also killed when
- * this process exits, so a crashed test or an interrupted demo leaves nothing behind.
+ * this process exits (child-processes.ts), so a crashed test or an interrupted demo leaves nothing
+ * behind.
  */
 
 export const SWITCHYARD_BIN = fileURLToPath(new URL('../bin/switchyard.js', import.meta.url));
-
-const live = new Set<ChildProcess>();
-let exitHookInstalled = false;
-
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.once('exit', () => {
-    for (const child of live) {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
-  });
-}
 
 export interface RunningProcess {
   pid: number;
@@ -71,37 +60,11 @@ export function startSwitchyard(
   args: string[],
   options: StartOptions = {},
 ): Promise<RunningProcess> {
-  installExitHook();
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), SWITCHYARD_BIN, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...options.env },
   });
-  live.add(child);
-  let log = '';
-  const keep = (text: string): void => {
-    log += text;
-    if (log.length > 200_000) log = log.slice(-100_000);
-  };
-  const exited = new Promise<number | string>((resolve) => {
-    child.once('exit', (code, signal) => {
-      live.delete(child);
-      resolve(code ?? signal ?? 'unknown');
-    });
-  });
-  const stop = async (graceMs = 5_000): Promise<number | string> => {
-    if (child.exitCode !== null || child.signalCode !== null) return exited;
-    child.kill('SIGTERM');
-    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-    const result = await exited;
-    clearTimeout(timer);
-    return result;
-  };
-  const kill = (): Promise<number | string> => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    return exited;
-  };
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', keep);
+  const { exited, output, append, stop, kill } = trackChild(child);
   return new Promise((resolve, reject) => {
     let done = false;
     const timer = setTimeout(() => {
@@ -110,13 +73,13 @@ export function startSwitchyard(
       void kill();
       reject(
         new Error(
-          `switchyard ${args.join(' ')} did not start within ${options.timeoutMs ?? 15_000} ms:\n${log}`,
+          `switchyard ${args.join(' ')} did not start within ${options.timeoutMs ?? 15_000} ms:\n${output()}`,
         ),
       );
     }, options.timeoutMs ?? 15_000);
     const lines = createInterface({ input: child.stdout });
     lines.on('line', (line) => {
-      keep(line + '\n');
+      append(line + '\n');
       if (done) return;
       const found = announcement(line);
       if (found === undefined) return;
@@ -126,7 +89,7 @@ export function startSwitchyard(
         pid: child.pid!,
         url: found.url,
         adminUrl: found.adminUrl,
-        output: () => log,
+        output,
         exited,
         stop,
         kill,
@@ -137,10 +100,50 @@ export function startSwitchyard(
       done = true;
       clearTimeout(timer);
       reject(
-        new Error(`switchyard ${args.join(' ')} exited (${code}) before it was ready:\n${log}`),
+        new Error(
+          `switchyard ${args.join(' ')} exited (${code}) before it was ready:\n${output()}`,
+        ),
       );
     });
   });
+}
+
+/** Fast simulator defaults for tests and the soak: short prefill/decode so a stream takes tens of ms. */
+export const FAST_SIM = [
+  '--prefill-ms-per-token',
+  '0.01',
+  '--decode-ms-per-token',
+  '2',
+  '--slots',
+  '8',
+];
+
+/** `switchyard sim` on a free port with `FAST_SIM` (later `flags` override it). */
+export function startSim(name: string, flags: string[] = []): Promise<RunningProcess> {
+  return startSwitchyard(['sim', '--port', '0', '--name', name, ...FAST_SIM, ...flags]);
+}
+
+/** `switchyard sidecar` on `poolFile`, proxy and admin on free loopback ports, logging at info. */
+export function startSidecar(
+  poolFile: string,
+  flags: string[] = [],
+  env: Record<string, string> = {},
+): Promise<RunningProcess> {
+  return startSwitchyard(
+    [
+      'sidecar',
+      '--pool-file',
+      poolFile,
+      '--listen',
+      '127.0.0.1:0',
+      '--admin',
+      '127.0.0.1:0',
+      '--log-level',
+      'info',
+      ...flags,
+    ],
+    { env },
+  );
 }
 
 /** Stops every given process; never throws. */

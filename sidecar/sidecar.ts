@@ -1,30 +1,20 @@
-import { listen, type HostPort } from '../lib/listen.ts';
+/**
+ * The sidecar's wiring: configuration, proxy and admin server, built in that order (each after
+ * what it uses), then start and graceful shutdown. The layers below never import this file:
+ * sidecar → admin → proxy → config → policy (sidecar/layers.test.ts).
+ */
 import type { Logger } from 'pino';
-import { Balancer } from './policy/balancer.ts';
-import type { Picker } from './policy/baseline-pickers.ts';
-import type { Clock, EndpointSpec, PolicyEvent, Rng } from './policy/types.ts';
-import { StandaloneDrift } from './standalone-drift.ts';
-import { createAdminServer } from './admin-server.ts';
-import {
-  startControllerClient,
-  type ControllerClient,
-  type ControllerClientOptions,
-} from './controller-client.ts';
-import { endpointHealth } from './controller-report.ts';
-import type { LoadedPool } from './pool-file.ts';
-import type { ActivePool } from './pool-state.ts';
+import { listen, type HostPort } from '../lib/listen.ts';
+import { createAdminServer } from './admin/admin-server.ts';
+import { ActivePoolState, type ActivePool } from './config/active-pool.ts';
+import type { ConfigSource, RunningConfigSource } from './config/config-source.ts';
+import { startControllerSource } from './config/controller-source.ts';
+import type { Clock, Picker, Rng } from './policy/index.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy } from './proxy/proxy-server.ts';
 
-export type { HostPort };
-
-/** Where the pool configuration comes from. */
-export type ConfigSource =
-  | { kind: 'file'; poolFile: string }
-  | ({ kind: 'controller' } & Omit<
-      ControllerClientOptions,
-      'logger' | 'onSnapshot' | 'currentEndpoints'
-    >);
+export type { ConfigSource, HostPort };
+export { ConfigError } from './config/config-error.ts';
 
 export interface SidecarOptions {
   listen: HostPort;
@@ -50,162 +40,61 @@ export interface RunningSidecar {
   shutdown(): Promise<void>;
 }
 
-export class ConfigError extends Error {
-  readonly code = 'SY_INVALID_POOL_FILE';
-}
-
 const systemClock: Clock = { nowMs: () => performance.now() };
 const systemRng: Rng = { next: () => Math.random() };
 
-/** Starts the standalone sidecar: a pool file, the proxy port and the admin port. */
+/** Starts a sidecar: its configuration source, the proxy port and the admin port. */
 export async function startSidecar(options: SidecarOptions): Promise<RunningSidecar> {
-  const { logger } = options;
-  const clock = options.clock ?? systemClock;
-  const rng = options.rng ?? systemRng;
-  const { source } = options;
-  let first: LoadedPool | undefined;
+  const { logger, source } = options;
   // Only a pool file needs YAML and the whole InferencePool validator: a sidecar fed by the
   // controller loads neither (a few MB of every app pod's memory: docs/image.md#memory).
-  let poolFile: typeof import('./pool-file.ts') | undefined;
-  if (source.kind === 'file') {
-    poolFile = await import('./pool-file.ts');
-    const loaded = await poolFile.loadPoolFile(source.poolFile, options.env);
-    if (!loaded.ok)
-      throw new ConfigError(poolFile.formatProblems(source.poolFile, loaded.problems));
-    first = loaded.pool;
-  }
+  const poolFile =
+    source.kind === 'file' ? await import('./config/pool-file-source.ts') : undefined;
+  // A standalone sidecar does not start on an invalid pool file (ConfigError lists every problem).
+  const first =
+    source.kind === 'file' ? await poolFile!.readPoolFile(source.poolFile, options.env) : undefined;
   const poolName = source.kind === 'file' ? first!.name : source.pool;
-
   const metrics = new SidecarMetrics(poolName);
-  let active: ActivePool | undefined;
-  let draining = false;
-
-  const onEvent = (event: PolicyEvent): void => {
-    if (event.kind === 'breaker') {
-      const level = event.to === 'open' ? 'warn' : 'info';
-      logger[level](
-        {
-          pool: active?.name,
-          endpoint: event.endpointId,
-          from: event.from,
-          to: event.to,
-          reason: event.reason,
-          openForMs: event.openForMs,
-        },
-        `circuit breaker ${event.to}`,
-      );
-    } else {
-      logger.debug({ pool: active?.name, endpoint: event.endpointId }, 'cold-start sample dropped');
-    }
-  };
-
-  /** The pool file's endpoints before drift verdicts were applied to them. */
-  let fileEndpoints: readonly EndpointSpec[] = [];
-  const drift = new StandaloneDrift({
+  const active = new ActivePoolState({
+    clock: options.clock ?? systemClock,
+    rng: options.rng ?? systemRng,
+    picker: options.picker,
     logger,
-    onChange: () => {
-      if (active === undefined || source.kind !== 'file') return;
-      const endpoints = drift.mark(fileEndpoints);
-      active.balancer.update(active.policy, endpoints);
-      active = { ...active, endpoints };
+    onApplied: (pool) => {
+      metrics.retain(pool.endpoints);
+      metrics.configApplied.inc();
     },
   });
+  metrics.readStatusFrom(() => active.current()?.balancer.status() ?? []);
+  let config: RunningConfigSource;
+  if (source.kind === 'file') {
+    config = new poolFile!.PoolFileSource({
+      file: source.poolFile,
+      env: options.env,
+      first: first!,
+      active,
+      logger,
+      onRejected: () => metrics.configRejected.inc(),
+    });
+  } else {
+    const { kind: _kind, ...clientOptions } = source;
+    config = await startControllerSource({ ...clientOptions, active, logger });
+  }
 
-  /** `version`: the controller's snapshot version; a file's configurations are simply counted. */
-  const apply = (loaded: LoadedPool, version?: number): void => {
-    if (active !== undefined && active.hash === loaded.hash) return;
-    if (active !== undefined && active.name !== loaded.name) {
-      logger.warn(
-        { from: active.name, to: loaded.name },
-        'pool renamed in the pool file; metrics keep the first name until restart',
-      );
-    }
-    // Standalone, the sidecar probes for drift itself; from the controller, the snapshot says.
-    if (source.kind === 'file') drift.configure(loaded.policy.drift, loaded.endpoints);
-    const endpoints = source.kind === 'file' ? drift.mark(loaded.endpoints) : loaded.endpoints;
-    const balancer =
-      active?.balancer ??
-      new Balancer(loaded.policy, endpoints, {
-        clock,
-        rng,
-        onEvent,
-        picker: options.picker,
-      });
-    if (active !== undefined) balancer.update(loaded.policy, endpoints);
-    active = {
-      name: loaded.name,
-      version: version ?? (active?.version ?? 0) + 1,
-      hash: loaded.hash,
-      policy: loaded.policy,
-      endpoints,
-      timeouts: loaded.timeouts,
-      balancer,
-    };
-    fileEndpoints = loaded.endpoints;
-    metrics.retain(loaded.endpoints);
-    metrics.configApplied.inc();
-    logger.info(
-      {
-        pool: loaded.name,
-        version: active.version,
-        hash: loaded.hash,
-        mode: loaded.policy.mode,
-        endpoints: loaded.endpoints.map((e) => e.id),
-      },
-      'pool configuration applied',
-    );
-  };
-  if (first !== undefined) apply(first);
-  metrics.readStatusFrom(() => active?.balancer.status() ?? []);
-
+  let draining = false;
   const proxy = new SidecarProxy({
-    pool: () => active,
+    pool: () => active.current(),
     metrics,
     logger,
     maxBodyBytes: options.maxBodyBytes,
     nowMs: () => performance.now(),
     isDraining: () => draining,
   });
-  const admin = createAdminServer({ pool: () => active, metrics, isDraining: () => draining });
-
-  const reload = async (): Promise<boolean> => {
-    if (source.kind !== 'file' || poolFile === undefined) return false;
-    const next = await poolFile.loadPoolFile(source.poolFile, options.env);
-    if (!next.ok) {
-      metrics.configRejected.inc();
-      logger.error(
-        { file: source.poolFile, problems: next.problems },
-        'pool file change rejected; the last good configuration stays in force',
-      );
-      return false;
-    }
-    apply(next.pool);
-    return true;
-  };
-  const watcher =
-    source.kind === 'file'
-      ? poolFile?.watchPoolFile(source.poolFile, () => void reload())
-      : undefined;
-  let client: ControllerClient | undefined;
-  if (source.kind === 'controller') {
-    const { kind: _kind, ...clientOptions } = source;
-    client = startControllerClient({
-      ...clientOptions,
-      logger,
-      onSnapshot: (snapshot, from) => {
-        if (snapshot.pool.name !== source.pool || snapshot.pool.namespace !== source.namespace) {
-          throw new Error(
-            `snapshot of ${snapshot.pool.namespace}/${snapshot.pool.name} on the stream of ${source.namespace}/${source.pool}`,
-          );
-        }
-        logger.info({ from, version: snapshot.version }, 'snapshot received');
-        const { policy, endpoints, timeouts, hash } = snapshot;
-        apply({ name: snapshot.pool.name, hash, policy, endpoints, timeouts }, snapshot.version);
-      },
-      currentEndpoints: () => endpointHealth(active?.balancer.status() ?? []),
-    });
-    await client.ready;
-  }
+  const admin = createAdminServer({
+    pool: () => active.current(),
+    metrics,
+    isDraining: () => draining,
+  });
 
   const proxyUrl = await listen(proxy.server, options.listen);
   const adminUrl = await listen(admin, options.admin);
@@ -217,9 +106,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const shutdown = (): Promise<void> => {
     shutdownPromise ??= (async () => {
       draining = true;
-      watcher?.close();
-      drift.stop();
-      await client?.close();
+      await config.close();
       logger.info(
         { inProgress: proxy.inProgress, graceMs: options.shutdownGraceMs },
         'draining: no new connections, waiting for requests in progress',
@@ -243,5 +130,11 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     return shutdownPromise;
   };
 
-  return { proxyUrl, adminUrl, current: () => active, reload, shutdown };
+  return {
+    proxyUrl,
+    adminUrl,
+    current: () => active.current(),
+    reload: () => config.reload(),
+    shutdown,
+  };
 }

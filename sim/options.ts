@@ -4,8 +4,13 @@
  * API validates run-time patches with `checkSimOptionsPatch`. All durations are simulated
  * milliseconds; `speed` divides every one of them to get wall-clock time.
  */
+import type { EngineOptions } from './engine/engine-options.ts';
 
-export interface SimOptions {
+/**
+ * Every option: the engine model's (`EngineOptions`, documented there) and what only the HTTP side
+ * reads. One flat object, as the CLI flags and the admin API's JSON patches are flat.
+ */
+export interface SimOptions extends EngineOptions {
   /** TCP port; 0 = any free port. */
   port: number;
   /** Interface to listen on. */
@@ -14,41 +19,18 @@ export interface SimOptions {
   name: string | undefined;
   /** The only model served (others get 404 `model_not_found`); undefined = any model name. */
   model: string | undefined;
-  /** Concurrent generations (engine batch slots). */
-  slots: number;
-  /** Requests that may wait for a slot; beyond that the answer is 429 with `Retry-After: 1`. */
-  queueLimit: number;
-  /** Prefill cost per prompt token that is not in the prefix cache. */
-  prefillMsPerToken: number;
-  /** Decode cost per output token on an otherwise idle server. */
-  decodeMsPerToken: number;
-  /** Decode slows by the factor 1 + loadSlowdown × (busySlots − 1) / slots. */
-  loadSlowdown: number;
-  /** Prefix cache block size in tokens. */
-  blockTokens: number;
-  /** Prefix cache capacity in blocks (LRU); 0 disables the cache. */
-  cacheBlocks: number;
-  /** Tokens are estimated as ceil(characters / charsPerToken). */
-  charsPerToken: number;
-  /** Fraction of generation requests answered 500 at once. */
-  errorRate: number;
-  /** Fraction of generation requests answered 429 (with `Retry-After: 1`) at once. */
-  rateLimitRate: number;
-  /** Fraction of generation requests that send headers and then nothing until the client leaves. */
-  stallRate: number;
-  /** Added before the first prefill of a cold server (the very first request, or after idling). */
-  coldStartMs: number;
-  /** A server that had no request in a slot for this long is cold again. */
-  coldIdleMs: number;
   /** Returned as `system_fingerprint`; undefined = the field is omitted. */
   fingerprint: string | undefined;
-  /** Tokens per SSE chunk after the first (1 = one chunk a token, as engines usually stream). */
-  tokensPerChunk: number;
-  /** Time compression: every simulated delay is divided by this. */
-  speed: number;
-  /** Seed of the fault draws and of the generated text. */
-  seed: number;
+  /**
+   * Whose load reports to imitate: `vllm` (`/metrics` with vLLM's names, the ORCA header on
+   * request) or `sglang` (SGLang's metric names, no ORCA header, as SGLang has none).
+   */
+  engine: SimEngineKind;
 }
+
+/** The model servers whose load reporting the simulator can imitate. */
+export const SIM_ENGINE_KINDS = ['vllm', 'sglang'] as const;
+export type SimEngineKind = (typeof SIM_ENGINE_KINDS)[number];
 
 export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   port: 0,
@@ -69,6 +51,7 @@ export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   coldStartMs: 0,
   coldIdleMs: 10_000,
   fingerprint: undefined,
+  engine: 'vllm',
   tokensPerChunk: 1,
   speed: 1,
   seed: 1,
@@ -96,6 +79,8 @@ export interface SimOptionSpec {
   readonly optional: boolean;
   /** May be changed at run time through `POST /admin/config` / `configure()`. */
   readonly runtime: boolean;
+  /** The only values a string option accepts. */
+  readonly choices?: readonly string[];
   readonly help: string;
 }
 
@@ -104,7 +89,9 @@ function spec(
   valueName: string,
   type: SimOptionType,
   help: string,
-  extra: Partial<Pick<SimOptionSpec, 'min' | 'minExclusive' | 'max' | 'optional' | 'runtime'>> = {},
+  extra: Partial<
+    Pick<SimOptionSpec, 'min' | 'minExclusive' | 'max' | 'optional' | 'runtime' | 'choices'>
+  > = {},
 ): SimOptionSpec {
   const flag = '--' + key.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase());
   return {
@@ -119,6 +106,7 @@ function spec(
     ...(extra.min === undefined ? {} : { min: extra.min }),
     ...(extra.minExclusive === undefined ? {} : { minExclusive: extra.minExclusive }),
     ...(extra.max === undefined ? {} : { max: extra.max }),
+    ...(extra.choices === undefined ? {} : { choices: extra.choices }),
   };
 }
 
@@ -214,6 +202,13 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
     optional: true,
   }),
   spec(
+    'engine',
+    '<kind>',
+    'string',
+    `whose load reports to imitate: ${SIM_ENGINE_KINDS.join(' or ')} (/metrics names, ORCA header)`,
+    { choices: SIM_ENGINE_KINDS },
+  ),
+  spec(
     'tokensPerChunk',
     '<n>',
     'integer',
@@ -253,6 +248,9 @@ function problem(s: SimOptionSpec, value: unknown): string | undefined {
   if (s.type === 'string') {
     if (typeof value !== 'string') return `${s.key} must be a string`;
     if (value.length === 0 && s.key === 'host') return 'host must not be empty';
+    if (s.choices !== undefined && !s.choices.includes(value)) {
+      return `${s.key} must be one of ${s.choices.join(', ')}`;
+    }
     return undefined;
   }
   if (typeof value !== 'number' || !Number.isFinite(value)) {

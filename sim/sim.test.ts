@@ -651,3 +651,138 @@ void test('runSimFromOptions prints exactly its URL and exits on SIGTERM', async
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   }
 });
+
+void test("GET /metrics reports vLLM's load gauges and prefix cache counters", async () => {
+  await withSim({ slots: 1, decodeMsPerToken: 200, blockTokens: 4, model: 'tiny' }, async (sim) => {
+    const text = async () => (await fetch(sim.url + '/metrics')).text();
+    const idle = await text();
+    assert.match(idle, /^# TYPE vllm:num_requests_running gauge$/m);
+    assert.match(idle, /^vllm:num_requests_running\{engine="0",model_name="tiny"\} 0\.0$/m);
+    assert.match(idle, /^vllm:kv_cache_usage_perc\{engine="0",model_name="tiny"\} 0\.0$/m);
+    assert.match(idle, /^# TYPE vllm:prefix_cache_hits_total counter$/m);
+    const controller = new AbortController();
+    const prompt = 'a shared prompt of some length, long enough for several blocks';
+    const running = post(
+      sim.url + '/v1/chat/completions',
+      chat(prompt, { model: 'tiny', stream: true, max_tokens: 50 }),
+      controller.signal,
+    );
+    const queued = post(
+      sim.url + '/v1/chat/completions',
+      chat(prompt, { model: 'tiny', stream: true, max_tokens: 50 }),
+      controller.signal,
+    );
+    await waitFor('one running, one waiting', () => sim.stats().requests >= 2);
+    await new Promise((r) => setTimeout(r, 50));
+    const busy = await text();
+    assert.match(busy, /^vllm:num_requests_running\{[^}]*\} 1\.0$/m);
+    assert.match(busy, /^vllm:num_requests_waiting\{[^}]*\} 1\.0$/m);
+    assert.doesNotMatch(busy, /^vllm:kv_cache_usage_perc\{[^}]*\} 0\.0$/m);
+    controller.abort();
+    await Promise.allSettled([running, queued]);
+  });
+});
+
+void test('--engine sglang reports under SGLang names', async () => {
+  await withSim({ engine: 'sglang' }, async (sim) => {
+    const text = await (await fetch(sim.url + '/metrics')).text();
+    assert.match(text, /^sglang:num_running_reqs\{model_name="sim-model"\} 0\.0$/m);
+    assert.match(text, /^sglang:num_queue_reqs\{/m);
+    assert.match(text, /^sglang:token_usage\{/m);
+    assert.doesNotMatch(text, /vllm:/);
+  });
+});
+
+void test('the ORCA header comes with a non-streaming answer when asked, as vLLM sends it', async () => {
+  await withSim({}, async (sim) => {
+    const ask = (format: string | undefined, stream: boolean) =>
+      fetch(sim.url + '/v1/chat/completions', {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          ...(format === undefined ? {} : { 'endpoint-load-metrics-format': format }),
+        },
+        body: JSON.stringify(chat('hello', { stream, max_tokens: 3 })),
+      });
+    const text = await ask('TEXT', false);
+    assert.match(
+      text.headers.get('endpoint-load-metrics') ?? '',
+      /^TEXT named_metrics\.kv_cache_usage_perc=[0-9.]+, named_metrics\.num_requests_waiting=0\.0$/,
+    );
+    await text.text();
+    const json = await ask('json', false);
+    const value = json.headers.get('endpoint-load-metrics') ?? '';
+    assert.ok(value.startsWith('JSON '));
+    assert.equal(
+      typeof (JSON.parse(value.slice(5)) as { named_metrics: Record<string, number> }).named_metrics
+        .num_requests_waiting,
+      'number',
+    );
+    await json.text();
+    for (const [format, stream] of [
+      [undefined, false],
+      ['TEXT', true],
+      ['PROTO', false],
+    ] as const) {
+      const res = await ask(format, stream);
+      assert.equal(res.headers.get('endpoint-load-metrics'), null, `${format} ${stream}`);
+      await res.text();
+    }
+  });
+  await withSim({ engine: 'sglang' }, async (sim) => {
+    const res = await fetch(sim.url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'endpoint-load-metrics-format': 'TEXT' },
+      body: JSON.stringify(chat('hello', { max_tokens: 3 })),
+    });
+    assert.equal(res.headers.get('endpoint-load-metrics'), null);
+    await res.text();
+  });
+});
+
+void test('rejects an unknown engine kind, naming the option', async () => {
+  await assert.rejects(startSim({ engine: 'tgi' as 'vllm' }), /engine must be one of vllm, sglang/);
+});
+
+void test('answers the endpoints vLLM-aware routers call: /health, /version, /load, tokenize and render', async () => {
+  await withSim({ charsPerToken: 4 }, async (sim) => {
+    const health = await fetch(sim.url + '/health');
+    assert.equal(health.status, 200);
+    assert.equal(await health.text(), '');
+    assert.deepEqual(await (await fetch(sim.url + '/version')).json(), { version: '0.32.0' });
+    assert.deepEqual(await (await fetch(sim.url + '/load')).json(), { server_load: 0 });
+    const tokenize = async (body: unknown) =>
+      (await (await post(sim.url + '/tokenize', body)).json()) as {
+        count: number;
+        tokens: number[];
+      };
+    const a = await tokenize({ prompt: 'abcdefgh' });
+    assert.equal(a.count, 2);
+    assert.deepEqual(
+      (await tokenize({ prompt: 'abcdefgh' })).tokens,
+      a.tokens,
+      'equal text, equal ids',
+    );
+    const chatTokens = await tokenize(chat('abcdefgh'));
+    assert.equal(chatTokens.count, 2);
+    const render = (await (
+      await post(sim.url + '/v1/chat/completions/render', chat('abcdefgh'))
+    ).json()) as {
+      request_id: string;
+      token_ids: number[];
+    };
+    assert.deepEqual(render.token_ids, a.tokens);
+    assert.equal(typeof render.request_id, 'string');
+    const detok = (await (await post(sim.url + '/detokenize', { tokens: [1, 2] })).json()) as {
+      prompt: string;
+    };
+    assert.equal(typeof detok.prompt, 'string');
+    assert.equal((await post(sim.url + '/detokenize', { tokens: 'x' })).status, 400);
+    assert.equal((await post(sim.url + '/tokenize', { prompt: 5 })).status, 400);
+    assert.equal(
+      (await post(sim.url + '/v1/chat/completions/render', { messages: [] })).status,
+      400,
+    );
+    assert.equal(sim.stats().requests, 0, 'none of these count as inference requests');
+  });
+});

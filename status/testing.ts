@@ -54,7 +54,7 @@ export const HEALTHY_STATUS: Partial<InferencePoolStatus> = {
   },
 };
 
-/** One endpoint of /debug/backends, as sidecar/admin-server.ts describes it. */
+/** One endpoint of /debug/backends, as sidecar/admin/admin-server.ts describes it. */
 export function debugEndpoint(
   id: string,
   extra: Record<string, unknown> = {},

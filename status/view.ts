@@ -272,7 +272,7 @@ export function poolProblems(view: PoolStatusView): string[] {
 // A sidecar's admin API
 // ---------------------------------------------------------------------------------------------
 
-/** What /debug/backends answers (sidecar/admin-server.ts `describeBackends`), as far as it is read. */
+/** What /debug/backends answers (sidecar/admin/admin-server.ts `describeBackends`), as far as it is read. */
 interface DebugBackends {
   pool?: unknown;
   mode?: unknown;

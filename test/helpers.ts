@@ -1,53 +1,11 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
-import { startSwitchyard, stopAll, type RunningProcess } from '../harness/processes.ts';
+import { scratchDir } from '../harness/pool-file.ts';
+import { startSidecar, startSim, stopAll, type RunningProcess } from '../harness/processes.ts';
 
 export { sleep };
-
-/** A scratch directory removed by `cleanup`. */
-export async function scratchDir(): Promise<{ dir: string; cleanup: () => Promise<void> }> {
-  const dir = await mkdtemp(join(tmpdir(), 'switchyard-test-'));
-  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
-}
-
-/** Fast simulator defaults for tests: short prefill/decode so a stream takes tens of ms. */
-export const FAST_SIM = [
-  '--prefill-ms-per-token',
-  '0.01',
-  '--decode-ms-per-token',
-  '2',
-  '--slots',
-  '8',
-];
-
-export function startSim(name: string, flags: string[] = []): Promise<RunningProcess> {
-  return startSwitchyard(['sim', '--port', '0', '--name', name, ...FAST_SIM, ...flags]);
-}
-
-export function startSidecar(
-  poolFile: string,
-  flags: string[] = [],
-  env: Record<string, string> = {},
-): Promise<RunningProcess> {
-  return startSwitchyard(
-    [
-      'sidecar',
-      '--pool-file',
-      poolFile,
-      '--listen',
-      '127.0.0.1:0',
-      '--admin',
-      '127.0.0.1:0',
-      '--log-level',
-      'info',
-      ...flags,
-    ],
-    { env },
-  );
-}
 
 export interface PoolFixture {
   sims: RunningProcess[];
@@ -96,20 +54,6 @@ export async function startPool(
     await cleanup();
     throw err;
   }
-}
-
-export function balancePool(urls: string[], extra = '', names?: string[]): string {
-  return [
-    'apiVersion: switchyard.dev/v1alpha1',
-    'kind: InferencePool',
-    'metadata: {name: test}',
-    'spec:',
-    '  mode: Balance',
-    '  backends:',
-    ...urls.map((u, i) => `  - {name: ${names?.[i] ?? String.fromCharCode(97 + i)}, url: ${u}/v1}`),
-    extra,
-    '',
-  ].join('\n');
 }
 
 export async function getJson<T>(url: string): Promise<T> {

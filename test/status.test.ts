@@ -9,18 +9,15 @@ import { execFile } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { SWITCHYARD_BIN, stopAll, type RunningProcess } from '../harness/processes.ts';
+import { balancePool, scratchDir } from '../harness/pool-file.ts';
 import {
-  balancePool,
-  debugBackends,
-  eventually,
-  hello,
-  rawChat,
-  scratchDir,
-  simConfig,
+  SWITCHYARD_BIN,
+  stopAll,
+  type RunningProcess,
   startSidecar,
   startSim,
-} from './helpers.ts';
+} from '../harness/processes.ts';
+import { debugBackends, eventually, hello, rawChat, simConfig } from './helpers.ts';
 
 const API_KEY = 'sk-status-test-0123456789abcdef';
 

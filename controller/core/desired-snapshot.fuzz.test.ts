@@ -9,14 +9,11 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import type { InferencePool } from '../../crds/inference-pool.schema.ts';
-import { poolDocument, SERVICE_POOL } from '../../test/reliability/pool-arbitraries.ts';
-import {
-  CONDITION_MESSAGE_MAX_BYTES,
-  desiredSnapshot,
-  type ReconcileResult,
-} from './desired-snapshot.ts';
+import { poolDocument, SERVICE_POOL } from '../../harness/pool-arbitraries.ts';
+import { CONDITION_MESSAGE_MAX_BYTES, desiredSnapshot } from './desired-snapshot.ts';
 import type { EndpointSlice, Secret, Service } from './objects.ts';
 import { SERVICE_NAME_LABEL } from './objects.ts';
+import type { ReconcileResult } from './reconcile-result.ts';
 import { poolStatus } from './status.ts';
 import { base64, NAMESPACE } from './testing.ts';
 

@@ -2,7 +2,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { InferencePool } from '../../crds/inference-pool.schema.ts';
 import { parseSnapshot } from '../../crds/snapshot.ts';
-import { desiredSnapshot, type ReconcileResult } from './desired-snapshot.ts';
+import { desiredSnapshot } from './desired-snapshot.ts';
+import type { ReconcileResult } from './reconcile-result.ts';
 import type { EndpointSlice } from './objects.ts';
 import {
   NAMESPACE,

@@ -11,63 +11,14 @@ import { joinPath } from '../../crds/path.ts';
 import { withDriftVerdict } from '../../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
 import { resolvePolicy, urlEndpoints } from '../../crds/resolve.ts';
-import type { PoolSnapshot } from '../../crds/snapshot.ts';
 import { validatePool } from '../../crds/validate.ts';
 import { readApiKey } from './api-key.ts';
-import { reconcileEvents, type PoolEvent } from './events.ts';
+import { reconcileEvents } from './events.ts';
 import { compareStrings, contentHash } from './hash.ts';
 import type { EndpointSlice, Secret, Service } from './objects.ts';
 import { Reason, clipUtf8, joinLimited, plural, type Problem } from './problems.ts';
+import type { BackendSummary, ReconcileCondition, ReconcileResult } from './reconcile-result.ts';
 import { serviceEndpoints } from './service-endpoints.ts';
-
-export type { PoolEvent } from './events.ts';
-
-export type ConditionType = 'Accepted' | 'ResolvedRefs' | 'Ready';
-
-/** A condition as the core decides it; `status.ts` adds times and the generation. */
-export interface ReconcileCondition {
-  type: ConditionType;
-  status: 'True' | 'False' | 'Unknown';
-  reason: Reason;
-  /** For a person; never a Secret's value. */
-  message: string;
-}
-
-/** What the core decided about one backend. */
-export interface BackendSummary {
-  name: string;
-  tier: number;
-  /** Routable endpoints (0 while the backend has a problem: nothing is sent without its key). */
-  ready: number;
-  /** Every endpoint of the backend: addresses serving the port, routable or not; or its URLs. */
-  total: number;
-  /** Unresolved references (Service, port, Secret); empty when the backend resolved. */
-  problems: Problem[];
-}
-
-/** A snapshot as the core computes it; the shell stamps the `version`. */
-export type DesiredSnapshot = Omit<PoolSnapshot, 'version'>;
-
-export interface ReconcileResult {
-  /**
-   * What the sidecars should run on; undefined when nothing should be sent (the spec is not
-   * accepted, or no backend resolved): the sidecars then keep their last good snapshot.
-   */
-  snapshot: DesiredSnapshot | undefined;
-  /** `snapshot.hash`, or `''` without a snapshot. Covers API keys, reveals none. */
-  hash: string;
-  /** Accepted, ResolvedRefs and Ready, in that order. */
-  conditions: ReconcileCondition[];
-  /**
-   * Over all backends: routable endpoints of resolved backends (not those drift detection
-   * excludes), all endpoints, and the drifted ones (excluded or only flagged).
-   */
-  endpoints: { ready: number; total: number; drifted: number };
-  /** Per backend, in spec order (empty when the spec was not valid). */
-  backends: BackendSummary[];
-  /** What changed since `previous`, worth a Kubernetes Event. */
-  events: PoolEvent[];
-}
 
 export interface ReconcileInput {
   /** The pool as the API serves it (defaulted); validated again here, defensively. */

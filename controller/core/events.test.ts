@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ReconcileResult } from './desired-snapshot.ts';
+import type { ReconcileResult } from './reconcile-result.ts';
 import { EVENT_MESSAGE_MAX_BYTES, reconcileEvents } from './events.ts';
 import { notReady, pool, ready, reconcile, secret, service, slice, type World } from './testing.ts';
 

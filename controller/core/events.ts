@@ -4,17 +4,9 @@
  * the same result says nothing, so a resync emits no events.
  */
 import type { EndpointSpec } from '../../crds/policy-types.ts';
-import type { DesiredSnapshot, ReconcileResult } from './desired-snapshot.ts';
 import { canonicalJson } from './hash.ts';
 import { Reason, clipUtf8, plural } from './problems.ts';
-
-export interface PoolEvent {
-  type: 'Normal' | 'Warning';
-  /** A stable CamelCase code. */
-  reason: Reason;
-  /** For a person; never a Secret's value. */
-  message: string;
-}
+import type { DesiredSnapshot, PoolEvent, ReconcileResult } from './reconcile-result.ts';
 
 /** The limit of an event's note in events.k8s.io/v1; kept for core/v1 messages too. */
 export const EVENT_MESSAGE_MAX_BYTES = 1024;

@@ -28,6 +28,9 @@ export interface IndexablePool {
   } | null;
 }
 
+/** A pool's key on the work queue and everywhere the controller tracks a pool: `namespace/name`. */
+export type PoolKey = string;
+
 /** The work-queue key of a namespaced object: `namespace/name`, as client-go spells it. */
 export function objectKey(namespace: string, name: string): string {
   return `${namespace}/${name}`;

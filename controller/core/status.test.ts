@@ -9,7 +9,7 @@ import {
   poolStatus,
   statusEqual,
   type PoolStatusInput,
-  type SidecarState,
+  type SidecarView,
   twoDigits,
 } from './status.ts';
 import { notReady, pool, ready, reconcile, service, slice } from './testing.ts';
@@ -26,14 +26,14 @@ const down = reconcile(p, {
   slices: [slice('vllm', [notReady('10.0.0.7', '10.0.0.8')])],
 });
 
-const sidecar = (overrides: Partial<SidecarState> = {}): SidecarState => ({
+const sidecar = (overrides: Partial<SidecarView> = {}): SidecarView => ({
   lastSeenMs: 10_000,
   appliedVersion: 3,
   appliedHash: healthy.hash,
   endpoints: [],
   ...overrides,
 });
-const reports = (entries: Record<string, SidecarState>) => ({
+const reports = (entries: Record<string, SidecarView>) => ({
   reports: new Map(Object.entries(entries)),
   nowMs: 20_000,
   staleAfterMs: 30_000,

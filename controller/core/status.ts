@@ -3,16 +3,17 @@
  * that lets the shell write status only when something really changed.
  */
 import type { Condition, InferencePoolStatus } from '../../crds/inference-pool.schema.ts';
-import type { ReconcileResult } from './desired-snapshot.ts';
+import type { ReconcileResult } from './reconcile-result.ts';
 import { canonicalJson, compareStrings } from './hash.ts';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
 
 /**
- * What the controller knows of one sidecar of the pool: whether it streams, when it was last
- * heard from, and its latest report (absent until it sent one).
+ * One sidecar of the pool as the status sees it (a view, not the sidecar's own state): whether
+ * it streams, when the controller last heard from it, and its latest report (absent until it sent
+ * one). Built from this replica's stream connections and from other replicas' summaries.
  */
-export interface SidecarState {
+export interface SidecarView {
   /** It has a snapshot stream open now: connected, however long ago it last reported. */
   streaming?: boolean | undefined;
   /** When the controller last heard from it (connect, report), monotonic ms. */
@@ -39,7 +40,7 @@ export interface SidecarState {
 
 export interface SidecarReports {
   /** By sidecar id (its pod name). */
-  reports: ReadonlyMap<string, SidecarState>;
+  reports: ReadonlyMap<string, SidecarView>;
   nowMs: number;
   /** A sidecar not streaming and not heard from for longer than this is not connected. */
   staleAfterMs: number;
@@ -69,7 +70,7 @@ export interface PoolStatusInput {
 }
 
 /** The sidecars that count as connected: streaming, or heard from within `staleAfterMs`. */
-export function connectedSidecars(input: SidecarReports): SidecarState[] {
+export function connectedSidecars(input: SidecarReports): SidecarView[] {
   return [...input.reports.values()].filter(
     (s) => s.streaming === true || input.nowMs - s.lastSeenMs <= input.staleAfterMs,
   );
@@ -175,7 +176,7 @@ export function fleetHealth(
     string,
     EndpointFleetHealth & { rates: { e: number; r: number; t: number }[] }
   >();
-  // Sidecars on other replicas publish only their non-closed breakers (controller/replica-summary.ts),
+  // Sidecars on other replicas publish only their non-closed breakers (controller/stream/replica-summary.ts),
   // so `reporting` counts the connected sidecars that sent a health report at all.
   const connected = connectedSidecars(sidecars);
   const reporting = connected.filter((s) => s.endpoints !== undefined).length;

@@ -4,7 +4,8 @@
  */
 import type { InferencePool } from '../../crds/inference-pool.schema.ts';
 import { validatePool } from '../../crds/validate.ts';
-import { desiredSnapshot, type ReconcileInput, type ReconcileResult } from './desired-snapshot.ts';
+import { desiredSnapshot, type ReconcileInput } from './desired-snapshot.ts';
+import type { ReconcileResult } from './reconcile-result.ts';
 import {
   SERVICE_NAME_LABEL,
   type Endpoint,

@@ -153,7 +153,10 @@ describe('Balancer properties', () => {
               if (e.breaker === 'closed') return true;
               const probing = attempts.some(
                 (a) =>
-                  !a.finished && a.attempt.probe && current(a) && a.attempt.endpoint.id === e.id,
+                  !a.finished &&
+                  a.attempt.halfOpenProbe &&
+                  current(a) &&
+                  a.attempt.endpoint.id === e.id,
               );
               return e.breaker === 'half-open' && !probing;
             });
@@ -168,7 +171,7 @@ describe('Balancer properties', () => {
               chosen,
               `picked ${result.attempt.endpoint.id}, live: ${live.map((e) => e.id).join()}`,
             );
-            assert.equal(result.attempt.probe, chosen.breaker === 'half-open');
+            assert.equal(result.attempt.halfOpenProbe, chosen.breaker === 'half-open');
             if (s.mode === 'Failover') {
               assert.equal(chosen.tier, Math.min(...live.map((e) => e.tier)));
             }

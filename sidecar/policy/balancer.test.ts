@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { rendezvousPick } from './affinity.ts';
+import { idHash, keyNumber, rendezvousOrder } from './bounded-load.ts';
 import {
   AFFINITY_MAX_SLOWDOWN,
   Balancer,
@@ -18,6 +18,7 @@ import type {
   PickRequest,
   PickResult,
   PolicyEvent,
+  PromptBlocks,
   Rng,
 } from './types.ts';
 
@@ -99,7 +100,7 @@ describe('candidates and shedding', () => {
     const result = picked(balancer.pick({}));
     assert.equal(result.attempt.endpoint.id, 'solo');
     assert.equal(result.affinity, 'none');
-    assert.equal(result.attempt.probe, false);
+    assert.equal(result.attempt.halfOpenProbe, false);
     assert.equal(rng.drawn, 0);
   });
 
@@ -213,7 +214,7 @@ describe('candidates and shedding', () => {
     const { balancer, repeat, clock } = setup({ endpoints: [endpoint('a')], rng: middleRng() });
     repeat(20, 'a', ERROR);
     clock.advance(30_000);
-    assert.equal(picked(balancer.pick({})).attempt.probe, true);
+    assert.equal(picked(balancer.pick({})).attempt.halfOpenProbe, true);
     assert.equal(shedAfter(balancer.pick({})), DEFAULT_SHED_RETRY_AFTER_MS);
   });
 });
@@ -240,7 +241,7 @@ describe('in-flight accounting', () => {
   test('ignores attempts it did not hand out', () => {
     const { balancer, statusOf, pickOn } = setup();
     pickOn('a');
-    const forged: Attempt = { endpoint: endpoint('a'), startedAtMs: 0, probe: false };
+    const forged: Attempt = { endpoint: endpoint('a'), startedAtMs: 0, halfOpenProbe: false };
     balancer.firstByte(forged);
     balancer.finish(forged, ERROR);
     assert.equal(statusOf('a').inFlight, 1);
@@ -293,7 +294,7 @@ describe('Failover mode', () => {
 
     clock.advance(36_000); // past any jittered 30 s period
     const probe = picked(balancer.pick({}));
-    assert.equal(probe.attempt.probe, true);
+    assert.equal(probe.attempt.halfOpenProbe, true);
     assert.equal(probe.attempt.endpoint.tier, 0);
     balancer.finish(probe.attempt, OK);
     const second = picked(balancer.pick({}));
@@ -322,37 +323,61 @@ describe('affinity', () => {
     ...overrides,
     affinity: { key: 'Header', ...overrides.affinity },
   });
-  const homeOf = (key: string, specs: EndpointSpec[]) => rendezvousPick(key, specs)!.id;
+  const orderOf = (key: string, specs: EndpointSpec[]) =>
+    rendezvousOrder(
+      keyNumber(key),
+      specs.map((s) => ({ id: s.id, idHash: idHash(s.id) })),
+    ).map((e) => e.id);
+  const homeOf = (key: string, specs: EndpointSpec[]) => orderOf(key, specs)[0]!;
 
   test("reports 'none' without a key, with an empty key, or when affinity is off", () => {
     const on = setup({ policy: withKey() });
     assert.equal(picked(on.balancer.pick({})).affinity, 'none');
     assert.equal(picked(on.balancer.pick({ affinityKey: '' })).affinity, 'none');
-    const off = setup();
-    assert.equal(picked(off.balancer.pick({ affinityKey: 'k' })).affinity, 'none');
+    const off = setup({ policy: { affinity: { key: 'None' } } });
+    assert.equal(picked(off.balancer.pick({ affinityKey: 'k', prompt: PROMPT })).affinity, 'none');
+    const prefixOnly = setup();
+    assert.equal(picked(prefixOnly.balancer.pick({ affinityKey: 'k' })).affinity, 'none');
   });
 
-  test('keeps a key on its sticky endpoint while it is at most maxExtraInFlight busier than the least busy', () => {
+  test('keeps a key at home under the load bound, then spills to its second endpoint', () => {
     const specs = five();
     const { balancer, statusOf } = setup({ endpoints: specs, policy: withKey() });
-    const home = homeOf('session-1', specs);
-    // The default slack is 1: home at 0 and at 1 in flight (the others at 0) still wins.
+    const [home, second] = orderOf('session-1', specs);
+    // Idle pool: the home takes two (the second within maxExtraInFlight 1 of the least busy).
     for (let i = 0; i < 2; i++) {
       const result = picked(balancer.pick({ affinityKey: 'session-1' }));
       assert.equal(result.affinity, 'hit');
       assert.equal(result.attempt.endpoint.id, home);
     }
-    const third = picked(balancer.pick({ affinityKey: 'session-1' }));
-    assert.equal(third.affinity, 'slow');
-    assert.notEqual(third.attempt.endpoint.id, home);
-    assert.equal(statusOf(home).inFlight, 2);
+    const next = picked(balancer.pick({ affinityKey: 'session-1' }));
+    assert.equal(next.affinity, 'spill');
+    assert.equal(next.attempt.endpoint.id, second, 'the same second home from every sidecar');
+    assert.equal(statusOf(home!).inFlight, 2);
   });
 
-  test('a large maxExtraInFlight keeps the key at home however busy it is', () => {
+  test('under load the bound is loadFactor × the average, not the least busy + maxExtraInFlight', () => {
+    const specs = five();
+    const { balancer, pickOn } = setup({
+      endpoints: specs,
+      policy: withKey({ affinity: { key: 'Header', maxExtraInFlight: 0 } }),
+    });
+    const [home, second] = orderOf('k', specs);
+    // Every endpoint at 4, the home at 5: capacity ⌈1.25 · 22 / 5⌉ = 6, so the home takes one
+    // more (at least + maxExtraInFlight it would take none); then ⌈1.25 · 23 / 5⌉ = 6 again.
+    for (const s of specs) for (let i = 0; i < 4; i++) pickOn(s.id);
+    pickOn(home!);
+    assert.equal(picked(balancer.pick({ affinityKey: 'k' })).attempt.endpoint.id, home);
+    const spilled = picked(balancer.pick({ affinityKey: 'k' }));
+    assert.equal(spilled.affinity, 'spill');
+    assert.equal(spilled.attempt.endpoint.id, second);
+  });
+
+  test('a large loadFactor keeps the key at home however busy it is', () => {
     const specs = five();
     const { balancer, statusOf } = setup({
       endpoints: specs,
-      policy: withKey({ affinity: { key: 'Header', maxExtraInFlight: 1000 } }),
+      policy: withKey({ affinity: { key: 'Header', loadFactor: 1000 } }),
     });
     const home = homeOf('session-1', specs);
     for (let i = 0; i < 50; i++) {
@@ -366,15 +391,18 @@ describe('affinity', () => {
   test('sends different keys to different endpoints', () => {
     const { balancer } = setup({ endpoints: five(), policy: withKey() });
     const homes = new Set<string>();
-    for (let k = 0; k < 100; k++)
-      homes.add(picked(balancer.pick({ affinityKey: `k${k}` })).attempt.endpoint.id);
+    for (let k = 0; k < 100; k++) {
+      const result = picked(balancer.pick({ affinityKey: `k${k}` }));
+      balancer.finish(result.attempt, NEUTRAL);
+      homes.add(result.attempt.endpoint.id);
+    }
     assert.equal(homes.size, 5);
   });
 
-  test(`lets go of a sticky endpoint slower than ${AFFINITY_MAX_SLOWDOWN}× the candidates' median`, () => {
+  test(`passes over a home slower than ${AFFINITY_MAX_SLOWDOWN}× the candidates' median, to the next in order`, () => {
     const specs = five();
     const key = 'session-slow';
-    const home = homeOf(key, specs);
+    const [home, second] = orderOf(key, specs);
     // maxTtftSlowdown 100: the breaker stays out of it, this is the affinity rule alone.
     const { balancer, repeat } = setup({
       endpoints: specs,
@@ -382,11 +410,11 @@ describe('affinity', () => {
     });
     for (const s of specs) repeat(5, s.id, OK, s.id === home ? 2_000 : 100);
     const result = picked(balancer.pick({ affinityKey: key }));
-    assert.equal(result.affinity, 'slow');
-    assert.notEqual(result.attempt.endpoint.id, home); // the slowest never wins a P2C pair
+    assert.equal(result.affinity, 'spill');
+    assert.equal(result.attempt.endpoint.id, second);
   });
 
-  test('keeps a sticky endpoint that is slower, but within maxSlowdown', () => {
+  test('keeps a home that is slower, but within maxSlowdown', () => {
     const specs = five();
     const key = 'session-ok';
     const home = homeOf(key, specs);
@@ -412,39 +440,48 @@ describe('affinity', () => {
     assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'hit');
   });
 
-  test("reports 'unavailable' and balances when the sticky endpoint's breaker is open", () => {
+  test("spills to the key's second endpoint while its home's breaker is open or half-open", () => {
     const specs = five();
     const key = 'session-broken';
-    const home = homeOf(key, specs);
-    const { balancer, repeat } = setup({ endpoints: specs, policy: withKey() });
-    repeat(20, home, ERROR);
-    for (let i = 0; i < 20; i++) {
-      const result = picked(balancer.pick({ affinityKey: key }));
-      assert.equal(result.affinity, 'unavailable');
-      assert.notEqual(result.attempt.endpoint.id, home);
-    }
-  });
-
-  test("reports 'unavailable' while the sticky endpoint is half-open", () => {
-    const specs = five();
-    const key = 'session-probing';
-    const home = homeOf(key, specs);
+    const [home, second] = orderOf(key, specs);
     const { balancer, repeat, clock } = setup({ endpoints: specs, policy: withKey() });
-    repeat(20, home, ERROR);
-    clock.advance(36_000);
-    assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'unavailable');
+    repeat(20, home!, ERROR);
+    for (let i = 0; i < 5; i++) {
+      const result = picked(balancer.pick({ affinityKey: key }));
+      assert.equal(result.affinity, 'spill');
+      assert.equal(result.attempt.endpoint.id, second);
+      balancer.finish(result.attempt, NEUTRAL);
+    }
+    clock.advance(36_000); // half-open: the probe is for P2C traffic, not for this key
+    const probing = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(probing.affinity, 'spill');
+    assert.equal(probing.attempt.endpoint.id, second);
   });
 
-  test("reports 'unavailable' when the sticky endpoint is excluded or cooling down", () => {
+  test('spills when the home is excluded (a retry) or cooling down after a 429', () => {
     const specs = five();
     const key = 'session-excluded';
-    const home = homeOf(key, specs);
+    const [home, second] = orderOf(key, specs);
     const { balancer, serve } = setup({ endpoints: specs, policy: withKey() });
-    const retry = picked(balancer.pick({ affinityKey: key, exclude: new Set([home]) }));
-    assert.equal(retry.affinity, 'unavailable');
-    assert.notEqual(retry.attempt.endpoint.id, home);
-    serve(home, { kind: 'rate-limited', retryAfterMs: 5_000 });
-    assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'unavailable');
+    const retry = picked(balancer.pick({ affinityKey: key, exclude: new Set([home!]) }));
+    assert.equal(retry.affinity, 'spill');
+    assert.equal(retry.attempt.endpoint.id, second);
+    balancer.finish(retry.attempt, NEUTRAL);
+    serve(home!, { kind: 'rate-limited', retryAfterMs: 5_000 });
+    assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'spill');
+  });
+
+  test("balances as 'overloaded' when no admissible endpoint fits under the bound", () => {
+    const specs = [endpoint('a'), endpoint('b')];
+    const { balancer, repeat, pickOn } = setup({
+      endpoints: specs,
+      policy: withKey({ health: { maxTtftSlowdown: 100 }, affinity: { maxSlowdown: 1.2 } }),
+    });
+    repeat(5, 'a', OK, 2_000);
+    repeat(5, 'b', OK, 100);
+    for (let i = 0; i < 5; i++) pickOn('b'); // b busy, a slow and idle
+    const result = picked(balancer.pick({ affinityKey: 'anything' }));
+    assert.equal(result.affinity, 'overloaded');
   });
 
   test('re-homes the keys of a drifted endpoint onto the remaining ones', () => {
@@ -504,13 +541,144 @@ describe('affinity', () => {
     ];
     const { balancer } = setup({
       endpoints,
-      policy: withKey({ mode: 'Failover', affinity: { key: 'Header', maxExtraInFlight: 1000 } }),
+      policy: withKey({ mode: 'Failover', affinity: { key: 'Header', loadFactor: 1000 } }),
     });
     for (let k = 0; k < 50; k++) {
       const result = picked(balancer.pick({ affinityKey: `k${k}` }));
       assert.equal(result.affinity, 'hit');
       assert.equal(result.attempt.endpoint.tier, 0);
     }
+  });
+});
+
+/** A prompt of a conversation: system block 11, first user turn 12 (the home key), then more. */
+const PROMPT: PromptBlocks = { hashes: [11, 12], ends: [256, 400], homeDepth: 2 };
+const nextTurn = (prompt: PromptBlocks, ...more: number[]): PromptBlocks => ({
+  hashes: [...prompt.hashes, ...more],
+  ends: [...prompt.ends, ...more.map((_, i) => (prompt.ends.at(-1) ?? 0) + 100 * (i + 1))],
+  homeDepth: prompt.homeDepth,
+});
+
+describe('prefix affinity', () => {
+  const PREFIX: PolicyOverrides = { affinity: { key: 'Prefix' } };
+  const eight = () => Array.from({ length: 8 }, (_, i) => endpoint(`e${i}`));
+  const order = (key: number, specs: EndpointSpec[]) =>
+    rendezvousOrder(
+      key,
+      specs.map((s) => ({ id: s.id, idHash: idHash(s.id) })),
+    ).map((e) => e.id);
+
+  test("a new conversation goes to the rendezvous home of its first turn's key", () => {
+    const specs = eight();
+    const { balancer } = setup({ endpoints: specs, policy: PREFIX });
+    const result = picked(balancer.pick({ prompt: PROMPT }));
+    assert.equal(result.affinity, 'hit');
+    assert.equal(result.attempt.endpoint.id, order(12, specs)[0]);
+  });
+
+  test('a later turn goes where the earlier turn went, even when that was a spill', () => {
+    const specs = eight();
+    const { balancer, pickOn } = setup({ endpoints: specs, policy: PREFIX });
+    const [home, second] = order(12, specs);
+    // The home is busy when the first turn arrives.
+    const busy = [pickOn(home!), pickOn(home!)];
+    const turn1 = picked(balancer.pick({ prompt: PROMPT }));
+    assert.equal(turn1.affinity, 'spill');
+    assert.equal(turn1.attempt.endpoint.id, second);
+    balancer.finish(turn1.attempt, OK);
+    for (const attempt of busy) balancer.finish(attempt, OK);
+    // The home is free again, but the second holds the conversation's KV blocks.
+    const turn2 = picked(balancer.pick({ prompt: nextTurn(PROMPT, 13, 14) }));
+    assert.equal(turn2.affinity, 'hit');
+    assert.equal(turn2.attempt.endpoint.id, second);
+  });
+
+  test('a match shorter than the home key does not count: conversations sharing only a system prompt spread', () => {
+    const specs = eight();
+    const { balancer } = setup({ endpoints: specs, policy: PREFIX });
+    const a = picked(balancer.pick({ prompt: PROMPT }));
+    balancer.finish(a.attempt, OK);
+    const other: PromptBlocks = { hashes: [11, 99], ends: [256, 400], homeDepth: 2 };
+    const b = picked(balancer.pick({ prompt: other }));
+    assert.equal(b.attempt.endpoint.id, order(99, specs)[0]);
+  });
+
+  test('a busy holder spills along the order of the matched prefix', () => {
+    const specs = eight();
+    const { balancer, pickOn } = setup({ endpoints: specs, policy: PREFIX });
+    const turn1 = picked(balancer.pick({ prompt: PROMPT }));
+    balancer.finish(turn1.attempt, OK);
+    const holder = turn1.attempt.endpoint.id;
+    pickOn(holder);
+    pickOn(holder);
+    pickOn(holder);
+    const turn2 = picked(balancer.pick({ prompt: nextTurn(PROMPT, 13) }));
+    assert.equal(turn2.affinity, 'spill');
+    assert.equal(
+      turn2.attempt.endpoint.id,
+      order(12, specs).find((id) => id !== holder),
+    );
+  });
+
+  test('forgets what a removed endpoint held', () => {
+    const specs = eight();
+    const { balancer, update } = setup({ endpoints: specs, policy: PREFIX });
+    const turn1 = picked(balancer.pick({ prompt: PROMPT }));
+    balancer.finish(turn1.attempt, OK);
+    const holder = turn1.attempt.endpoint.id;
+    update(
+      {},
+      specs.filter((s) => s.id !== holder),
+    );
+    update(PREFIX, specs);
+    // Back, but empty: the next turn goes by its home key's order again, to the same home.
+    const turn2 = picked(balancer.pick({ prompt: nextTurn(PROMPT, 13) }));
+    assert.equal(turn2.attempt.endpoint.id, order(12, specs)[0]);
+  });
+
+  test('records nothing with a Header policy', () => {
+    const specs = eight();
+    const { balancer } = setup({ endpoints: specs, policy: { affinity: { key: 'Header' } } });
+    const result = picked(balancer.pick({ prompt: PROMPT }));
+    assert.equal(result.affinity, 'none');
+  });
+});
+
+describe('server-reported load', () => {
+  test('steers balancing away from an endpoint whose queue other sidecars fill', () => {
+    const { balancer, statusOf } = setup({ endpoints: [endpoint('a'), endpoint('b')] });
+    balancer.reportLoad('a', { running: 6, waiting: 4, kvCacheUsage: 0.8 });
+    for (let i = 0; i < 5; i++) {
+      assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'b');
+    }
+    assert.equal(statusOf('a').load, 10);
+    assert.equal(statusOf('b').load, 5);
+    assert.deepEqual(statusOf('a').reported, {
+      running: 6,
+      waiting: 4,
+      kvCacheUsage: 0.8,
+      ageMs: 0,
+    });
+    assert.equal(statusOf('b').reported, undefined);
+  });
+
+  test('forgets a report after the maximum age', () => {
+    const clock = fakeClock();
+    const balancer = new Balancer(testPolicy(), [endpoint('a')], {
+      clock,
+      rng: seededRng(1),
+      reportMaxAgeMs: 100,
+    });
+    balancer.reportLoad('a', { waiting: 9 });
+    assert.equal(balancer.status()[0]!.load, 9);
+    clock.advance(101);
+    assert.equal(balancer.status()[0]!.load, 0);
+  });
+
+  test('ignores reports for endpoints it does not know', () => {
+    const { balancer } = setup();
+    balancer.reportLoad('nobody', { waiting: 3 });
+    assert.ok(balancer.status().every((s) => s.load === 0));
   });
 });
 
@@ -770,7 +938,7 @@ describe('breaker', () => {
     assert.equal(shedAfter(balancer.pick({})), 1);
     clock.advance(1);
     const probe = picked(balancer.pick({}));
-    assert.equal(probe.attempt.probe, true);
+    assert.equal(probe.attempt.halfOpenProbe, true);
     assert.deepEqual(breakerEvents()[1], {
       kind: 'breaker',
       endpointId: 'a',
@@ -794,7 +962,7 @@ describe('breaker', () => {
     repeat(20, 'a', ERROR);
     clock.advance(30_000);
     const probe = picked(balancer.pick({ exclude: new Set(['b', 'c']) }));
-    assert.equal(probe.attempt.probe, true);
+    assert.equal(probe.attempt.halfOpenProbe, true);
     assert.equal(statusOf('a').breaker, 'half-open');
     for (let i = 0; i < 20; i++) {
       assert.notEqual(picked(balancer.pick({})).attempt.endpoint.id, 'a');
@@ -823,7 +991,7 @@ describe('breaker', () => {
     for (let i = 0; i < 3; i++) {
       clock.advance(periods.at(-1)!);
       const probe = picked(balancer.pick({}));
-      assert.equal(probe.attempt.probe, true);
+      assert.equal(probe.attempt.halfOpenProbe, true);
       balancer.finish(probe.attempt, i === 1 ? LIMITED : ERROR); // a 429 fails a probe too
       const reopened = breakerEvents().at(-1)!;
       assert.equal(reopened.reason, 'probe-failed');
@@ -856,7 +1024,7 @@ describe('breaker', () => {
     balancer.finish(picked(balancer.pick({})).attempt, NEUTRAL);
     assert.equal(statusOf('a').breaker, 'half-open');
     const next = picked(balancer.pick({}));
-    assert.equal(next.attempt.probe, true);
+    assert.equal(next.attempt.halfOpenProbe, true);
   });
 
   test('lets only the probe decide: attempts from before the opening do not', () => {
@@ -1083,6 +1251,7 @@ describe('status', () => {
         url: 'http://x/v1',
         tier: 0,
         inFlight: 0,
+        load: 0,
         ewmaTtftMs: 700,
         ewmaSeeded: true,
         breaker: 'closed',
@@ -1101,6 +1270,7 @@ describe('status', () => {
         url: 'http://y/v1',
         tier: 1,
         inFlight: 0,
+        load: 0,
         ewmaTtftMs: 700,
         ewmaSeeded: true,
         breaker: 'closed',
@@ -1128,7 +1298,7 @@ describe('status', () => {
     assert.equal(statusOf('a').driftMismatches, 2);
     balancer.update(testPolicy(), [endpoint('b')]);
     balancer.noteDriftMismatch(attempt); // a left the pool: nothing to count on
-    balancer.noteDriftMismatch({ endpoint: endpoint('z'), startedAtMs: 0, probe: false });
+    balancer.noteDriftMismatch({ endpoint: endpoint('z'), startedAtMs: 0, halfOpenProbe: false });
   });
 
   test('shows an expired open breaker as half-open', () => {
@@ -1183,7 +1353,7 @@ describe('robustness', () => {
     now = Infinity;
     assert.equal(shedAfter(balancer.pick({})), 30_000);
     now = 31_000;
-    assert.equal(picked(balancer.pick({})).attempt.probe, true);
+    assert.equal(picked(balancer.pick({})).attempt.halfOpenProbe, true);
   });
 
   test('treats an unknown outcome kind as neutral', () => {

@@ -3,9 +3,11 @@
  *
  *   candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
  *     → tier (Failover: the first tier with a candidate; Balance: all)
- *     → affinity (rendezvous-sticky endpoint unless broken or slow)
- *     → least loaded, then P2C on score
- *     → breaker probe slot, in-flight +1
+ *     → affinity (the endpoint holding the longest known prefix, else the prompt's home by
+ *       rendezvous hashing, spilling along that order past endpoints over their load bound)
+ *     → least loaded, then P2C on score (load: this sidecar's in-flight, corrected by what the
+ *       servers report)
+ *     → half-open breaker probe slot, in-flight +1
  *
  * and, as attempts end, the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
  * health window, breakers, cooldowns, and the retry budget.
@@ -13,14 +15,27 @@
  * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
-import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN, rendezvousPick } from './affinity.ts';
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from './affinity.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
+import {
+  DEFAULT_LOAD_FACTOR,
+  idHash,
+  keyNumber,
+  loadCapacity,
+  rendezvousOrder,
+} from './bounded-load.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { median } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
+import {
+  DEFAULT_BLOCKS_PER_ENDPOINT,
+  DEFAULT_PREFIX_MAX_AGE_MS,
+  PrefixIndex,
+} from './prefix-index.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { costTermMs, score } from './score.ts';
+import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import type {
   AffinityResult,
@@ -70,6 +85,8 @@ export interface BalancerDeps {
   onEvent?: ((event: PolicyEvent) => void) | undefined;
   /** A baseline picker instead of affinity + P2C (benchmarks only); default `p2c`. */
   picker?: Picker | undefined;
+  /** How old a server's load report may be and still count (DEFAULT_REPORT_MAX_AGE_MS). */
+  reportMaxAgeMs?: number | undefined;
 }
 
 type HealthCounter = 'requests' | 'errors' | 'rateLimited';
@@ -78,6 +95,8 @@ const HEALTH_COUNTERS: readonly HealthCounter[] = ['requests', 'errors', 'rateLi
 /** Everything the balancer remembers about one endpoint id. */
 interface EndpointState {
   readonly id: string;
+  /** Hash of the id, for rendezvous weights (computed once). */
+  readonly idHash: number;
   spec: EndpointSpec;
   readonly breaker: Breaker;
   window: SlidingWindow<HealthCounter>;
@@ -99,12 +118,14 @@ interface EndpointState {
   removed: boolean;
   /** Responses that contradicted the endpoint's drift probe. */
   driftMismatches: number;
+  /** What the server last said about its load (ORCA header or /metrics). */
+  readonly reported: ReportedLoad;
 }
 
 /** What the balancer knows about an attempt it handed out. */
 interface AttemptRecord {
   readonly state: EndpointState;
-  readonly probeToken: number | undefined;
+  readonly halfOpenProbeToken: number | undefined;
   /** Size of the request body, when the shell told: TTFT samples are normalised by it. */
   readonly requestBytes: number | undefined;
   ttftMs: number | undefined;
@@ -127,6 +148,12 @@ export class Balancer implements PoolBalancer {
   #tiers: EndpointState[][] = [];
   /** Keyed by the Attempt object itself: the shell cannot forge or mutate this bookkeeping. */
   readonly #attempts = new WeakMap<Attempt, AttemptRecord>();
+  /** Which endpoint this sidecar sent which prompt prefixes to. */
+  readonly #prefixes = new PrefixIndex({
+    blocksPerEndpoint: DEFAULT_BLOCKS_PER_ENDPOINT,
+    maxAgeMs: DEFAULT_PREFIX_MAX_AGE_MS,
+  });
+  readonly #reportMaxAgeMs: number;
   #lastNowMs = 0;
 
   constructor(policy: PoolPolicy, endpoints: readonly EndpointSpec[], deps: BalancerDeps) {
@@ -135,6 +162,7 @@ export class Balancer implements PoolBalancer {
     this.#rng = deps.rng;
     this.#onEvent = deps.onEvent;
     this.#picker = deps.picker ?? 'p2c';
+    this.#reportMaxAgeMs = deps.reportMaxAgeMs ?? DEFAULT_REPORT_MAX_AGE_MS;
     this.#ewma = new TtftEwmas(policy.defaultTtftMs);
     this.#budget = new RetryBudget(policy.retry, deps.clock);
     this.#setEndpoints(endpoints, false);
@@ -183,21 +211,31 @@ export class Balancer implements PoolBalancer {
         affinity: 'none',
       };
     }
-    const sticky = this.#sticky(request.affinityKey, pool, candidates);
+    const affinity = this.#affinity(request, pool, candidates, now);
     const chosen =
-      sticky.endpoint ??
+      affinity.endpoint ??
       pickLeastLoaded(
         candidates,
         this.#rng,
-        (s) => s.inFlight,
-        (s) => this.#score(s),
+        (s) => this.#load(s, now),
+        (s) => this.#score(s, now),
         (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
+    // Wherever it went, that endpoint now holds this prompt's prefix.
+    if (request.prompt !== undefined && this.#policy.affinity.key === 'Prefix') {
+      this.#prefixes.record(request.prompt.hashes, chosen.id, now);
+    }
     return {
       kind: 'picked',
       attempt: this.#start(chosen, now, request.requestBytes),
-      affinity: sticky.result,
+      affinity: affinity.result,
     };
+  }
+
+  reportLoad(endpointId: string, report: ServerLoadReport): void {
+    const state = this.#states.get(endpointId);
+    if (state === undefined) return;
+    state.reported.update(report, state.inFlight, this.#now());
   }
 
   firstByte(attempt: Attempt): void {
@@ -239,14 +277,14 @@ export class Balancer implements PoolBalancer {
       this.#coolDown(state, now, (outcome as { retryAfterMs?: unknown }).retryAfterMs);
     }
 
-    if (record.probeToken !== undefined) {
+    if (record.halfOpenProbeToken !== undefined) {
       const verdict =
         kind === 'success'
           ? 'succeeded'
           : kind === 'error' || kind === 'rate-limited'
             ? 'failed'
             : 'released';
-      const settled = state.breaker.settleProbe(record.probeToken, verdict, now, this.#rng);
+      const settled = state.breaker.settleProbe(record.halfOpenProbeToken, verdict, now, this.#rng);
       if (settled?.to === 'closed') state.window.clear(); // a clean slate after recovery
       this.#emit(state, settled);
     }
@@ -279,6 +317,8 @@ export class Balancer implements PoolBalancer {
         url: s.spec.url,
         tier: s.spec.tier,
         inFlight: s.inFlight,
+        load: this.#load(s, now),
+        ...this.#reportedStatus(s, now),
         ewmaTtftMs: this.#ewma.valueMs(s.id),
         ewmaSeeded: !this.#ewma.hasSamples(s.id),
         breaker: s.breaker.state,
@@ -297,6 +337,14 @@ export class Balancer implements PoolBalancer {
         costPerMTok: s.spec.costPerMTok,
       };
     });
+  }
+
+  #reportedStatus(
+    state: EndpointState,
+    now: number,
+  ): { reported?: NonNullable<EndpointStatus['reported']> } {
+    const last = state.reported.last(now, this.#reportMaxAgeMs);
+    return last === undefined ? {} : { reported: last };
   }
 
   /**
@@ -319,6 +367,7 @@ export class Balancer implements PoolBalancer {
       if (state === undefined) {
         state = {
           id: spec.id,
+          idHash: idHash(spec.id),
           spec,
           breaker: new Breaker(health),
           window: new SlidingWindow(health.windowMs, HEALTH_COUNTERS),
@@ -331,6 +380,7 @@ export class Balancer implements PoolBalancer {
           cooldownUntilMs: -Infinity,
           removed: false,
           driftMismatches: 0,
+          reported: new ReportedLoad(),
         };
       } else {
         state.spec = spec;
@@ -344,9 +394,11 @@ export class Balancer implements PoolBalancer {
       if (next.has(id)) continue;
       state.removed = true;
       this.#ewma.forget(id);
+      this.#prefixes.forget(id);
     }
     this.#states = next;
     this.#order = [...next.values()];
+    this.#prefixes.setEndpointCount(this.#order.length);
     const tiers = new Map<number, EndpointState[]>();
     for (const state of this.#order) {
       const group = tiers.get(state.spec.tier);
@@ -361,40 +413,95 @@ export class Balancer implements PoolBalancer {
   }
 
   /**
-   * The affinity decision. The rendezvous winner over the whole tier set is the key's home; it
-   * is kept when it is a closed candidate no slower than maxSlowdown × the candidates' median.
-   * When the home is down, excluded or probing, the request is balanced ('unavailable') rather
-   * than sent to a runner-up: HRW spreads those keys evenly anyway, and this stays simple.
+   * The affinity decision (docs/policy.md §3):
+   *
+   * 1. The endpoint that holds the longest known prefix of the prompt, when that prefix reaches at
+   *    least the prompt's home key (a turn of a conversation this sidecar has seen), and it fits
+   *    under the load bound: `hit`.
+   * 2. Otherwise the endpoints in the rendezvous order of the key (the matched prefix, the
+   *    prompt's conversation-stable home key, or the affinity header): the first that is a
+   *    closed, not-slow candidate under the load bound. The first in order is a `hit`, a later
+   *    one a `spill` — the same second home from every sidecar.
+   * 3. None fits: `overloaded`, and the request is balanced.
+   *
+   * The order is over the whole tier set (`pool`), live or not, so that a key keeps its place
+   * while other endpoints come and go.
    */
-  #sticky(
-    key: string | undefined,
+  #affinity(
+    request: PickRequest,
     pool: readonly EndpointState[],
     candidates: readonly EndpointState[],
+    now: number,
   ): { endpoint?: EndpointState; result: AffinityResult } {
-    if (key === undefined || key === '' || this.#policy.affinity.key === 'None') {
-      return { result: 'none' };
-    }
-    const home = rendezvousPick(key, pool) as EndpointState; // pool ⊇ candidates ≠ ∅
-    if (!candidates.includes(home) || home.breaker.state !== 'closed') {
-      return { result: 'unavailable' };
-    }
-    const configured = this.#policy.affinity.maxSlowdown;
+    const affinity = this.#policy.affinity;
+    const prompt = affinity.key === 'Prefix' ? request.prompt : undefined;
+    const header =
+      affinity.key === 'Header' && request.affinityKey !== undefined && request.affinityKey !== ''
+        ? request.affinityKey
+        : undefined;
+    if (prompt === undefined && header === undefined) return { result: 'none' };
+
+    const configured = affinity.maxSlowdown;
     const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
-    const reference = median(candidates.map((s) => this.#ewma.valueMs(s.id))) as number;
-    if (this.#ewma.valueMs(home.id) > maxSlowdown * reference) return { result: 'slow' };
-    // Busier than the least busy candidate by more than the slack: the queue there costs more
-    // than the cache hit saves. Counted as 'slow' (the home would answer later).
-    const slack = this.#policy.affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
-    let least = Infinity;
-    for (const c of candidates) least = Math.min(least, c.inFlight);
-    if (home.inFlight > least + slack) return { result: 'slow' };
-    return { endpoint: home, result: 'hit' };
+    const reference = median(candidates.map((c) => this.#ewma.valueMs(c.id))) as number;
+    const admissible = (s: EndpointState): boolean =>
+      s.breaker.state === 'closed' &&
+      candidates.includes(s) &&
+      !(this.#ewma.valueMs(s.id) > maxSlowdown * reference);
+    // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
+    // above the least loaded candidate: the bound alone is strict while the pool is nearly
+    // idle (one request in flight can exceed it), where a cache hit still beats an empty queue.
+    const loads = candidates.map((c) => this.#load(c, now));
+    const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
+    const slack = affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
+    const least = Math.min(...loads);
+    const fits = (s: EndpointState): boolean => {
+      const load = this.#load(s, now);
+      return load < capacity || load <= least + slack;
+    };
+
+    let key: number;
+    if (prompt !== undefined) {
+      const byId = new Map(pool.map((s) => [s.id, s]));
+      const match = this.#prefixes.longestMatch(
+        prompt.hashes,
+        (id) => {
+          const s = byId.get(id);
+          return s !== undefined && admissible(s);
+        },
+        now,
+      );
+      if (match !== undefined && match.depth >= prompt.homeDepth) {
+        // The least loaded holder; the most recently used among equals (holders come in that order).
+        let best: EndpointState | undefined;
+        for (const id of match.holders) {
+          const s = byId.get(id) as EndpointState;
+          if (best === undefined || this.#load(s, now) < this.#load(best, now)) best = s;
+        }
+        if (best !== undefined && fits(best)) return { endpoint: best, result: 'hit' };
+        key = prompt.hashes[match.depth - 1] as number;
+      } else {
+        key = prompt.hashes[prompt.homeDepth - 1] as number;
+      }
+    } else {
+      key = keyNumber(header as string);
+    }
+    const order = rendezvousOrder(key, pool);
+    for (const [rank, s] of order.entries()) {
+      if (admissible(s) && fits(s)) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
+    }
+    return { result: 'overloaded' };
   }
 
-  #score(state: EndpointState): number {
+  /** This sidecar's in-flight count corrected by the server's last report (server-load.ts). */
+  #load(state: EndpointState, now: number): number {
+    return state.reported.estimate(state.inFlight, now, this.#reportMaxAgeMs);
+  }
+
+  #score(state: EndpointState, now: number): number {
     return score(
       {
-        inFlight: state.inFlight,
+        inFlight: this.#load(state, now),
         ewmaTtftMs: this.#ewma.valueMs(state.id),
         costPerMTok: state.spec.costPerMTok,
       },
@@ -409,16 +516,16 @@ export class Balancer implements PoolBalancer {
     if (state.inFlight === 0 && idleAfterMs > 0 && now - state.lastActivityMs >= idleAfterMs) {
       state.dropNextSample = true;
     }
-    const probeToken = state.breaker.takeProbe();
+    const halfOpenProbeToken = state.breaker.takeProbe();
     const attempt: Attempt = Object.freeze({
       endpoint: state.spec,
       startedAtMs: now,
-      probe: probeToken !== undefined,
+      halfOpenProbe: halfOpenProbeToken !== undefined,
     });
     state.inFlight += 1;
     this.#attempts.set(attempt, {
       state,
-      probeToken,
+      halfOpenProbeToken,
       requestBytes,
       ttftMs: undefined,
       finished: false,

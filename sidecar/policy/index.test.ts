@@ -14,8 +14,10 @@ describe('public API', () => {
     assert.equal(policy.MAX_RETRY_AFTER_COOLDOWN_MS, 60_000);
     assert.equal(policy.DEFAULT_SHED_RETRY_AFTER_MS, 1_000);
     for (const fn of [
+      policy.affinityFor,
       policy.affinityKeyFor,
-      policy.rendezvousPick,
+      policy.promptBlocks,
+      policy.rendezvousOrder,
       policy.seededRng,
       policy.score,
     ]) {
@@ -35,9 +37,9 @@ describe('public API', () => {
         { role: 'user', content: 'hi' },
       ],
     };
-    const affinityKey = policy.affinityKeyFor({ headers: {}, body }, p.affinity);
+    const affinity = policy.affinityFor({ headers: {}, body }, p.affinity);
     balancer.recordRequest();
-    const result = balancer.pick({ affinityKey });
+    const result = balancer.pick(affinity);
     assert.equal(result.kind, 'picked');
     assert.equal(result.affinity, 'hit');
     balancer.firstByte(result.attempt);

@@ -1,13 +1,21 @@
-/** The public API of the routing policy core. The proxy shell imports from here only. */
+/**
+ * The public API of the routing policy core. The shells around it (`sidecar/config/`,
+ * `sidecar/proxy/`, `sidecar/admin/`, `sidecar/sidecar.ts`) import the policy from here only; a
+ * test (sidecar/layers.test.ts) keeps it so.
+ */
 export type * from './types.ts';
 export {
   AFFINITY_MAX_SLOWDOWN,
   MIN_PREFIX_CHARS_FOR_AFFINITY,
+  affinityFor,
   affinityKeyFor,
-  rendezvousPick,
-  stablePromptText,
+  type AffinityInput,
   type AffinityRequest,
 } from './affinity.ts';
+export { DEFAULT_LOAD_FACTOR, loadCapacity, rendezvousOrder } from './bounded-load.ts';
+export { PrefixIndex } from './prefix-index.ts';
+export { promptBlocks } from './prompt-blocks.ts';
+export { ReportedLoad } from './server-load.ts';
 export {
   Balancer,
   DEFAULT_SHED_RETRY_AFTER_MS,
@@ -31,6 +39,7 @@ export {
   blendEwma,
   isUsableTtftSample,
 } from './ewma.ts';
+export { PICKERS, type Picker } from './baseline-pickers.ts';
 export { fnv1a64, toHex64, type Hash64 } from './hash.ts';
 export { median } from './median.ts';
 export { pickTwoChoices } from './p2c.ts';

@@ -28,17 +28,29 @@ export type {
 } from '../../crds/policy-types.ts';
 import type { EndpointSpec, PoolPolicy } from '../../crds/policy-types.ts';
 
+import type { PromptBlocks } from './prompt-blocks.ts';
+import type { ServerLoadReport } from './server-load.ts';
+export type { PromptBlocks, ServerLoadReport };
+
 export type BreakerState = 'closed' | 'open' | 'half-open';
 
-/** Why an affinity decision went the way it did (the `result` label of the affinity metric). */
-export type AffinityResult = 'hit' | 'slow' | 'unavailable' | 'none';
+/**
+ * Why an affinity decision went the way it did (the `result` label of the affinity metric):
+ * `hit` the prompt's home or the holder of its longest known prefix; `spill` a later endpoint of
+ * the key's rendezvous order (the earlier ones were down, slow or over the load bound);
+ * `overloaded` none fitted, so the request was balanced; `none` no key.
+ */
+export type AffinityResult = 'hit' | 'spill' | 'overloaded' | 'none';
 
 /** One dispatch to one endpoint, from pick until the response ends or the client leaves. */
 export interface Attempt {
   readonly endpoint: EndpointSpec;
   readonly startedAtMs: number;
-  /** True when this attempt is the single probe of a half-open breaker. */
-  readonly probe: boolean;
+  /**
+   * True when this attempt is the single trial request a half-open breaker lets through (not to
+   * be confused with `EndpointSpec.probe`, the drift probe's verdict).
+   */
+  readonly halfOpenProbe: boolean;
 }
 
 export type PickResult =
@@ -47,8 +59,10 @@ export type PickResult =
   | { kind: 'shed'; retryAfterMs: number };
 
 export interface PickRequest {
-  /** Affinity key (already hashed or raw), or undefined for none. */
+  /** The affinity header's value (`affinity.key: Header`), or undefined for none. */
   affinityKey?: string | undefined;
+  /** The prompt's blocks (`affinity.key: Prefix`, see prompt-blocks.ts), or undefined for none. */
+  prompt?: PromptBlocks | undefined;
   /** Endpoints already tried for this client request: a retry never goes back to them. */
   exclude?: ReadonlySet<string> | undefined;
   /** Size of the request body in bytes: TTFT samples are normalised by it (docs/policy.md). */
@@ -84,7 +98,12 @@ export interface EndpointStatus {
   backend: string;
   url: string;
   tier: number;
+  /** This sidecar's attempts in flight there. */
   inFlight: number;
+  /** The load the balancer works with: `inFlight` corrected by the server's report. */
+  load: number;
+  /** The server's last fresh load report, if any. */
+  reported?: (ServerLoadReport & { ageMs: number }) | undefined;
   ewmaTtftMs: number;
   /** True when the EWMA is still the seeded value (no sample of its own yet). */
   ewmaSeeded: boolean;
@@ -113,6 +132,8 @@ export interface PoolBalancer {
   update(policy: PoolPolicy, endpoints: readonly EndpointSpec[]): void;
   /** Choose an endpoint and start an attempt on it (in-flight +1), or shed. */
   pick(request: PickRequest): PickResult;
+  /** The server reported its load (an ORCA header, a /metrics scrape). */
+  reportLoad(endpointId: string, report: ServerLoadReport): void;
   /** The first response body byte of this attempt arrived now: its TTFT sample. */
   firstByte(attempt: Attempt): void;
   /** The response contradicted the endpoint's drift probe (the passive check): counted. */

@@ -12,6 +12,7 @@ export type SidecarErrorCode =
   | 'method_not_allowed'
   | 'model_not_found'
   | 'body_too_large'
+  | 'no_configuration'
   | 'no_healthy_backend'
   | 'upstream_unreachable'
   | 'upstream_timeout'

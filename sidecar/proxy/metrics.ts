@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { AffinityResult, EndpointSpec, EndpointStatus } from '../policy/types.ts';
+import type { AffinityResult, EndpointSpec, EndpointStatus } from '../policy/index.ts';
 
 /** How an attempt ended, as the `code` label of `switchyard_requests_total`: a bounded set. */
 export type CodeClass = '2xx' | '4xx' | '429' | '5xx' | 'error' | 'timeout' | 'aborted';
@@ -12,7 +12,7 @@ const CODE_CLASSES: readonly CodeClass[] = [
   'timeout',
   'aborted',
 ];
-const AFFINITY_RESULTS: readonly AffinityResult[] = ['hit', 'slow', 'unavailable', 'none'];
+const AFFINITY_RESULTS: readonly AffinityResult[] = ['hit', 'spill', 'overloaded', 'none'];
 
 /** Seconds, tuned for LLM time-to-first-token: 5 ms up to 2 minutes. */
 const TTFT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];

@@ -6,7 +6,7 @@
  * - with helm (built by scripts/helm/build.sh): `helm lint`, `helm template` renders the expected
  *   kinds with a securityContext that meets the `restricted` Pod Security Standard, and fails
  *   without tls.existingSecret;
- * - on a real API server (test/k8s/cluster.ts): `helm install` into a namespace that enforces
+ * - on a real API server (harness/k8s/cluster.ts): `helm install` into a namespace that enforces
  *   `restricted` creates the CRD, RBAC and the Deployment, and the Deployment's pod template,
  *   created as a bare Pod there, is admitted by PodSecurity. Nothing runs (no kubelet).
  *
@@ -18,8 +18,13 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, parseAllDocuments } from 'yaml';
-import { parseInjectionConfig } from '../../controller/core/injection-config.ts';
-import { startCluster, statusMessage, type Cluster, type K8sObject } from '../k8s/cluster.ts';
+import { parseInjectionConfig } from '../../controller/injection/config.ts';
+import {
+  startCluster,
+  statusMessage,
+  type Cluster,
+  type K8sObject,
+} from '../../harness/k8s/cluster.ts';
 import { CHART, ROOT, helm, type Helm } from './tools.ts';
 
 const GENERATED_CRD = join(ROOT, 'crds/switchyard.dev_inferencepools.yaml');
@@ -379,6 +384,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '$(POD_NAME)',
       '--heartbeat',
       '10s',
+      '--load-scrape-every',
+      '1s',
       '--log-level',
       'info',
     ]);

@@ -1,6 +1,6 @@
 /**
  * docs/install.md, run: every ```sh block of the guide, in order, verbatim, with the real helm and
- * kubectl on PATH against a real kube-apiserver (test/k8s/cluster.ts). A block the page marks
+ * kubectl on PATH against a real kube-apiserver (harness/k8s/cluster.ts). A block the page marks
  * `<!-- needs a kubelet, instead: … -->` is replaced by what a kubelet would have done; one marked
  * `first` is run after it. The stand-ins are the only liberties, and each is named below:
  *
@@ -25,8 +25,8 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { k8sBinaries } from '../k8s/binaries.ts';
-import { freePorts, startCluster, waitFor, type Cluster } from '../k8s/cluster.ts';
+import { k8sBinaries } from '../../harness/k8s/binaries.ts';
+import { freePorts, startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
 import { runInjectedSidecar, type InjectedPod } from '../k8s/injected-sidecar.ts';
 import {
   assertTestAddress,

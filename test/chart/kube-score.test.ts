@@ -18,8 +18,8 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import fastJsonPatch from 'fast-json-patch';
 import { parseAllDocuments, stringify } from 'yaml';
-import { parseInjectionConfig } from '../../controller/core/injection-config.ts';
-import { decideInjection } from '../../controller/core/injection.ts';
+import { parseInjectionConfig } from '../../controller/injection/config.ts';
+import { decideInjection } from '../../controller/injection/pod-patch.ts';
 import { CHART, ROOT, buildKubeScore, helm, type Helm } from './tools.ts';
 
 const run = promisify(execFile);

@@ -1,5 +1,5 @@
 /**
- * The test cluster itself (test/k8s/cluster.ts): a real kube-apiserver with the version it was
+ * The test cluster itself (harness/k8s/cluster.ts): a real kube-apiserver with the version it was
  * built as, TLS with our CA, static-token and service-account authentication, RBAC, TokenRequest
  * and TokenReview (audiences, pod-bound tokens), and a restart of kube-apiserver that keeps etcd.
  *
@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
-import { startCluster, waitFor, type Cluster } from './cluster.ts';
+import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
 const NS = 'harness';

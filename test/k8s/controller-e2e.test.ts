@@ -1,5 +1,5 @@
 /**
- * The controller end to end, on a real kube-apiserver + etcd (test/k8s/cluster.ts), with real
+ * The controller end to end, on a real kube-apiserver + etcd (harness/k8s/cluster.ts), with real
  * processes: `switchyard controller`, two `switchyard sidecar --controller …`, and simulated
  * backends on network-namespace test hosts (EndpointSlices refuse loopback addresses).
  *
@@ -12,14 +12,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { freePorts, startCluster, waitFor, type Cluster } from './cluster.ts';
+import { freePorts, startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
 import { findSecrets } from '../reliability/secrets.ts';
 import { recordFigure } from '../reliability/figures.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import { forgeServiceAccountToken } from './tokens.ts';
 import { controllerSidecarArgs, createNamespaces } from './test-controller.ts';
 import { chatTo, keepSending, postChat } from './traffic.ts';
-import { makeServingTls, type ServingTls } from './tls.ts';
+import { makeServingTls, type ServingTls } from '../../harness/tls.ts';
 import {
   assertTestAddress,
   createTestHost,
@@ -592,7 +592,11 @@ spec:
       const counts = await Promise.all(traffic.map((x) => x.stop()));
       const sent = counts.reduce((n, c) => n + c.sent, 0);
       const failed = counts.reduce((n, c) => n + c.failed, 0);
-      assert.equal(failed, 0, `${failed} of ${sent} requests failed`);
+      assert.equal(
+        failed,
+        0,
+        `${failed} of ${sent} requests failed: ${counts.map((c) => c.firstFailure).join(' ')}`,
+      );
       recordFigure(t, {
         fault: 'control plane: API server restart',
         load: '2 sidecars, 1 request at a time each',

@@ -10,11 +10,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
+import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
+import { mutate, mutation, poolDocument, type Json } from '../../harness/pool-arbitraries.ts';
 import type { RunningProcess } from '../../harness/processes.ts';
 import { recordFigure } from '../reliability/figures.ts';
-import { mutate, mutation, poolDocument, type Json } from '../reliability/pool-arbitraries.ts';
-import { startCluster, waitFor, type Cluster } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
 import { createNamespaces, startPlainController } from './test-controller.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';

@@ -1,5 +1,5 @@
 /**
- * The InferencePool CRD on a real kube-apiserver (test/k8s/cluster.ts): it is accepted and
+ * The InferencePool CRD on a real kube-apiserver (harness/k8s/cluster.ts): it is accepted and
  * established, discovery shows its short name and category, a valid pool gets the schema's
  * defaults, the printer columns are served, and each invalid pool is rejected with the message
  * that crds/semantic.ts defines (the CEL rules' own text) or the API server's schema message.
@@ -8,15 +8,24 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from '../../crds/policy-defaults.ts';
+import {
+  AFFINITY_LOAD_FACTOR,
+  AFFINITY_MAX_EXTRA_IN_FLIGHT,
+  AFFINITY_MAX_SLOWDOWN,
+} from '../../crds/policy-defaults.ts';
 import {
   BACKEND_HAS_SOURCE,
   BACKEND_SINGLE_SOURCE,
   SERVICE_KEY_NEEDS_OPT_IN,
   UNIQUE_BACKEND_NAMES,
 } from '../../crds/semantic.ts';
-import { startCluster, statusMessage, type Cluster, type K8sObject } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import {
+  startCluster,
+  statusMessage,
+  type Cluster,
+  type K8sObject,
+} from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 
 const NAMESPACE = 'crd-validation';
 const POOLS = `/apis/switchyard.dev/v1alpha1/namespaces/${NAMESPACE}/inferencepools`;
@@ -182,6 +191,7 @@ describe('InferencePool CRD on a real API server', { skip: !enabled }, () => {
       prefixChars: 4096,
       maxSlowdown: AFFINITY_MAX_SLOWDOWN,
       maxExtraInFlight: AFFINITY_MAX_EXTRA_IN_FLIGHT,
+      loadFactor: AFFINITY_LOAD_FACTOR,
     });
     const health = spec['health'] as Record<string, unknown>;
     assert.equal(health['maxErrorRate'], 0.5);

@@ -1,5 +1,5 @@
 /**
- * Drift detection and the fleet view end to end, on the real API server (test/k8s/cluster.ts):
+ * Drift detection and the fleet view end to end, on the real API server (harness/k8s/cluster.ts):
  * three simulators on test hosts behind a Service, one of them another build (another
  * system_fingerprint), a real controller probing them, and two real sidecars fed by it.
  *
@@ -11,8 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { startCluster, waitFor, type Cluster } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import {
   controllerSidecarArgs,
   createNamespaces,

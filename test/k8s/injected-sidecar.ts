@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
-import type { Cluster } from './cluster.ts';
+import type { Cluster } from '../../harness/k8s/cluster.ts';
 
 /** The parts of a stored, injected pod that running its sidecar needs. */
 export interface InjectedPod {

@@ -1,5 +1,5 @@
 /**
- * Sidecar injection end to end on a real kube-apiserver (test/k8s/cluster.ts): a real
+ * Sidecar injection end to end on a real kube-apiserver (harness/k8s/cluster.ts): a real
  * `switchyard controller` with self-managed TLS serves the webhook, registered by URL; pods are
  * created through the API server and the stored pod specs are checked. Then the injected sidecar's
  * own arguments, token (bound to the pod) and CA (from the pod's annotation) are used to run it,
@@ -16,8 +16,14 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { freePorts, startCluster, waitFor, type Cluster, type K8sObject } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import {
+  freePorts,
+  startCluster,
+  waitFor,
+  type Cluster,
+  type K8sObject,
+} from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import { runInjectedSidecar } from './injected-sidecar.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';

@@ -23,8 +23,8 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { SWITCHYARD_BIN, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { recordFigure } from '../reliability/figures.ts';
-import { startCluster, waitFor, type Cluster } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import {
   controllerSidecarArgs,
   createNamespaces,

@@ -27,8 +27,8 @@ import { parseAllDocuments } from 'yaml';
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
 import { CHART, helm, type Helm } from '../chart/tools.ts';
 import { recordFigure } from '../reliability/figures.ts';
-import { startCluster, waitFor, type Cluster, type K8sObject } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import { startCluster, waitFor, type Cluster, type K8sObject } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import { createNamespaces } from './test-controller.ts';
 
 const enabled =
@@ -348,7 +348,16 @@ describe(
         const out = chartArgs.map((a) => replace[a] ?? a);
         const san = out.indexOf('--tls-san') + 1;
         out[san] = `${out[san]},127.0.0.1${extraSan}`;
-        return [...out, '--kubeconfig', kubeconfig, '--heartbeat', '1s'];
+        // No load scraping: the pool's endpoints (10.1.0.x, api.example.com) are not test hosts.
+        return [
+          ...out,
+          '--kubeconfig',
+          kubeconfig,
+          '--heartbeat',
+          '1s',
+          '--load-scrape-every',
+          '0',
+        ];
       };
       let controller: RunningProcess | undefined;
       try {

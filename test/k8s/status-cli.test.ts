@@ -1,5 +1,5 @@
 /**
- * `switchyard status --pool` on a real kube-apiserver (test/k8s/cluster.ts): the CLI reads an
+ * `switchyard status --pool` on a real kube-apiserver (harness/k8s/cluster.ts): the CLI reads an
  * InferencePool whose status this test writes directly (a merge patch of the status subresource,
  * as the controller's leader does), and prints its endpoints; exit codes 0, 1 and 2; the messages
  * for a missing CRD, a missing pool, bad credentials, missing RBAC and no kubeconfig at all.
@@ -14,8 +14,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SWITCHYARD_BIN } from '../../harness/processes.ts';
 import { SERVICE_ACCOUNT_TOKEN } from '../../status/collect.ts';
-import { startCluster, statusMessage, type Cluster } from './cluster.ts';
-import { installInferencePoolCrd } from './crd.ts';
+import { startCluster, statusMessage, type Cluster } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
 const NS = 'apps';

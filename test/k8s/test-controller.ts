@@ -3,7 +3,7 @@
  * tests where TLS is not what is under test.
  */
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
-import type { Cluster } from './cluster.ts';
+import type { Cluster } from '../../harness/k8s/cluster.ts';
 
 /** Creates each namespace (there is no controller manager: nothing else would). */
 export async function createNamespaces(cluster: Cluster, names: readonly string[]): Promise<void> {

@@ -27,7 +27,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { SWITCHYARD_BIN } from '../../harness/processes.ts';
-import { onExit } from './exit-hooks.ts';
+import { onExit } from '../../harness/exit-hooks.ts';
 
 export interface ExecResult {
   code: number;

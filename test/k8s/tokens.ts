@@ -7,7 +7,7 @@
 import { createPrivateKey, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Cluster } from './cluster.ts';
+import type { Cluster } from '../../harness/k8s/cluster.ts';
 
 export interface ForgedTokenOptions {
   namespace: string;

@@ -8,7 +8,7 @@
  * name; NXDOMAIN for everything else (the resolver's search-list tries and any outside name).
  */
 import { createSocket, type Socket } from 'node:dgram';
-import type { Cluster } from '../k8s/cluster.ts';
+import type { Cluster } from '../../harness/k8s/cluster.ts';
 
 const TYPE_A = 1;
 const CLASS_IN = 1;

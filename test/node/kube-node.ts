@@ -1,7 +1,7 @@
 /**
  * A real one-node Kubernetes cluster on this machine, for test/node/ (docs/node.md):
  *
- *   root namespace     etcd + kube-apiserver (test/k8s/cluster.ts, listening on every address),
+ *   root namespace     etcd + kube-apiserver (harness/k8s/cluster.ts, listening on every address),
  *                      kube-scheduler, kube-controller-manager, the cluster DNS (cluster-dns.ts)
  *   node namespace     a test host (test/k8s/test-hosts.ts: 10.77.<n>.2, peer 10.77.<n>.1) with
  *                      a default route to its peer, running containerd, kubelet and kube-proxy;
@@ -34,9 +34,9 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { startCluster, waitFor, type Cluster } from '../k8s/cluster.ts';
+import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
 import { createTestHost, type TestHost } from '../k8s/test-hosts.ts';
-import { onExit } from '../k8s/exit-hooks.ts';
+import { onExit } from '../../harness/exit-hooks.ts';
 import { startClusterDns, type ClusterDns } from './cluster-dns.ts';
 
 const run = promisify(execFile);

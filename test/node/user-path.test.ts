@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { CHART, helm, type Helm } from '../chart/tools.ts';
-import { waitFor } from '../k8s/cluster.ts';
+import { waitFor } from '../../harness/k8s/cluster.ts';
 import { APP_IMAGE, appImage, switchyardImage } from './images.ts';
 import { startKubeNode, type KubeNode } from './kube-node.ts';
 

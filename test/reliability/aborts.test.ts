@@ -7,13 +7,15 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { RunningProcess } from '../../harness/processes.ts';
+import { ask, completeStream } from '../../harness/ask.ts';
+import { sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
+import { establishedWith, holdings, type Holdings } from '../../harness/proc.ts';
+import { startSim, type RunningProcess } from '../../harness/processes.ts';
 import { seededRng } from '../../sidecar/policy/rng.ts';
-import { debugBackends, eventually, simStats, startSim } from '../helpers.ts';
-import { ask, completeStream, pool } from './client.ts';
+import { debugBackends, eventually, simStats } from '../helpers.ts';
+import { pool } from './client.ts';
 import { recordFigure } from './figures.ts';
-import { poolYaml, sidecarOn, type SidecarOnPool } from './fixtures.ts';
-import { establishedWith, holdings, type Holdings } from './proc.ts';
+import { poolYaml } from './fixtures.ts';
 import { rawConnect } from './raw-client.ts';
 
 const STREAMS = 10_000;
@@ -40,7 +42,7 @@ describe('10,000 aborted streams', () => {
       poolYaml(sims.map((s, i) => `{name: ${'ab'[i]}, url: '${s.url}/v1'}`)),
       ['--log-level', 'warn'],
     );
-    baseline = await holdings(fixture.sidecar.pid);
+    baseline = holdings(fixture.sidecar.pid);
   });
   after(async () => {
     await fixture?.stop();
@@ -87,22 +89,17 @@ describe('10,000 aborted streams', () => {
       await eventually(async () => (await simStats(sim)).inFlight === 0, 10_000, 'sims idle');
     const simPorts = sims.map((s) => Number(new URL(s.url).port));
     await eventually(
-      async () => {
-        const open = await Promise.all(
-          [port, ...simPorts].map((p) => establishedWith(sidecar.pid, p)),
-        );
-        return open.every((n) => n === 0);
-      },
+      () => [port, ...simPorts].every((p) => establishedWith(sidecar.pid, p) === 0),
       10_000,
       'no client or upstream connection left open',
     );
     await eventually(
-      async () => (await holdings(sidecar.pid)).fds <= baseline.fds,
+      () => holdings(sidecar.pid).fds <= baseline.fds,
       10_000,
       `file handles back to the baseline of ${baseline.fds}`,
     );
     const settleMs = performance.now() - settleStarted;
-    const after = await holdings(sidecar.pid);
+    const after = holdings(sidecar.pid);
     const metrics = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();
     const inflight = [...metrics.matchAll(/^switchyard_inflight\{[^}]*\} (\S+)$/gm)].map((m) =>
       Number(m[1]),

@@ -6,23 +6,17 @@
  * once it behaves, and nothing is left open or in flight.
  */
 import assert from 'node:assert/strict';
-import { fileURLToPath } from 'node:url';
 import { after, before, describe, test, type TestContext } from 'node:test';
-import type { RunningProcess } from '../../harness/processes.ts';
-import { debugBackends, eventually, simStats, sleep, startSim } from '../helpers.ts';
-import {
-  ask,
-  brokenCleanly,
-  completeStream,
-  errorOf,
-  pool,
-  STREAM_BODY,
-  type Answer,
-} from './client.ts';
+import { fileURLToPath } from 'node:url';
+import { ask, completeStream, STREAM_BODY, type Answer } from '../../harness/ask.ts';
+import { sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
+import { establishedWith } from '../../harness/proc.ts';
+import { startSim, type RunningProcess } from '../../harness/processes.ts';
+import { debugBackends, eventually, simStats, sleep } from '../helpers.ts';
+import { brokenCleanly, errorOf, pool } from './client.ts';
 import { FAULTS, startFaultBackend, type Fault, type FaultBackend } from './fault-backend.ts';
 import { recordFigure } from './figures.ts';
-import { endpointOf, poolYaml, sidecarOn, startScript, type SidecarOnPool } from './fixtures.ts';
-import { establishedWith } from './proc.ts';
+import { endpointOf, poolYaml, startScript } from './fixtures.ts';
 
 const STALLED_LISTENER = fileURLToPath(new URL('./stalled-listener.ts', import.meta.url));
 const REQUESTS = 20;
@@ -131,7 +125,7 @@ describe('backend faults through a real sidecar', () => {
       'in-flight back to 0',
     );
     await eventually(
-      async () => (await establishedWith(sidecar.pid, faultyPort)) === 0,
+      () => establishedWith(sidecar.pid, faultyPort) === 0,
       5_000,
       'no connection left to the faulty endpoint',
     );

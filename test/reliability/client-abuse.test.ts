@@ -10,12 +10,14 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { rssMiB } from './proc.ts';
-import { ask, errorOf } from './client.ts';
+import { ask } from '../../harness/ask.ts';
+import { sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
+import { rssMb } from '../../harness/proc.ts';
+import { errorOf } from './client.ts';
 import { recordFigure } from './figures.ts';
-import { poolYaml, sidecarOn, type SidecarOnPool } from './fixtures.ts';
-import { recorder, type Recorder } from './recorder.ts';
+import { poolYaml } from './fixtures.ts';
 import { rawConnect, rawExchange, statusOf } from './raw-client.ts';
+import { recorder, type Recorder } from './recorder.ts';
 
 const LIMIT = 1024 * 1024;
 
@@ -102,7 +104,7 @@ describe('client abuse through a real sidecar', () => {
     assert.match(huge, /connection: close/i);
 
     // An endless chunked body: read and dropped up to the drain limit, then the connection is cut.
-    const rssBefore = await rssMiB(plain.sidecar.pid);
+    const rssBefore = rssMb(plain.sidecar.pid) ?? NaN;
     const c = await rawConnect(port);
     c.socket.write(
       'POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n',
@@ -122,7 +124,7 @@ describe('client abuse through a real sidecar', () => {
       sent += 1024 * 1024;
     }
     const end = await c.closed;
-    const rssAfter = await rssMiB(plain.sidecar.pid);
+    const rssAfter = rssMb(plain.sidecar.pid) ?? NaN;
     // The 413 goes out while the client is still sending; closing a connection with unread
     // bytes resets it, which may discard the 413 before the client reads it.
     assert.ok([0, 413].includes(statusOf(end.received)), end.received.slice(0, 100));

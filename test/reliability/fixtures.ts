@@ -1,44 +1,12 @@
 /**
- * Set-ups shared by the reliability tests: a sidecar on a pool file written from a YAML spec, a
- * helper script started as its own process, and the sidecar's view of one endpoint.
+ * Set-ups shared by the reliability tests: a pool document, a helper script started as its own
+ * process, and the sidecar's view of one endpoint (a sidecar on a pool file is
+ * harness/pool-file.ts's `sidecarOn`, which the soak uses too).
  */
 import { spawn } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { RunningProcess } from '../../harness/processes.ts';
-import { debugBackends, scratchDir, startSidecar, type DebugEndpoint } from '../helpers.ts';
-
-export interface SidecarOnPool {
-  sidecar: RunningProcess;
-  poolFile: string;
-  stop: () => Promise<void>;
-}
-
-/** Writes `yaml` to a pool file and starts a sidecar on it. */
-export async function sidecarOn(
-  yaml: string,
-  flags: string[] = [],
-  env: Record<string, string> = {},
-): Promise<SidecarOnPool> {
-  const { dir, cleanup } = await scratchDir();
-  const poolFile = join(dir, 'pool.yaml');
-  await writeFile(poolFile, yaml);
-  try {
-    const sidecar = await startSidecar(poolFile, flags, env);
-    return {
-      sidecar,
-      poolFile,
-      async stop() {
-        await sidecar.stop();
-        await cleanup();
-      },
-    };
-  } catch (err) {
-    await cleanup();
-    throw err;
-  }
-}
+import { debugBackends, type DebugEndpoint } from '../helpers.ts';
 
 /** A pool document; `backends` are YAML flow mappings, `extra` more lines of `spec`. */
 export function poolYaml(backends: string[], extra: string[] = []): string {

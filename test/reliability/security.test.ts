@@ -9,13 +9,14 @@ import assert from 'node:assert/strict';
 import { readFile, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { ask, STREAM_BODY, type Answer } from '../../harness/ask.ts';
+import { scratchDir, sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
 import { SWITCHYARD_BIN } from '../../harness/processes.ts';
-import { scratchDir } from '../helpers.ts';
 import { assertTestAddress, createTestHost, type TestHost } from '../k8s/test-hosts.ts';
-import { ask, pool, STREAM_BODY, type Answer } from './client.ts';
+import { pool } from './client.ts';
 import { FAULTS, startFaultBackend, type FaultBackend } from './fault-backend.ts';
 import { recordFigure } from './figures.ts';
-import { poolYaml, sidecarOn, type SidecarOnPool } from './fixtures.ts';
+import { poolYaml } from './fixtures.ts';
 import { recorder, type Recorder } from './recorder.ts';
 import { findSecrets } from './secrets.ts';
 

@@ -6,16 +6,17 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { RunningProcess } from '../../harness/processes.ts';
+import { ask, completeStream } from '../../harness/ask.ts';
+import { sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
+import { establishedWith, holdings } from '../../harness/proc.ts';
+import { startSim, type RunningProcess } from '../../harness/processes.ts';
 import {
   CLIENT_HEADERS_TIMEOUT_MS,
   CLIENT_REQUEST_TIMEOUT_MS,
 } from '../../sidecar/proxy/proxy-server.ts';
-import { eventually, startSim } from '../helpers.ts';
-import { ask, completeStream } from './client.ts';
+import { eventually } from '../helpers.ts';
 import { recordFigure } from './figures.ts';
-import { poolYaml, sidecarOn, type SidecarOnPool } from './fixtures.ts';
-import { establishedWith, holdings } from './proc.ts';
+import { poolYaml } from './fixtures.ts';
 import { rawConnect, statusOf, type RawConnection } from './raw-client.ts';
 
 const HEAD = 'POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n';
@@ -37,7 +38,7 @@ describe('slow-loris clients', () => {
   test('are cut off with a 408 while normal traffic loses nothing', async (t) => {
     const { sidecar } = fixture;
     const port = Number(new URL(sidecar.url).port);
-    const baseline = await holdings(sidecar.pid);
+    const baseline = holdings(sidecar.pid);
     const kinds = {
       /** Connects and sends nothing. */
       silent: (_c: RawConnection) => undefined,
@@ -84,12 +85,12 @@ describe('slow-loris clients', () => {
       assert.match(end.received, /"code":"request_timeout"/);
     }
     await eventually(
-      async () => (await establishedWith(sidecar.pid, port)) === 0,
+      () => establishedWith(sidecar.pid, port) === 0,
       5_000,
       'no client connection left open on the sidecar',
     );
     assert.ok(
-      (await holdings(sidecar.pid)).fds <= baseline.fds + 4,
+      holdings(sidecar.pid).fds <= baseline.fds + 4,
       'file handles back to baseline (+ idle upstream keep-alive)',
     );
     const metrics = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();

@@ -9,8 +9,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
+import { ask, completeStream, STREAM_BODY } from '../../harness/ask.ts';
+import { sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
 import { debugBackends, eventually } from '../helpers.ts';
-import { ask, completeStream, errorOf, STREAM_BODY } from './client.ts';
+import { errorOf } from './client.ts';
 import {
   chunk,
   FAULTS,
@@ -20,7 +22,7 @@ import {
   type FaultBackend,
 } from './fault-backend.ts';
 import { recordFigure } from './figures.ts';
-import { poolYaml, sidecarOn, type SidecarOnPool } from './fixtures.ts';
+import { poolYaml } from './fixtures.ts';
 
 const statusLine = fc.constantFrom(
   'HTTP/1.1 200 OK',

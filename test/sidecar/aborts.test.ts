@@ -1,7 +1,8 @@
 import { readFile, readdir, readlink } from 'node:fs/promises';
 import http from 'node:http';
 import { describe, test } from 'node:test';
-import { balancePool, debugBackends, eventually, simStats, startPool } from '../helpers.ts';
+import { balancePool } from '../../harness/pool-file.ts';
+import { debugBackends, eventually, simStats, startPool } from '../helpers.ts';
 
 /**
  * Established TCP connections that process `pid` holds to `port`: its sockets (from

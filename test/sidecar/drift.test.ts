@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { describe, it } from 'node:test';
+import { balancePool } from '../../harness/pool-file.ts';
 import {
-  balancePool,
   debugBackends,
   eventually,
   hello,

@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { debugBackends, rawChat, scratchDir, startSidecar } from '../helpers.ts';
+import { scratchDir } from '../../harness/pool-file.ts';
+import { stopAll, type RunningProcess, startSidecar } from '../../harness/processes.ts';
+import { debugBackends, rawChat } from '../helpers.ts';
 
 interface Seen {
   authorization: string | undefined;

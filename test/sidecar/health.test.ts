@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { balancePool } from '../../harness/pool-file.ts';
 import {
-  balancePool,
   debugBackends,
   eventually,
   hello,

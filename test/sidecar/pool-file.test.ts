@@ -6,17 +6,9 @@ import {
   BALANCE_EXAMPLE as EXAMPLE_BALANCE,
   FAILOVER_EXAMPLE as EXAMPLE_FAILOVER,
 } from '../../crds/examples.ts';
-import { startSwitchyard } from '../../harness/processes.ts';
-import {
-  balancePool,
-  debugBackends,
-  eventually,
-  hello,
-  rawChat,
-  scratchDir,
-  startPool,
-  startSim,
-} from '../helpers.ts';
+import { balancePool, scratchDir } from '../../harness/pool-file.ts';
+import { startSwitchyard, startSim } from '../../harness/processes.ts';
+import { debugBackends, eventually, hello, rawChat, startPool } from '../helpers.ts';
 
 describe('standalone pool file', () => {
   for (const [name, text] of [

@@ -1,13 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import {
-  balancePool,
-  debugBackends,
-  hello,
-  rawChat,
-  startPool,
-  type PoolFixture,
-} from '../helpers.ts';
+import { balancePool } from '../../harness/pool-file.ts';
+import { debugBackends, hello, rawChat, startPool, type PoolFixture } from '../helpers.ts';
 
 describe('sidecar proxy, through real simulators with the openai client', () => {
   let pool: PoolFixture;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { balancePool } from '../../harness/pool-file.ts';
 import {
-  balancePool,
   debugBackends,
   eventually,
   hello,
@@ -13,16 +13,22 @@ import {
 
 const SYSTEM_PROMPT = 'You are a careful assistant for the billing team. '.repeat(40);
 
-function sharedPrefixRequest(i: number): unknown {
-  return {
-    model: 'm',
-    stream: true,
-    max_tokens: 3,
-    messages: [
-      { role: 'system', content: SYSTEM_PROMPT },
-      { role: 'user', content: `question number ${i}` },
-    ],
-  };
+/**
+ * Turn `i` of one conversation: the shared system prompt, its first question, then `i` earlier
+ * exchanges. Every turn shares the conversation's home (the prompt through its first user
+ * message), so affinity keeps them on one endpoint.
+ */
+function conversationTurn(i: number): unknown {
+  const messages: { role: string; content: string }[] = [
+    { role: 'system', content: SYSTEM_PROMPT },
+    { role: 'user', content: 'question number 0' },
+  ];
+  for (let k = 1; k <= i; k++)
+    messages.push(
+      { role: 'assistant', content: `answer number ${k - 1}` },
+      { role: 'user', content: `question number ${k}` },
+    );
+  return { model: 'm', stream: true, max_tokens: 3, messages };
 }
 
 describe('routing through a real sidecar', () => {
@@ -76,7 +82,7 @@ describe('routing through a real sidecar', () => {
     }
   });
 
-  test('affinity keeps a shared prompt prefix on one endpoint, and lets go when it is slow', async () => {
+  test('affinity keeps the turns of a conversation on one endpoint, and lets go when it is slow', async () => {
     const pool = await startPool([{ name: 'a' }, { name: 'b' }, { name: 'c' }], (urls) =>
       balancePool(
         urls,
@@ -87,11 +93,11 @@ describe('routing through a real sidecar', () => {
       const served = new Set<string>();
       for (let i = 0; i < 12; i++)
         served.add(
-          (await rawChat(pool.sidecar.url, sharedPrefixRequest(i))).headers.get(
+          (await rawChat(pool.sidecar.url, conversationTurn(i))).headers.get(
             'x-switchyard-backend',
           )!,
         );
-      assert.equal(served.size, 1, `one shared prefix went to ${[...served].join(', ')}`);
+      assert.equal(served.size, 1, `one conversation went to ${[...served].join(', ')}`);
       const sticky = [...served][0]!;
       // Warm every endpoint's EWMA with unrelated short prompts (no affinity key), three at a
       // time: the least-loaded step then spreads each batch over all three, so none is left
@@ -105,7 +111,7 @@ describe('routing through a real sidecar', () => {
       await simConfig(pool.sims[index]!, { prefillMsPerToken: 5, decodeMsPerToken: 50 });
       await eventually(
         async () =>
-          (await rawChat(pool.sidecar.url, sharedPrefixRequest(99))).headers.get(
+          (await rawChat(pool.sidecar.url, conversationTurn(99))).headers.get(
             'x-switchyard-backend',
           ) !== sticky,
         20_000,

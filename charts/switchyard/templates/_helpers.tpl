@@ -62,7 +62,7 @@ app.kubernetes.io/part-of: switchyard
 {{- printf "%s:%s" (default .Values.image.repository .Values.sidecar.image.repository) (default (default .Chart.AppVersion .Values.image.tag) .Values.sidecar.image.tag) -}}
 {{- end -}}
 
-{{/* What the controller's --injection-config reads (controller/core/injection-config.ts). */}}
+{{/* What the controller's --injection-config reads (controller/injection/config.ts). */}}
 {{- define "switchyard.injectionConfig" -}}
 {{- $config := dict
   "controllerUrl" (printf "https://%s.%s.svc:%v" (include "switchyard.fullname" .) .Release.Namespace .Values.service.ports.stream)

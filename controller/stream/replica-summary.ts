@@ -1,0 +1,201 @@
+import type { Logger } from 'pino';
+import type { SidecarView } from '../core/status.ts';
+import { KubeApiError, microTime, type KubeRaw } from '../kube/kube-raw.ts';
+
+/**
+ * Sidecars connect to any replica, but only the leader writes status. Each replica therefore
+ * publishes what its own sidecars reported in a small per-replica Lease (an annotation, compact
+ * JSON), and the leader folds the other replicas' summaries into the status it writes. Leases
+ * are already in the controller's RBAC, are cheap, and say by their renew time whether the
+ * replica behind them is alive.
+ */
+
+export const SUMMARY_LABEL = 'switchyard.dev/sidecar-summary';
+const ANNOTATION = 'switchyard.dev/sidecars';
+/** Keeps the annotation well under the 256 KiB limit of all annotations together. */
+const MAX_SIDECARS_PER_REPLICA = 1500;
+
+/** One sidecar, compactly: id, applied hash, streaming (1/0), endpoints whose breaker is not closed. */
+type CompactSidecar = [string, string, 0 | 1, [string, 'o' | 'h'][]];
+type Summary = Record<string, CompactSidecar[]>;
+
+interface LeaseObject {
+  metadata: {
+    name: string;
+    namespace?: string;
+    resourceVersion?: string;
+    annotations?: Record<string, string>;
+    labels?: Record<string, string>;
+  };
+  spec?: { holderIdentity?: string; renewTime?: string; leaseDurationSeconds?: number };
+}
+
+export interface ReplicaSummaryOptions {
+  raw: KubeRaw;
+  namespace: string;
+  identity: string;
+  publishEveryMs: number;
+  logger: Logger;
+  /** This replica's sidecars per pool key, as the status core sees them. */
+  local: () => Map<string, Map<string, SidecarView>>;
+  /** Remote sidecars changed: the leader should rewrite these pools' status. */
+  onRemoteChange: (poolKeys: string[]) => void;
+}
+
+function leaseName(identity: string): string {
+  const safe = identity
+    .toLowerCase()
+    .replace(/[^a-z0-9.-]/g, '-')
+    .replace(/^[^a-z0-9]+|[^a-z0-9]+$/g, '');
+  return `switchyard-sidecars-${safe}`.slice(0, 253);
+}
+
+export class ReplicaSummaries {
+  private readonly options: ReplicaSummaryOptions;
+  private timer: NodeJS.Timeout | undefined;
+  private lastPublished = '';
+  private lastPublishedAtMs = -Infinity;
+  /** Other replicas' sidecars, per pool key; refreshed by `refresh()`. */
+  private remote = new Map<string, Map<string, SidecarView>>();
+  private remoteText = '';
+  /** Lease record → when we first saw it (monotonic): a replica is gone when its record stops changing. */
+  private observed = new Map<string, { record: string; atMs: number }>();
+
+  constructor(options: ReplicaSummaryOptions) {
+    this.options = options;
+  }
+
+  start(): void {
+    const tick = (): void => {
+      Promise.all([this.publish(), this.refresh()])
+        .catch((err: unknown) =>
+          this.options.logger.debug(
+            { err: (err as Error).message },
+            'replica summary round failed',
+          ),
+        )
+        .finally(() => {
+          this.timer = setTimeout(tick, this.options.publishEveryMs);
+          this.timer.unref();
+        });
+    };
+    tick();
+  }
+
+  stop(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+  }
+
+  /** Sidecars of `poolKey` connected to other replicas. */
+  remoteSidecars(poolKey: string): ReadonlyMap<string, SidecarView> {
+    return this.remote.get(poolKey) ?? new Map();
+  }
+
+  private get path(): string {
+    return `/apis/coordination.k8s.io/v1/namespaces/${this.options.namespace}/leases`;
+  }
+
+  private async publish(): Promise<void> {
+    const summary: Summary = {};
+    let count = 0;
+    for (const [pool, sidecars] of this.options.local()) {
+      const list: CompactSidecar[] = [];
+      for (const [id, s] of sidecars) {
+        if (count++ >= MAX_SIDECARS_PER_REPLICA) break;
+        const broken = (s.endpoints ?? [])
+          .filter((e) => e.breaker !== 'closed')
+          .map((e): [string, 'o' | 'h'] => [e.id, e.breaker === 'open' ? 'o' : 'h']);
+        list.push([id, s.appliedHash ?? '', s.streaming === true ? 1 : 0, broken]);
+      }
+      if (list.length > 0) summary[pool] = list;
+    }
+    const text = JSON.stringify(summary);
+    // Renew at least every third period even when nothing changed, so others see this replica live.
+    if (
+      text === this.lastPublished &&
+      performance.now() - this.lastPublishedAtMs < 3 * this.options.publishEveryMs
+    )
+      return;
+    const name = leaseName(this.options.identity);
+    const body = (
+      resourceVersion?: string,
+    ): LeaseObject & { apiVersion: string; kind: string } => ({
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: {
+        name,
+        namespace: this.options.namespace,
+        labels: { [SUMMARY_LABEL]: 'true' },
+        annotations: { [ANNOTATION]: text },
+        ...(resourceVersion === undefined ? {} : { resourceVersion }),
+      },
+      spec: {
+        holderIdentity: this.options.identity,
+        renewTime: microTime(new Date()),
+        leaseDurationSeconds: Math.ceil((4 * this.options.publishEveryMs) / 1000),
+      },
+    });
+    try {
+      const current = await this.options.raw.request<LeaseObject>('GET', `${this.path}/${name}`);
+      await this.options.raw.request(
+        'PUT',
+        `${this.path}/${name}`,
+        body(current.metadata.resourceVersion),
+      );
+    } catch (err) {
+      if (!(err instanceof KubeApiError) || err.status !== 404) throw err;
+      await this.options.raw.request('POST', this.path, body());
+    }
+    this.lastPublished = text;
+    this.lastPublishedAtMs = performance.now();
+  }
+
+  private async refresh(): Promise<void> {
+    const list = await this.options.raw.request<{ items: LeaseObject[] }>(
+      'GET',
+      `${this.path}?labelSelector=${encodeURIComponent(`${SUMMARY_LABEL}=true`)}`,
+    );
+    const now = performance.now();
+    const next = new Map<string, Map<string, SidecarView>>();
+    const seen = new Set<string>();
+    for (const lease of list.items) {
+      const holder = lease.spec?.holderIdentity ?? '';
+      if (holder === this.options.identity) continue;
+      seen.add(lease.metadata.name);
+      const record = `${lease.spec?.renewTime ?? ''}`;
+      const before = this.observed.get(lease.metadata.name);
+      if (before === undefined || before.record !== record)
+        this.observed.set(lease.metadata.name, { record, atMs: now });
+      const ageMs = now - (this.observed.get(lease.metadata.name)?.atMs ?? now);
+      if (ageMs > (lease.spec?.leaseDurationSeconds ?? 0) * 1000) continue; // that replica is gone
+      let summary: Summary;
+      try {
+        summary = JSON.parse(lease.metadata.annotations?.[ANNOTATION] ?? '{}') as Summary;
+      } catch {
+        continue;
+      }
+      for (const [pool, sidecars] of Object.entries(summary)) {
+        const map = next.get(pool) ?? new Map<string, SidecarView>();
+        for (const [id, hash, streaming, broken] of sidecars) {
+          map.set(id, {
+            streaming: streaming === 1,
+            lastSeenMs: now,
+            appliedHash: hash === '' ? undefined : hash,
+            endpoints: broken.map(([endpoint, b]) => ({
+              id: endpoint,
+              breaker: b === 'o' ? 'open' : 'half-open',
+            })),
+          });
+        }
+        next.set(pool, map);
+      }
+    }
+    for (const name of this.observed.keys()) if (!seen.has(name)) this.observed.delete(name);
+    const text = JSON.stringify([...next].map(([pool, m]) => [pool, [...m]]));
+    if (text === this.remoteText) return;
+    const changed = new Set([...this.remote.keys(), ...next.keys()]);
+    this.remote = next;
+    this.remoteText = text;
+    this.options.onRemoteChange([...changed]);
+  }
+}

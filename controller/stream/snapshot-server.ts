@@ -1,0 +1,371 @@
+import http from 'node:http';
+import https from 'node:https';
+import type { Logger } from 'pino';
+import type { EndpointSpec } from '../../crds/policy-types.ts';
+import {
+  LOAD_EVENT,
+  parseReport,
+  SNAPSHOT_EVENT,
+  SNAPSHOT_PROTOCOL_VERSION,
+  type PoolLoad,
+  type PoolSnapshot,
+  type SidecarReport,
+} from '../../crds/snapshot.ts';
+import type { PoolKey } from '../core/pool-index.ts';
+import type { SidecarView } from '../core/status.ts';
+import type { ControllerMetrics } from '../metrics.ts';
+import type { AuthResult } from './token-auth.ts';
+
+export interface Authenticator {
+  authenticate(authorization: string | undefined): Promise<AuthResult>;
+}
+
+interface Subscriber {
+  sidecar: string;
+  res: http.ServerResponse;
+}
+
+/** One sidecar as this replica's stream server knows it: its connections and its last report. */
+export interface SidecarConnection {
+  report: SidecarReport | undefined;
+  lastSeenMs: number;
+  /** Open snapshot streams of this sidecar on this replica. */
+  streams: number;
+}
+
+interface PoolChannel {
+  snapshot: PoolSnapshot | undefined;
+  /** The serialised SSE event of `snapshot`, built once per change, written to every subscriber. */
+  event: string | undefined;
+  subscribers: Set<Subscriber>;
+  sidecars: Map<string, SidecarConnection>;
+}
+
+const MAX_REPORT_BYTES = 1024 * 1024;
+/**
+ * A subscriber with more than this waiting in its socket's buffer (a stalled or half-open
+ * connection) is not sent `load` events: each one replaces the last, so skipping loses nothing,
+ * while buffering them would grow without bound until TCP gives up. Snapshots are always written.
+ */
+const MAX_LOAD_BACKLOG_BYTES = 64 * 1024;
+const ROUTE = /^\/v1\/namespaces\/([^/]+)\/pools\/([^/]+)\/(snapshots|reports)$/;
+
+function sendJson(
+  res: http.ServerResponse,
+  status: number,
+  code: string,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
+  const body = JSON.stringify({ error: { message, type: 'switchyard_error', code } });
+  res.writeHead(status, {
+    ...headers,
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+/**
+ * The snapshot stream (docs/snapshot-protocol.md): the per-pool fan-out of snapshots to the
+ * sidecars subscribed on this replica, and the reports they send back.
+ */
+export class SnapshotServer {
+  readonly server: http.Server;
+  private readonly channels = new Map<PoolKey, PoolChannel>();
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly options: SnapshotServerOptions;
+
+  constructor(options: SnapshotServerOptions) {
+    this.options = options;
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+      this.handle(req, res).catch((err: unknown) => {
+        options.logger.error({ err: (err as Error).message }, 'snapshot server request failed');
+        if (!res.headersSent) sendJson(res, 500, 'internal', 'internal error');
+        else res.destroy();
+      });
+    };
+    this.server =
+      options.tls === undefined
+        ? http.createServer(handler)
+        : https.createServer({ cert: options.tls.cert, key: options.tls.key }, handler);
+    this.server.keepAliveTimeout = 65_000;
+    this.server.headersTimeout = 30_000;
+    this.heartbeat = setInterval(() => {
+      for (const channel of this.channels.values()) {
+        for (const s of channel.subscribers) s.res.write(': heartbeat\n\n');
+      }
+    }, options.heartbeatMs);
+    this.heartbeat.unref();
+  }
+
+  /** The pool's channel, made on first use. */
+  private channel(key: PoolKey): PoolChannel {
+    let channel = this.channels.get(key);
+    if (channel === undefined) {
+      channel = {
+        snapshot: undefined,
+        event: undefined,
+        subscribers: new Set(),
+        sidecars: new Map(),
+      };
+      this.channels.set(key, channel);
+    }
+    return channel;
+  }
+
+  /** Sends a new snapshot of `key` to every subscriber; `sinceMs` is when the change was seen. */
+  publish(key: PoolKey, snapshot: PoolSnapshot, sinceMs: number): void {
+    const channel = this.channel(key);
+    channel.snapshot = snapshot;
+    channel.event = `event: ${SNAPSHOT_EVENT}\nid: ${snapshot.version}\ndata: ${JSON.stringify(snapshot)}\n\n`;
+    for (const s of channel.subscribers) s.res.write(channel.event);
+    if (channel.subscribers.size > 0)
+      this.options.metrics.pushLatency.observe((performance.now() - sinceMs) / 1000);
+  }
+
+  /**
+   * Sends the load of `key`'s endpoints to every subscriber. No `id:` line: the stream's last
+   * event id stays the snapshot version, and nothing about the snapshot changes.
+   */
+  publishLoad(key: PoolKey, load: PoolLoad): void {
+    const channel = this.channels.get(key);
+    if (channel === undefined || channel.subscribers.size === 0) return;
+    const event = `event: ${LOAD_EVENT}\ndata: ${JSON.stringify(load)}\n\n`;
+    for (const s of channel.subscribers)
+      if (s.res.writableLength <= MAX_LOAD_BACKLOG_BYTES) s.res.write(event);
+  }
+
+  /** The endpoints of each pool that has subscribers on this replica and a snapshot to serve. */
+  subscribedEndpoints(): Map<PoolKey, readonly EndpointSpec[]> {
+    const pools = new Map<PoolKey, readonly EndpointSpec[]>();
+    for (const [key, channel] of this.channels)
+      if (channel.subscribers.size > 0 && channel.snapshot !== undefined)
+        pools.set(key, channel.snapshot.endpoints);
+    return pools;
+  }
+
+  /** The pool is gone: its subscribers' streams end (they reconnect and get 404 until it returns). */
+  remove(key: PoolKey): void {
+    const channel = this.channels.get(key);
+    if (channel === undefined) return;
+    for (const s of channel.subscribers) s.res.end();
+    this.channels.delete(key);
+  }
+
+  /** This replica's sidecars of one pool, as the status core sees them. */
+  sidecarViews(key: PoolKey): Map<string, SidecarView> {
+    const views = new Map<string, SidecarView>();
+    for (const [id, sc] of this.channels.get(key)?.sidecars ?? []) {
+      views.set(id, {
+        streaming: sc.streams > 0,
+        lastSeenMs: sc.lastSeenMs,
+        appliedVersion: sc.report?.appliedVersion,
+        appliedHash: sc.report?.appliedHash,
+        endpoints: sc.report?.endpoints,
+      });
+    }
+    return views;
+  }
+
+  /** `sidecarViews` of every pool with known sidecars on this replica, by pool key. */
+  sidecarViewsByPool(): Map<PoolKey, Map<string, SidecarView>> {
+    return new Map([...this.channels.keys()].map((key) => [key, this.sidecarViews(key)]));
+  }
+
+  connectedCount(): number {
+    let n = 0;
+    for (const c of this.channels.values()) n += c.subscribers.size;
+    return n;
+  }
+
+  /** Serves a new certificate from the next TLS handshake on (open connections keep theirs). */
+  setTls(tls: { cert: string; key: string }): void {
+    if (this.server instanceof https.Server) this.server.setSecureContext(tls);
+  }
+
+  close(): void {
+    clearInterval(this.heartbeat);
+    for (const c of this.channels.values()) for (const s of c.subscribers) s.res.end();
+    this.server.closeAllConnections();
+    this.server.close();
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://controller');
+    if (url.pathname === '/healthz') {
+      sendJson(res, 200, 'ok', 'ok');
+      return;
+    }
+    const extra = this.options.routes?.[url.pathname];
+    if (extra !== undefined) {
+      await extra(req, res);
+      return;
+    }
+    const route = ROUTE.exec(url.pathname);
+    if (route === null) {
+      sendJson(
+        res,
+        404,
+        'unknown_url',
+        'Unknown path; sidecars use /v1/namespaces/{ns}/pools/{name}/snapshots.',
+      );
+      return;
+    }
+    const namespace = decodeURIComponent(route[1]!);
+    const name = decodeURIComponent(route[2]!);
+    const kind = route[3]!;
+    if (
+      (kind === 'snapshots' && req.method !== 'GET') ||
+      (kind === 'reports' && req.method !== 'POST')
+    ) {
+      sendJson(
+        res,
+        405,
+        'method_not_allowed',
+        `${kind} accepts ${kind === 'snapshots' ? 'GET' : 'POST'} only.`,
+      );
+      return;
+    }
+    let auth: AuthResult;
+    try {
+      auth = await this.options.authenticator.authenticate(req.headers.authorization);
+    } catch (err) {
+      this.options.logger.warn(
+        { err: (err as Error).message },
+        'cannot verify a sidecar token (API server unreachable?)',
+      );
+      sendJson(res, 503, 'auth_unavailable', 'Cannot verify the token right now; retry.', {
+        'retry-after': '2',
+      });
+      return;
+    }
+    if (!auth.ok) {
+      this.options.metrics.authFailures.inc({ reason: 'unauthenticated' });
+      sendJson(
+        res,
+        401,
+        'unauthenticated',
+        `A ServiceAccount token with audience "switchyard" is required (${auth.reason}).`,
+      );
+      return;
+    }
+    if (auth.identity.namespace !== namespace) {
+      this.options.metrics.authFailures.inc({ reason: 'forbidden' });
+      sendJson(
+        res,
+        403,
+        'forbidden',
+        `A token of namespace ${auth.identity.namespace} may only read pools in that namespace.`,
+      );
+      return;
+    }
+    const key = `${namespace}/${name}`;
+    if (!this.options.poolExists(key)) {
+      sendJson(res, 404, 'pool_not_found', `InferencePool ${key} does not exist.`);
+      return;
+    }
+    const sidecar =
+      auth.identity.podName ??
+      url.searchParams.get('sidecar') ??
+      `${auth.identity.serviceAccount}@${req.socket.remoteAddress ?? '?'}`;
+    if (kind === 'snapshots') this.subscribe(key, sidecar, req, res);
+    else await this.acceptReport(key, auth.identity.podName, req, res);
+  }
+
+  private subscribe(
+    key: PoolKey,
+    sidecar: string,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+  ): void {
+    const channel = this.channel(key);
+    res.writeHead(200, {
+      'content-type': 'text/event-stream',
+      'cache-control': 'no-store',
+      'x-switchyard-protocol': String(SNAPSHOT_PROTOCOL_VERSION),
+    });
+    res.socket?.setNoDelay(true);
+    res.write(': connected\n\n');
+    if (channel.event !== undefined) res.write(channel.event);
+    const subscriber: Subscriber = { sidecar, res };
+    channel.subscribers.add(subscriber);
+    const state = channel.sidecars.get(sidecar) ?? {
+      report: undefined,
+      lastSeenMs: performance.now(),
+      streams: 0,
+    };
+    state.streams++;
+    state.lastSeenMs = performance.now();
+    channel.sidecars.set(sidecar, state);
+    this.options.logger.info({ pool: key, sidecar }, 'sidecar subscribed');
+    this.options.onSidecarChange(key);
+    req.socket.setTimeout(0);
+    res.once('close', () => {
+      channel.subscribers.delete(subscriber);
+      state.streams--;
+      state.lastSeenMs = performance.now();
+      this.options.logger.info({ pool: key, sidecar }, 'sidecar disconnected');
+      this.options.onSidecarChange(key);
+    });
+  }
+
+  /** `podName`: from a pod-bound token; otherwise the report's own `sidecar` names it. */
+  private async acceptReport(
+    key: PoolKey,
+    podName: string | undefined,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+  ): Promise<void> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > MAX_REPORT_BYTES) {
+        sendJson(res, 413, 'body_too_large', 'Report too large.', { connection: 'close' });
+        return;
+      }
+      chunks.push(chunk);
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      sendJson(res, 400, 'invalid_json', 'The report is not valid JSON.');
+      return;
+    }
+    const parsed = parseReport(body);
+    if (!parsed.ok) {
+      sendJson(
+        res,
+        400,
+        'invalid_report',
+        parsed.errors.map((e) => `${e.path}: ${e.message}`).join('; '),
+      );
+      return;
+    }
+    const sidecar = podName ?? parsed.value.sidecar;
+    const channel = this.channel(key);
+    const state = channel.sidecars.get(sidecar) ?? { report: undefined, lastSeenMs: 0, streams: 0 };
+    state.report = { ...parsed.value, sidecar };
+    state.lastSeenMs = performance.now();
+    channel.sidecars.set(sidecar, state);
+    res.writeHead(204);
+    res.end();
+    this.options.onSidecarChange(key);
+  }
+}
+
+export interface SnapshotServerOptions {
+  authenticator: Authenticator;
+  logger: Logger;
+  metrics: ControllerMetrics;
+  heartbeatMs: number;
+  /** PEM; without it the server speaks plain HTTP (tests and port-forwarding only). */
+  tls: { cert: string; key: string } | undefined;
+  poolExists: (key: PoolKey) => boolean;
+  /** A sidecar connected, disconnected or reported: the pool's status may need a write. */
+  onSidecarChange: (key: PoolKey) => void;
+  /** Other handlers on this server by exact path (the injection webhook shares its certificate). */
+  routes?: Record<string, (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>>;
+}

@@ -1,0 +1,108 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { MAX_REPORT_CHARS, parseLoadMetrics, parseOrcaHeader } from './model-server-load.ts';
+
+describe('parseOrcaHeader', () => {
+  test("reads vLLM's TEXT form", () => {
+    assert.deepEqual(
+      parseOrcaHeader(
+        'TEXT named_metrics.kv_cache_usage_perc=0.4, named_metrics.num_requests_waiting=3.0',
+      ),
+      { kvCacheUsage: 0.4, waiting: 3 },
+    );
+  });
+
+  test('reads the JSON form, named or at the top level', () => {
+    assert.deepEqual(
+      parseOrcaHeader(
+        'JSON {"named_metrics": {"kv_cache_usage_perc": 0.25, "num_requests_waiting": 1}}',
+      ),
+      { kvCacheUsage: 0.25, waiting: 1 },
+    );
+    assert.deepEqual(parseOrcaHeader('JSON {"num_requests_running": 4}'), { running: 4 });
+  });
+
+  test('ignores unknown fields, garbage values and other formats', () => {
+    assert.deepEqual(
+      parseOrcaHeader('TEXT cpu_utilization=0.3, named_metrics.num_requests_waiting=2'),
+      {
+        waiting: 2,
+      },
+    );
+    assert.equal(parseOrcaHeader('TEXT cpu_utilization=0.3, novalue'), undefined);
+    assert.equal(parseOrcaHeader('TEXT named_metrics.num_requests_waiting=abc'), undefined);
+    assert.equal(parseOrcaHeader('TEXT named_metrics.num_requests_waiting=-1'), undefined);
+    assert.equal(parseOrcaHeader('JSON {bad'), undefined);
+    assert.equal(parseOrcaHeader('JSON [1]'), undefined);
+    assert.equal(parseOrcaHeader('PROTO abc'), undefined);
+    assert.equal(parseOrcaHeader(undefined), undefined);
+    assert.equal(parseOrcaHeader('TEXT ' + 'x'.repeat(MAX_REPORT_CHARS)), undefined);
+  });
+
+  test('caps a KV usage above 1', () => {
+    assert.deepEqual(parseOrcaHeader('TEXT named_metrics.kv_cache_usage_perc=1.7'), {
+      kvCacheUsage: 1,
+    });
+  });
+});
+
+const VLLM = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 4.0
+vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 99.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="tiny"} 0.75
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 1234.0
+`;
+
+describe('parseLoadMetrics', () => {
+  test("reads vLLM's gauges, summing counts and taking the largest KV usage over engines", () => {
+    assert.deepEqual(parseLoadMetrics(VLLM), { running: 5, waiting: 4, kvCacheUsage: 0.75 });
+  });
+
+  test("reads SGLang's names, and a timestamp after the value", () => {
+    const text =
+      'sglang:num_running_reqs{tp_rank="0"} 7 1700000000000\nsglang:num_queue_reqs 2\nsglang:token_usage{tp_rank="0"} 0.1\n';
+    assert.deepEqual(parseLoadMetrics(text), { running: 7, waiting: 2, kvCacheUsage: 0.1 });
+  });
+
+  test("reads TensorRT-LLM's labelled metrics", () => {
+    const text = [
+      'nv_trt_llm_request_metrics{model="m",request_type="scheduled",version="1"} 6',
+      'nv_trt_llm_request_metrics{model="m",request_type="waiting",version="1"} 1',
+      'nv_trt_llm_request_metrics{model="m",request_type="max",version="1"} 64',
+      'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="m"} 0.3',
+      'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="m"} 300',
+    ].join('\n');
+    assert.deepEqual(parseLoadMetrics(text), { running: 6, waiting: 1, kvCacheUsage: 0.3 });
+  });
+
+  test('reads the old vLLM name of KV usage', () => {
+    assert.deepEqual(parseLoadMetrics('vllm:gpu_cache_usage_perc{model_name="m"} 0.2'), {
+      kvCacheUsage: 0.2,
+    });
+  });
+
+  test('gives undefined for an exposition without load gauges, or one too large', () => {
+    assert.equal(parseLoadMetrics('# nothing\nprocess_cpu_seconds_total 3\n'), undefined);
+    assert.equal(parseLoadMetrics('vllm:num_requests_running{a="b"} NaN\n'), undefined);
+    assert.equal(parseLoadMetrics('vllm:num_requests_running\n'), undefined);
+    assert.equal(parseLoadMetrics('x'.repeat(MAX_REPORT_CHARS + 1)), undefined);
+  });
+
+  test('property: never throws, and reports only finite, non-negative values', () => {
+    fc.assert(
+      fc.property(fc.string(), (text) => {
+        for (const load of [parseLoadMetrics(text), parseOrcaHeader(text)]) {
+          if (load === undefined) continue;
+          for (const v of Object.values(load)) assert.ok(Number.isFinite(v) && v >= 0);
+        }
+      }),
+    );
+  });
+});

@@ -1,0 +1,105 @@
+import type { Server, ServerResponse } from 'node:http';
+import { http } from '../../lib/node-http.ts';
+import type { SidecarMetrics } from '../proxy/metrics.ts';
+import type { ActivePool } from '../config/active-pool.ts';
+
+export interface AdminOptions {
+  pool: () => ActivePool | undefined;
+  metrics: SidecarMetrics;
+  isDraining: () => boolean;
+}
+
+function json(res: ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value, null, 2);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+/** What `/debug/backends` answers: the pool in force and every endpoint as the balancer sees it. */
+export function describeBackends(pool: ActivePool | undefined): unknown {
+  if (pool === undefined) return { pool: null, mode: null, snapshotVersion: null, endpoints: [] };
+  return {
+    pool: pool.name,
+    mode: pool.policy.mode,
+    snapshotVersion: pool.version,
+    snapshotHash: pool.hash,
+    endpoints: pool.balancer.status().map((s) => ({
+      id: s.id,
+      backend: s.backend,
+      url: s.url,
+      tier: s.tier,
+      inFlight: s.inFlight,
+      ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
+      ewmaSeeded: s.ewmaSeeded,
+      breaker: s.breaker,
+      slow: s.slow,
+      drifted: s.drifted,
+      fingerprint: s.fingerprint ?? null,
+      driftMismatches: s.driftMismatches,
+      requests: s.requests,
+      errors: s.errors,
+      rateLimited: s.rateLimited,
+      window: s.window,
+      costPerMTok: s.costPerMTok,
+    })),
+  };
+}
+
+/**
+ * The admin port (127.0.0.1:9090 by default): metrics, probes and a JSON view of the balancer.
+ * `/readyz` fails while no configuration is applied and while draining, so Kubernetes stops
+ * routing to a pod whose sidecar cannot route.
+ */
+export function createAdminServer(options: AdminOptions): Server {
+  return http.createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET') {
+      json(res, 405, {
+        error: {
+          message: 'The admin API is read-only (GET).',
+          type: 'invalid_request_error',
+          code: 'method_not_allowed',
+        },
+      });
+      return;
+    }
+    switch (path) {
+      case '/healthz':
+        json(res, 200, { status: 'ok' });
+        return;
+      case '/readyz': {
+        const pool = options.pool();
+        if (options.isDraining()) json(res, 503, { status: 'draining' });
+        else if (pool === undefined) json(res, 503, { status: 'no configuration applied yet' });
+        else json(res, 200, { status: 'ready', pool: pool.name, snapshotVersion: pool.version });
+        return;
+      }
+      case '/debug/backends':
+        json(res, 200, describeBackends(options.pool()));
+        return;
+      case '/metrics':
+        options.metrics.registry.metrics().then(
+          (text) => {
+            res.writeHead(200, { 'content-type': options.metrics.registry.contentType });
+            res.end(text);
+          },
+          (err: unknown) =>
+            json(res, 500, {
+              error: { message: String(err), type: 'server_error', code: 'metrics_failed' },
+            }),
+        );
+        return;
+      default:
+        json(res, 404, {
+          error: {
+            message: 'Unknown admin path; try /metrics, /healthz, /readyz or /debug/backends.',
+            type: 'invalid_request_error',
+            code: 'unknown_url',
+          },
+        });
+    }
+  });
+}

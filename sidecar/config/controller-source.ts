@@ -1,0 +1,36 @@
+import type { Logger } from 'pino';
+import type { ActivePoolState } from './active-pool.ts';
+import type { ControllerSourceOptions, RunningConfigSource } from './config-source.ts';
+import { startControllerClient } from './controller/controller-client.ts';
+import { endpointHealth } from './controller/endpoint-health.ts';
+
+/**
+ * A sidecar fed by the controller: every snapshot the client accepts becomes the configuration in
+ * force, and the reports carry the balancer's view of each endpoint. Resolves once the cache on
+ * disk was read (a restored snapshot is already in force); never waits for the controller.
+ */
+export async function startControllerSource(
+  options: ControllerSourceOptions & { active: ActivePoolState; logger: Logger },
+): Promise<RunningConfigSource> {
+  const { active, logger, ...clientOptions } = options;
+  const client = startControllerClient({
+    ...clientOptions,
+    logger,
+    onSnapshot: (snapshot, from) => {
+      if (snapshot.pool.name !== options.pool || snapshot.pool.namespace !== options.namespace) {
+        throw new Error(
+          `snapshot of ${snapshot.pool.namespace}/${snapshot.pool.name} on the stream of ${options.namespace}/${options.pool}`,
+        );
+      }
+      logger.info({ from, version: snapshot.version }, 'snapshot received');
+      const { policy, endpoints, timeouts, hash } = snapshot;
+      active.apply(
+        { name: snapshot.pool.name, hash, policy, endpoints, timeouts },
+        snapshot.version,
+      );
+    },
+    currentEndpoints: () => endpointHealth(active.current()?.balancer.status() ?? []),
+  });
+  await client.ready;
+  return { reload: () => Promise.resolve(false), close: () => client.close() };
+}

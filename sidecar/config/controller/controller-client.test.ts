@@ -1,0 +1,696 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { after, before, describe, test, type TestContext } from 'node:test';
+import { pino } from 'pino';
+import { BALANCE_EXAMPLE } from '../../../crds/examples.ts';
+import {
+  parseReport,
+  reportPath,
+  snapshotStreamPath,
+  type EndpointHealthReport,
+  type PoolSnapshot,
+  type SidecarReport,
+} from '../../../crds/snapshot.ts';
+import {
+  startControllerClient,
+  type ControllerClient,
+  type ControllerClientOptions,
+} from './controller-client.ts';
+import { endpointHealth } from './endpoint-health.ts';
+import { backoffDelayMs } from './snapshot-stream.ts';
+import { loadPoolText } from '../pool-file.ts';
+
+const NS = 'apps';
+const POOL = 'chat';
+const SIDECAR = 'chat-7f9c5d-x2x9z';
+const TOKEN_A = 'eyJ-token-a.rotating.jwt';
+const TOKEN_B = 'eyJ-token-b.rotating.jwt';
+const API_KEY = 'sk-never-log-this-4b1d';
+
+// ---- fixtures --------------------------------------------------------------------------------
+
+const loaded = loadPoolText(BALANCE_EXAMPLE, {});
+if (!loaded.ok) throw new Error('the balance example does not load');
+
+/** A valid snapshot of `apps/<pool>` (JSON-normal: as it arrives over the wire). */
+function snapshot(version: number, hash: string, pool = POOL): PoolSnapshot {
+  return JSON.parse(JSON.stringify(rawSnapshot(version, hash, pool))) as PoolSnapshot;
+}
+
+function rawSnapshot(version: number, hash: string, pool: string): PoolSnapshot {
+  return {
+    version,
+    hash,
+    pool: { namespace: NS, name: pool },
+    policy: loaded.ok ? loaded.pool.policy : (undefined as never),
+    timeouts: loaded.ok ? loaded.pool.timeouts : (undefined as never),
+    endpoints: (loaded.ok ? loaded.pool.endpoints : []).map((e, i) =>
+      i === 0 ? { ...e, apiKey: API_KEY } : { ...e },
+    ),
+  };
+}
+
+const HEALTH: EndpointHealthReport[] = [
+  { id: 'a', breaker: 'closed', errorRate: 0, rateLimitRate: 0, ewmaTtftMs: 120, inFlight: 1 },
+];
+
+function sseEvent(value: unknown, type = 'snapshot'): string {
+  const data = typeof value === 'string' ? value : JSON.stringify(value);
+  const id = typeof value === 'object' && value !== null && 'version' in value ? value.version : 0;
+  return `event: ${type}\nid: ${String(id)}\n${data
+    .split('\n')
+    .map((l) => `data: ${l}`)
+    .join('\n')}\n\n`;
+}
+
+async function eventually(check: () => boolean, what: string, timeoutMs = 3_000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (check()) return;
+    await sleep(5);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+// ---- a fake controller ------------------------------------------------------------------------
+
+interface StreamConnection {
+  at: number;
+  token: string | undefined;
+  sidecar: string | null;
+  status: number;
+  res: http.ServerResponse;
+}
+
+interface Tls {
+  key: string;
+  cert: string;
+}
+
+/** Serves one pool's stream and reports, checking the bearer token like the real controller. */
+class FakeController {
+  readonly server: http.Server;
+  url = '';
+  acceptedToken = TOKEN_A;
+  /** Answered (in order) to the next stream requests instead of a stream. */
+  refuse: number[] = [];
+  /** Leaves the next stream requests without any answer. */
+  hang = 0;
+  current: PoolSnapshot | undefined;
+  heartbeatMs: number | undefined;
+  reportStatus = 204;
+  connections: StreamConnection[] = [];
+  reports: { token: string | undefined; at: number; body: SidecarReport }[] = [];
+  readonly open = new Set<http.ServerResponse>();
+  /** What to do with a new open stream (default: send the current snapshot). */
+  onStream: (res: http.ServerResponse) => void = (res) => {
+    if (this.current !== undefined) res.write(sseEvent(this.current));
+  };
+
+  constructor(tls?: Tls) {
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse): void =>
+      this.handle(req, res);
+    this.server = tls ? https.createServer(tls, handler) : http.createServer(handler);
+  }
+
+  static async start(tls?: Tls): Promise<FakeController> {
+    const fc = new FakeController(tls);
+    await new Promise<void>((r) => fc.server.listen(0, '127.0.0.1', r));
+    const { port } = fc.server.address() as AddressInfo;
+    fc.url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
+    return fc;
+  }
+
+  private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'http://x');
+    const auth = req.headers.authorization;
+    const token = auth?.startsWith('Bearer ') ? auth.slice(7) : undefined;
+    const refuse = (status: number, code: string): void => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { code } }));
+    };
+    if (req.method === 'GET' && url.pathname === snapshotStreamPath(NS, POOL)) {
+      const conn: StreamConnection = {
+        at: performance.now(),
+        token,
+        sidecar: url.searchParams.get('sidecar'),
+        status: 200,
+        res,
+      };
+      this.connections.push(conn);
+      if (this.hang > 0) {
+        this.hang -= 1;
+        return;
+      }
+      const forced = this.refuse.shift();
+      if (forced !== undefined) {
+        conn.status = forced;
+        const code = { 401: 'unauthenticated', 403: 'forbidden', 404: 'pool_not_found' }[
+          forced as 401 | 403 | 404
+        ];
+        return refuse(forced, code ?? 'unavailable');
+      }
+      if (token !== this.acceptedToken) {
+        conn.status = 401;
+        return refuse(401, 'unauthenticated');
+      }
+      res.writeHead(200, {
+        'content-type': 'text/event-stream',
+        'cache-control': 'no-cache',
+        'x-switchyard-protocol': '1',
+      });
+      res.flushHeaders();
+      this.open.add(res);
+      let beat: NodeJS.Timeout | undefined;
+      if (this.heartbeatMs !== undefined)
+        beat = setInterval(() => res.write(': heartbeat\n\n'), this.heartbeatMs);
+      res.on('close', () => {
+        clearInterval(beat);
+        this.open.delete(res);
+      });
+      this.onStream(res);
+      return;
+    }
+    if (req.method === 'POST' && url.pathname === reportPath(NS, POOL)) {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (c: string) => (body += c));
+      req.on('end', () => {
+        const parsed = parseReport(JSON.parse(body));
+        assert.ok(parsed.ok, 'the sidecar posted an invalid report');
+        this.reports.push({ token, at: performance.now(), body: parsed.value });
+        res.writeHead(token === this.acceptedToken ? this.reportStatus : 401).end();
+      });
+      return;
+    }
+    refuse(404, 'pool_not_found');
+  }
+
+  broadcast(text: string): void {
+    for (const res of this.open) res.write(text);
+  }
+
+  /** Cuts every open stream (as a controller restart would). */
+  dropAll(): void {
+    for (const res of this.open) res.destroy();
+  }
+
+  async close(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+// ---- a client under test ----------------------------------------------------------------------
+
+interface Harness {
+  client: ControllerClient;
+  applied: { snapshot: PoolSnapshot; source: 'stream' | 'cache' }[];
+  logs: { level: number; msg: string; [key: string]: unknown }[];
+  logText(): string;
+}
+
+let dir = '';
+let tls: Tls | undefined;
+let caFile = '';
+let tokenFile = '';
+
+const openssl = promisify(execFile);
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'switchyard-controller-client-'));
+  tokenFile = join(dir, 'token');
+  caFile = join(dir, 'ca.pem');
+  // One self-signed certificate for 127.0.0.1, which is also the CA bundle the client trusts.
+  await openssl('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    join(dir, 'key.pem'),
+    '-out',
+    caFile,
+    '-days',
+    '1',
+    '-subj',
+    '/CN=switchyard-controller',
+    '-addext',
+    'subjectAltName=IP:127.0.0.1,DNS:localhost',
+  ]);
+  tls = { key: await readFile(join(dir, 'key.pem'), 'utf8'), cert: await readFile(caFile, 'utf8') };
+});
+
+after(() => rm(dir, { recursive: true, force: true }));
+
+/** Starts a fake controller (https unless `plain`), stopped when the test ends. */
+async function controller(t: TestContext, plain = false): Promise<FakeController> {
+  const fc = await FakeController.start(plain ? undefined : tls);
+  t.after(() => fc.close());
+  return fc;
+}
+
+/** Starts a client (token file holding `token`), closed when the test ends, secrets checked. */
+async function client(
+  t: TestContext,
+  fc: { url: string } | string,
+  overrides: Partial<ControllerClientOptions> = {},
+  token = TOKEN_A,
+): Promise<Harness> {
+  await writeFile(tokenFile, token + '\n');
+  const applied: Harness['applied'] = [];
+  const raw: string[] = [];
+  const logs: Harness['logs'] = [];
+  const logger = pino(
+    { level: 'debug' },
+    {
+      write(line: string) {
+        raw.push(line);
+        logs.push(JSON.parse(line) as Harness['logs'][number]);
+      },
+    },
+  );
+  const url = typeof fc === 'string' ? fc : fc.url;
+  const client = startControllerClient({
+    controllerUrl: url,
+    namespace: NS,
+    pool: POOL,
+    tokenFile,
+    caFile: url.startsWith('https:') ? caFile : undefined,
+    sidecarId: SIDECAR,
+    heartbeatTimeoutMs: 2_000,
+    reportEveryMs: 60_000,
+    backoff: { initialMs: 10, maxMs: 40 },
+    logger,
+    onSnapshot: (snapshot, source) => applied.push({ snapshot, source }),
+    currentEndpoints: () => HEALTH,
+    ...overrides,
+  });
+  const h: Harness = { client, applied, logs, logText: () => raw.join('') };
+  t.after(async () => {
+    await client.close();
+    const text = h.logText();
+    assert.ok(!text.includes(TOKEN_A) && !text.includes(TOKEN_B), 'a token was logged');
+    assert.ok(!text.includes(API_KEY), 'an API key was logged');
+  });
+  return h;
+}
+
+function logged(h: Harness, level: 'debug' | 'info' | 'warn' | 'error', pattern: RegExp) {
+  const n = { debug: 20, info: 30, warn: 40, error: 50 }[level];
+  return h.logs.filter((l) => l.level === n && pattern.test(l.msg));
+}
+
+function gaps(conns: readonly { at: number }[]): number[] {
+  return conns.slice(1).map((c, i) => c.at - conns[i]!.at);
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+describe('backoffDelayMs', () => {
+  test('full jitter: uniform below min(max, initial × 2^failures)', () => {
+    const b = { initialMs: 500, maxMs: 30_000 };
+    assert.equal(
+      backoffDelayMs(0, b, () => 0),
+      0,
+    );
+    assert.equal(
+      backoffDelayMs(0, b, () => 0.5),
+      250,
+    );
+    assert.equal(
+      backoffDelayMs(3, b, () => 0.5),
+      2_000,
+    );
+    assert.equal(
+      backoffDelayMs(6, b, () => 0.999),
+      29_970,
+    );
+    assert.equal(
+      backoffDelayMs(10_000, b, () => 1),
+      30_000,
+    );
+    for (let f = 0; f < 12; f++) {
+      const d = backoffDelayMs(f, b, Math.random);
+      assert.ok(d >= 0 && d <= Math.min(30_000, 500 * 2 ** f), `failure ${f}: ${d}`);
+    }
+  });
+});
+
+describe('endpointHealth', () => {
+  test('window rates, breaker, TTFT and in-flight from the balancer status', () => {
+    const [r] = endpointHealth([
+      {
+        id: 'a',
+        backend: 'a',
+        url: 'http://x/v1',
+        tier: 0,
+        inFlight: 2,
+        load: 2,
+        ewmaTtftMs: 140.5,
+        driftMismatches: 0,
+        ewmaSeeded: false,
+        breaker: 'open',
+        slow: false,
+        drifted: false,
+        requests: 100,
+        errors: 9,
+        rateLimited: 4,
+        window: { requests: 20, errors: 5, rateLimited: 2 },
+        costPerMTok: 0,
+      },
+    ]);
+    assert.deepEqual(r, {
+      id: 'a',
+      breaker: 'open',
+      errorRate: 0.25,
+      rateLimitRate: 0.1,
+      ewmaTtftMs: 140.5,
+      inFlight: 2,
+    });
+  });
+});
+
+describe('controller client', () => {
+  for (const plain of [false, true]) {
+    test(`applies the snapshot streamed over ${plain ? 'http' : 'https'} and reports it`, async (t) => {
+      const fc = await controller(t, plain);
+      fc.current = snapshot(1, 'h1');
+      const h = await client(t, fc);
+      await h.client.ready;
+      await eventually(() => h.applied.length === 1, 'the snapshot applied');
+      assert.equal(h.applied[0]!.source, 'stream');
+      assert.deepEqual(h.applied[0]!.snapshot, fc.current);
+      assert.equal(h.client.connected(), true);
+      assert.equal(h.client.lastAppliedVersion(), 1);
+      assert.equal(fc.connections[0]!.token, TOKEN_A);
+      assert.equal(fc.connections[0]!.sidecar, SIDECAR);
+      // A report follows every applied snapshot, with the same token.
+      await eventually(() => fc.reports.length >= 1, 'a report');
+      assert.deepEqual(fc.reports[0], {
+        token: TOKEN_A,
+        at: fc.reports[0]!.at,
+        body: { sidecar: SIDECAR, appliedVersion: 1, appliedHash: 'h1', endpoints: HEALTH },
+      });
+      const info = logged(h, 'info', /snapshot applied/)[0];
+      assert.deepEqual(
+        info?.endpoints,
+        fc.current.endpoints.map((e) => e.id),
+        'endpoints are logged by id only',
+      );
+    });
+  }
+
+  test('a snapshot whose hash is already applied is not applied again', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    const h = await client(t, fc);
+    await eventually(() => h.applied.length === 1, 'the first snapshot');
+    fc.broadcast(sseEvent(snapshot(1, 'h1')));
+    fc.broadcast(sseEvent(snapshot(2, 'h1'))); // a new leader renumbering the same content
+    fc.broadcast(sseEvent(snapshot(3, 'h3')));
+    await eventually(() => h.applied.length === 2, 'the changed snapshot');
+    assert.deepEqual(
+      h.applied.map((a) => a.snapshot.version),
+      [1, 3],
+    );
+    assert.equal(logged(h, 'debug', /same snapshot content under a new version/).length, 1);
+    assert.equal(h.client.lastAppliedVersion(), 3);
+  });
+
+  test('re-reads the token file on every reconnect (the kubelet rotates it)', async (t) => {
+    const fc = await controller(t);
+    fc.current = snapshot(1, 'h1');
+    const h = await client(t, fc, { reportEveryMs: 30 });
+    await eventually(() => h.client.connected(), 'connected');
+    fc.acceptedToken = TOKEN_B;
+    await writeFile(tokenFile, TOKEN_B + '\n');
+    fc.dropAll();
+    await eventually(
+      () => fc.connections.some((c) => c.token === TOKEN_B && c.status === 200),
+      'a connection with the new token',
+    );
+    assert.ok(fc.connections.every((c) => c.token === TOKEN_A || c.token === TOKEN_B));
+    await eventually(() => fc.reports.some((r) => r.token === TOKEN_B), 'a report with it');
+    assert.equal(h.applied.length, 1, 'the same snapshot after reconnecting is not re-applied');
+  });
+
+  test('401: logs what to check, backs off exponentially, retries and then succeeds', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    const h = await client(
+      t,
+      fc,
+      { backoff: { initialMs: 40, maxMs: 1_000 }, random: () => 1 },
+      'not-the-right-token',
+    );
+    await eventually(() => fc.connections.length >= 3, 'three refused attempts');
+    assert.equal(h.applied.length, 0);
+    assert.equal(h.client.connected(), false);
+    const [g1, g2] = gaps(fc.connections);
+    assert.ok(g1! >= 38 && g2! >= 78, `waits double: ${g1}, ${g2}`);
+    const errors = logged(h, 'error', /rejected the token \(401\)/);
+    assert.ok(errors.length >= 2);
+    assert.match(errors[0]!.msg, /audience "switchyard"/);
+    assert.equal(errors[0]!.code, 'unauthenticated');
+    assert.ok(!h.logText().includes('not-the-right-token'));
+    await writeFile(tokenFile, TOKEN_A);
+    await eventually(() => h.applied.length === 1, 'applied once the token is right');
+  });
+
+  test('403 and 404 name what to check and are retried (the pool may come later)', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    fc.refuse = [403, 404, 404];
+    const h = await client(t, fc);
+    await eventually(() => h.applied.length === 1, 'applied after the refusals');
+    assert.equal(fc.connections.length, 4);
+    assert.match(logged(h, 'error', /\(403\)/)[0]!.msg, /namespace "apps"/);
+    assert.match(logged(h, 'error', /\(404\)/)[0]!.msg, /--namespace and --pool/);
+  });
+
+  test('no event or heartbeat within the timeout: reconnects', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    const h = await client(t, fc, { heartbeatTimeoutMs: 200, random: () => 0 });
+    await eventually(() => fc.connections.length >= 2, 'a reconnect', 2_000);
+    assert.ok(gaps(fc.connections)[0]! >= 195);
+    assert.equal(logged(h, 'warn', /no snapshot or heartbeat/).length, 1);
+    assert.equal(h.applied.length, 1);
+  });
+
+  test('heartbeat comments keep the stream open', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    fc.heartbeatMs = 40;
+    const h = await client(t, fc, { heartbeatTimeoutMs: 150 });
+    await eventually(() => h.applied.length === 1, 'applied');
+    await sleep(500);
+    assert.equal(fc.connections.length, 1);
+    assert.equal(h.client.connected(), true);
+  });
+
+  test('a controller that never answers is given up on after the timeout', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    fc.hang = 1;
+    const h = await client(t, fc, { heartbeatTimeoutMs: 150, random: () => 0 });
+    await eventually(() => h.applied.length === 1, 'applied on the second connection');
+    assert.equal(logged(h, 'warn', /did not answer in time/).length, 1);
+  });
+
+  test('stream closed by the controller: reconnects with full-jitter exponential waits', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    fc.onStream = (res) => res.end(); // headers, then nothing: not a working stream
+    const draws: number[] = [];
+    const h = await client(t, fc, {
+      backoff: { initialMs: 160, maxMs: 400 },
+      random: () => (draws.push(0.5), 0.5),
+    });
+    await eventually(() => fc.connections.length >= 5, 'five connections');
+    // A stream that delivered something resets the waits.
+    fc.onStream = (res) => res.end(sseEvent(snapshot(1, 'h1')));
+    await eventually(() => fc.connections.length >= 7, 'two more');
+    const g = gaps(fc.connections);
+    const expected = [80, 160, 200, 200, 200, 80]; // 0.5 × min(400, 160 × 2^n), then reset
+    for (const [i, e] of expected.entries())
+      assert.ok(g[i]! >= e - 3 && g[i]! < e + 100, `wait ${i}: ${g[i]} ms, expected ~${e}`);
+    assert.ok(draws.length >= 6);
+    assert.ok(logged(h, 'warn', /disconnected from the controller/).length >= 5);
+  });
+
+  test('an invalid snapshot is logged and ignored; the last good one stays', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    const h = await client(t, fc);
+    await eventually(() => h.applied.length === 1, 'the first snapshot');
+    const badUrl = snapshot(2, 'h2');
+    badUrl.endpoints[0]!.url = 'ftp://wrong';
+    const duplicate = snapshot(3, 'h3');
+    duplicate.endpoints[1]!.id = duplicate.endpoints[0]!.id;
+    fc.broadcast(sseEvent(badUrl));
+    fc.broadcast(sseEvent(`{"version": 4, "apiKey": "${API_KEY}"`)); // cut JSON quoting a key
+    fc.broadcast(sseEvent(duplicate));
+    fc.broadcast(sseEvent(snapshot(5, 'h5', 'other-pool')));
+    fc.broadcast(sseEvent(snapshot(6, 'h6'), 'unknown-event'));
+    fc.broadcast(sseEvent(snapshot(7, 'h7')));
+    await eventually(() => h.applied.length === 2, 'the next good snapshot');
+    assert.deepEqual(
+      h.applied.map((a) => a.snapshot.version),
+      [1, 7],
+    );
+    const rejected = logged(h, 'error', /snapshot rejected/);
+    assert.equal(rejected.length, 4);
+    assert.deepEqual((rejected[0]!.errors as { path: string }[])[0]!.path, '/endpoints/0/url');
+    assert.match(rejected[1]!.msg, /not valid JSON/);
+    assert.match(JSON.stringify(rejected[2]!.errors), /duplicate endpoint id/);
+    assert.match(rejected[3]!.msg, /another pool/);
+    assert.equal(fc.connections.length, 1, 'the stream stays open');
+  });
+
+  test('an event past the size cap drops the connection, then reconnects', async (t) => {
+    const fc = await controller(t, true);
+    fc.onStream = (res) => res.write(`data: ${'x'.repeat(5_000)}`);
+    const h = await client(t, fc, { maxEventSize: 1_000 });
+    await eventually(() => fc.connections.length >= 2, 'a reconnect');
+    assert.ok(logged(h, 'error', /larger than 1000/).length >= 1);
+  });
+
+  test('a wrong CA: the TLS error is logged with a hint, and retried', async (t) => {
+    const fc = await controller(t);
+    const h = await client(t, fc, { caFile: undefined }); // system CAs: the test CA is unknown
+    await eventually(() => logged(h, 'warn', /cannot reach the controller/).length >= 2, 'retries');
+    assert.match(logged(h, 'warn', /cannot reach/)[0]!.msg, /--ca-file/);
+    assert.equal(fc.connections.length, 0);
+  });
+
+  test('the cache is written 0600 and restored at start while the controller is down', async (t) => {
+    const cacheFile = join(dir, 'cache', 'snapshot.json');
+    const fc = await controller(t, true);
+    fc.current = snapshot(4, 'h4');
+    const first = await client(t, fc, { cacheFile });
+    await first.client.ready;
+    assert.equal(logged(first, 'info', /no snapshot cache yet/).length, 1);
+    await eventually(() => first.applied.length === 1, 'applied');
+    await first.client.close(); // waits for the cache write
+    assert.equal((await stat(cacheFile)).mode & 0o777, 0o600);
+    assert.deepEqual(JSON.parse(await readFile(cacheFile, 'utf8')), fc.current);
+
+    // An older, world-readable file is replaced by a 0600 one.
+    await chmod(cacheFile, 0o644);
+    fc.current = snapshot(5, 'h5');
+    const second = await client(t, fc, { cacheFile });
+    await eventually(() => second.applied.length === 2, 'cache, then stream');
+    await second.client.close();
+    assert.equal((await stat(cacheFile)).mode & 0o777, 0o600);
+    await fc.close();
+
+    const down = await client(t, fc.url, { cacheFile });
+    await down.client.ready;
+    assert.deepEqual(
+      down.applied.map((a) => [a.source, a.snapshot.version]),
+      [['cache', 5]],
+    );
+    assert.equal(down.client.lastAppliedVersion(), 5);
+    assert.equal(down.client.connected(), false);
+  });
+
+  test('a restored snapshot equal to the streamed one is not applied twice', async (t) => {
+    const cacheFile = join(dir, 'same', 'snapshot.json');
+    const fc = await controller(t, true);
+    fc.current = snapshot(4, 'h4');
+    const first = await client(t, fc, { cacheFile });
+    await eventually(() => first.applied.length === 1, 'applied');
+    await first.client.close();
+    const second = await client(t, fc, { cacheFile });
+    await eventually(() => fc.reports.length >= 2, 'the second sidecar reports');
+    assert.deepEqual(
+      second.applied.map((a) => a.source),
+      ['cache'],
+    );
+    assert.equal(fc.reports.at(-1)!.body.appliedVersion, 4);
+  });
+
+  test('a corrupt, invalid or foreign cache is logged and ignored', async (t) => {
+    const cacheFile = join(dir, 'corrupt.json');
+    const down = 'http://127.0.0.1:9'; // nothing listens: connection refused
+    const cases: [string, RegExp][] = [
+      [`{"version": 1, "apiKey": "${API_KEY}"`, /not valid JSON/],
+      [JSON.stringify({ ...snapshot(1, 'h1'), version: 0 }), /not a valid snapshot/],
+      [JSON.stringify(snapshot(1, 'h1', 'other')), /another pool/],
+    ];
+    for (const [text, message] of cases) {
+      await writeFile(cacheFile, text);
+      const h = await client(t, down, { cacheFile });
+      await h.client.ready;
+      assert.equal(h.applied.length, 0);
+      assert.equal(logged(h, 'warn', message).length, 1, String(message));
+      assert.equal(h.client.lastAppliedVersion(), undefined);
+      await h.client.close();
+    }
+  });
+
+  test('reports every reportEveryMs while connected; refusals are not fatal', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(2, 'h2');
+    fc.reportStatus = 500;
+    const h = await client(t, fc, { reportEveryMs: 25 });
+    await eventually(() => fc.reports.length >= 4, 'four reports');
+    assert.ok(fc.reports.every((r) => r.body.appliedVersion === 2 && r.token === TOKEN_A));
+    assert.ok(logged(h, 'debug', /report refused/).length >= 3);
+    assert.equal(h.client.connected(), true);
+    // Disconnected: no reports.
+    fc.refuse = Array.from({ length: 1_000 }, () => 503);
+    fc.dropAll();
+    await eventually(() => !h.client.connected(), 'disconnected');
+    const count = fc.reports.length;
+    await sleep(150);
+    assert.ok(fc.reports.length <= count + 1);
+  });
+
+  test('close() leaves no timer, socket or request behind, in any state', async (t) => {
+    const kinds = new Set(['Timeout', 'TCPSocketWrap', 'TLSWrap', 'TCPWRAP', 'FSReqPromise']);
+    const count = () => process.getActiveResourcesInfo().filter((r) => kinds.has(r)).length;
+    await tick();
+    const baseline = count();
+
+    // Connected, with reports and heartbeats flowing.
+    const fc = await FakeController.start(tls);
+    fc.current = snapshot(1, 'h1');
+    fc.heartbeatMs = 10;
+    const live = await client(t, fc, { reportEveryMs: 5 });
+    await eventually(() => fc.reports.length >= 3, 'reports flowing');
+    // Connecting: the controller accepted the connection but does not answer.
+    fc.hang = 1;
+    const hanging = await client(t, fc);
+    await eventually(() => fc.connections.length >= 2, 'the hanging connection');
+    // Backing off: nothing listens.
+    const backingOff = await client(t, 'http://127.0.0.1:9', {
+      backoff: { initialMs: 5_000, maxMs: 5_000 },
+    });
+    await eventually(() => logged(backingOff, 'warn', /cannot reach/).length === 1, 'refused');
+
+    const started = performance.now();
+    await Promise.all([live.client.close(), hanging.client.close(), backingOff.client.close()]);
+    assert.ok(performance.now() - started < 500, 'close is prompt');
+    assert.equal(live.client.connected(), false);
+    await fc.close();
+    // Handles destroyed a moment ago stay listed until libuv's close phase: allow a few turns of
+    // the event loop, no more (a leaked timer or socket would stay for good).
+    for (let turn = 0; turn < 20 && count() > baseline; turn++) await sleep(1);
+    assert.ok(count() <= baseline, `left behind: ${process.getActiveResourcesInfo().join(', ')}`);
+    await live.client.close(); // idempotent
+  });
+});

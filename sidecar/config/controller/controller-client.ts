@@ -1,0 +1,240 @@
+/**
+ * The sidecar's client of the controller's snapshot stream (docs/snapshot-protocol.md): subscribes
+ * to its pool over HTTPS, applies every valid snapshot whose content changed, caches it on disk,
+ * posts reports, and reconnects with exponential backoff and full jitter. It never gives up: a
+ * refused token, a missing pool or a controller that is down are logged and retried, and the
+ * sidecar keeps routing with its last good snapshot meanwhile.
+ *
+ * Four parts, each in its own module: the stream (`SnapshotStream`), the reports (`Reporter`),
+ * the last-known-good cache on disk (`SnapshotCache`), and the decision what a snapshot changes
+ * (`SnapshotApplier`). This module checks the options and wires them.
+ *
+ * Secrets: the bearer token is never logged, and snapshots are logged by endpoint id only (an
+ * endpoint may carry an `apiKey`). JSON syntax errors are logged without their message, which
+ * quotes the offending text.
+ */
+import { http, https } from '../../../lib/node-http.ts';
+import type { Logger } from 'pino';
+import {
+  reportPath,
+  snapshotStreamPath,
+  type EndpointHealthReport,
+  type PoolSnapshot,
+} from '../../../crds/snapshot.ts';
+import { describeError } from './describe-error.ts';
+import { Reporter } from './reporter.ts';
+import { SnapshotApplier, type SnapshotSource } from './snapshot-applier.ts';
+import { SnapshotCache } from './snapshot-cache.ts';
+import { SnapshotStream, type BackoffOptions } from './snapshot-stream.ts';
+import { SocketTracker } from './socket-tracker.ts';
+import { DEFAULT_MAX_EVENT_SIZE } from './sse-parser.ts';
+
+export type { BackoffOptions };
+
+export interface ControllerClientOptions {
+  /** e.g. `https://switchyard-controller.switchyard.svc:8443` (`http://` for tests only). */
+  controllerUrl: string;
+  namespace: string;
+  pool: string;
+  /** The projected ServiceAccount token (audience `switchyard`), re-read on every connection. */
+  tokenFile: string;
+  /** PEM bundle that signs the controller's certificate; the system CAs when absent. */
+  caFile?: string | undefined;
+  /** Who reports: the pod name. */
+  sidecarId: string;
+  /** Where the last applied snapshot is kept (0600, atomic) and restored from at start. */
+  cacheFile?: string | undefined;
+  /** No byte from the controller for this long → reconnect. Default 35 s (3 heartbeats + slack). */
+  heartbeatTimeoutMs?: number | undefined;
+  /** Default 10 s. */
+  reportEveryMs?: number | undefined;
+  /** Default 500 ms doubling to 30 s, with full jitter. */
+  backoff?: BackoffOptions | undefined;
+  /** Largest event accepted from the stream (default 16 MiB); a larger one drops the connection. */
+  maxEventSize?: number | undefined;
+  logger: Logger;
+  /**
+   * Apply this snapshot. Called only with `parseSnapshot`-valid snapshots of this pool, and only
+   * when the content hash differs from the last applied one. If it throws, the snapshot counts
+   * as not applied (logged; the same snapshot is offered again after the next reconnect).
+   */
+  onSnapshot(snapshot: PoolSnapshot, source: SnapshotSource): void;
+  /** Per-endpoint health for reports (see `endpointHealth` in endpoint-health.ts). */
+  currentEndpoints(): EndpointHealthReport[];
+  /** Randomness for the jitter, in [0, 1); injectable for tests. */
+  random?: (() => number) | undefined;
+}
+
+export interface ControllerClient {
+  /** Resolves once the cache was read (a restored snapshot already applied); never waits for the controller, never rejects. */
+  ready: Promise<void>;
+  /** True while a snapshot stream is open. */
+  connected(): boolean;
+  /** Version of the snapshot in force (from the stream or the cache), undefined before any. */
+  lastAppliedVersion(): number | undefined;
+  /** Ends the stream and every timer and request; resolves when all is closed. Idempotent. */
+  close(): Promise<void>;
+}
+
+export const CONTROLLER_CLIENT_DEFAULTS = {
+  heartbeatTimeoutMs: 35_000,
+  reportEveryMs: 10_000,
+  backoff: { initialMs: 500, maxMs: 30_000 },
+} as const;
+
+/** The options, checked, with their defaults and the URLs derived from them. */
+interface Settings {
+  base: URL;
+  streamUrl: URL;
+  reportUrl: URL;
+  lib: typeof http | typeof https;
+  heartbeatTimeoutMs: number;
+  reportEveryMs: number;
+  reportTimeoutMs: number;
+  backoff: BackoffOptions;
+  maxEventSize: number;
+  random: () => number;
+}
+
+function positive(name: string, value: number): number {
+  if (!Number.isFinite(value) || value <= 0) throw new TypeError(`${name} must be > 0`);
+  return value;
+}
+
+/** Throws a TypeError naming the first bad option. */
+function settingsOf(options: ControllerClientOptions): Settings {
+  let base: URL;
+  try {
+    base = new URL(options.controllerUrl);
+  } catch {
+    throw new TypeError(`controllerUrl is not a URL: ${options.controllerUrl}`);
+  }
+  if (base.protocol !== 'https:' && base.protocol !== 'http:')
+    throw new TypeError(`controllerUrl must be https:// (or http:// for tests)`);
+  if (base.username !== '' || base.password !== '' || base.search !== '' || base.hash !== '')
+    throw new TypeError('controllerUrl must not carry credentials, a query or a fragment');
+  for (const key of ['namespace', 'pool', 'sidecarId', 'tokenFile'] as const)
+    if (options[key].length === 0) throw new TypeError(`${key} must not be empty`);
+  if (options.sidecarId.length > 253) throw new TypeError('sidecarId is longer than 253');
+  const heartbeatTimeoutMs = positive(
+    'heartbeatTimeoutMs',
+    options.heartbeatTimeoutMs ?? CONTROLLER_CLIENT_DEFAULTS.heartbeatTimeoutMs,
+  );
+  const reportEveryMs = positive(
+    'reportEveryMs',
+    options.reportEveryMs ?? CONTROLLER_CLIENT_DEFAULTS.reportEveryMs,
+  );
+  const backoff = options.backoff ?? CONTROLLER_CLIENT_DEFAULTS.backoff;
+  positive('backoff.initialMs', backoff.initialMs);
+  if (positive('backoff.maxMs', backoff.maxMs) < backoff.initialMs)
+    throw new TypeError('backoff.maxMs must be >= backoff.initialMs');
+  const maxEventSize = positive('maxEventSize', options.maxEventSize ?? DEFAULT_MAX_EVENT_SIZE);
+
+  const prefix = base.pathname.replace(/\/+$/, '');
+  const query = `?sidecar=${encodeURIComponent(options.sidecarId)}`;
+  return {
+    base,
+    streamUrl: new URL(prefix + snapshotStreamPath(options.namespace, options.pool) + query, base),
+    reportUrl: new URL(prefix + reportPath(options.namespace, options.pool), base),
+    lib: base.protocol === 'https:' ? https : http,
+    heartbeatTimeoutMs,
+    reportEveryMs,
+    reportTimeoutMs: Math.min(10_000, Math.max(1_000, reportEveryMs)),
+    backoff,
+    maxEventSize,
+    random: options.random ?? Math.random,
+  };
+}
+
+/** Starts subscribing at once (after the cache was read); see `ControllerClient`. */
+export function startControllerClient(options: ControllerClientOptions): ControllerClient {
+  const settings = settingsOf(options);
+  const { namespace, pool, sidecarId } = options;
+  const controller = settings.base.origin;
+  const log = options.logger.child({
+    component: 'controller-client',
+    pool: `${namespace}/${pool}`,
+  });
+  if (
+    settings.base.protocol === 'http:' &&
+    !['localhost', '127.0.0.1', '[::1]'].includes(settings.base.hostname)
+  )
+    log.warn(
+      { controller },
+      'the controller URL is plain http: the token and API keys travel unencrypted (use https)',
+    );
+
+  const tracker = new SocketTracker();
+  const cache = new SnapshotCache({
+    file: options.cacheFile,
+    pool: { namespace, name: pool },
+    log,
+  });
+  const applier = new SnapshotApplier({
+    onSnapshot: (snapshot, source) => options.onSnapshot(snapshot, source),
+    cache,
+    log,
+  });
+  const reporter = new Reporter({
+    url: settings.reportUrl,
+    lib: settings.lib,
+    sidecarId,
+    everyMs: settings.reportEveryMs,
+    timeoutMs: settings.reportTimeoutMs,
+    tracker,
+    log,
+    applied: () => applier.applied,
+    currentEndpoints: () => options.currentEndpoints(),
+  });
+  const stream = new SnapshotStream({
+    url: settings.streamUrl,
+    controller,
+    lib: settings.lib,
+    namespace,
+    pool,
+    sidecarId,
+    tokenFile: options.tokenFile,
+    caFile: options.caFile,
+    heartbeatTimeoutMs: settings.heartbeatTimeoutMs,
+    backoff: settings.backoff,
+    random: settings.random,
+    maxEventSize: settings.maxEventSize,
+    tracker,
+    log,
+    onConnected: (session) => reporter.start(session),
+    onDisconnected: () => reporter.stop(),
+    onSnapshot: (snapshot) => {
+      if (applier.accept(snapshot, 'stream')) reporter.sendNow();
+    },
+  });
+
+  let closing: Promise<void> | undefined;
+  const ready = cache
+    .restore()
+    .then((cached) => {
+      if (cached !== undefined && closing === undefined) applier.accept(cached, 'cache');
+    })
+    .catch((err: unknown) => {
+      log.warn({ err: describeError(err) }, 'restoring the snapshot cache failed; ignored');
+    });
+  const loop = ready.then(() => stream.run());
+
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      stream.close();
+      reporter.close();
+      await loop;
+      await reporter.closed();
+      await tracker.closeAll();
+      await cache.close();
+    })();
+    return closing;
+  };
+
+  return {
+    ready,
+    connected: () => stream.connected,
+    lastAppliedVersion: () => applier.applied?.version,
+    close,
+  };
+}

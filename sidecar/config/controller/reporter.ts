@@ -1,0 +1,149 @@
+import type http from 'node:http';
+import type https from 'node:https';
+import type { Logger } from 'pino';
+import {
+  parseReport,
+  type EndpointHealthReport,
+  type SidecarReport,
+} from '../../../crds/snapshot.ts';
+import { describeError } from './describe-error.ts';
+import type { AppliedSnapshot } from './snapshot-applier.ts';
+import type { ControllerSession } from './snapshot-stream.ts';
+import type { SocketTracker } from './socket-tracker.ts';
+
+export interface ReporterOptions {
+  url: URL;
+  lib: typeof http | typeof https;
+  /** Who reports: the pod name. */
+  sidecarId: string;
+  everyMs: number;
+  /** A report without an answer in this long is given up (the next one is due anyway). */
+  timeoutMs: number;
+  tracker: SocketTracker;
+  log: Logger;
+  applied(): AppliedSnapshot | undefined;
+  /** Per-endpoint health (see `endpointHealth`). */
+  currentEndpoints(): EndpointHealthReport[];
+}
+
+/**
+ * Posts `{applied version, endpoint health}` to the controller while a stream is open: every
+ * `everyMs`, and at once after a snapshot was applied. One report at a time; an urgent one asked
+ * for meanwhile goes right after it.
+ */
+export class Reporter {
+  readonly #options: ReporterOptions;
+  #closed = false;
+  #session: ControllerSession | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #busy = false;
+  #again = false;
+  readonly #inFlight = new Map<http.ClientRequest, Promise<void>>();
+
+  constructor(options: ReporterOptions) {
+    this.#options = options;
+  }
+
+  /** A stream opened with these credentials: report with them until `stop()`. */
+  start(session: ControllerSession): void {
+    this.#session = session;
+    this.#timer = setInterval(() => this.#send(false), this.#options.everyMs);
+  }
+
+  /** The stream closed: no more reports (one in flight finishes). */
+  stop(): void {
+    this.#stopTimer();
+    this.#session = undefined;
+  }
+
+  /** Reports now, or right after the report in flight (a snapshot was just applied). */
+  sendNow(): void {
+    this.#send(true);
+  }
+
+  /** Stops for good and destroys the reports in flight; `closed()` waits for them. */
+  close(): void {
+    this.#closed = true;
+    this.#stopTimer();
+    for (const req of this.#inFlight.keys()) req.destroy();
+  }
+
+  /** Resolves once no report is in flight. */
+  async closed(): Promise<void> {
+    await Promise.all(this.#inFlight.values());
+  }
+
+  #stopTimer(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  #send(urgent: boolean): void {
+    const session = this.#session;
+    if (this.#closed || session === undefined) return;
+    if (this.#busy) {
+      if (urgent) this.#again = true;
+      return;
+    }
+    const { log, timeoutMs } = this.#options;
+    let endpoints: EndpointHealthReport[];
+    try {
+      endpoints = this.#options.currentEndpoints();
+    } catch (err) {
+      log.warn({ err: describeError(err) }, 'report not sent: reading the endpoint health failed');
+      return;
+    }
+    const applied = this.#options.applied();
+    const report: SidecarReport = {
+      sidecar: this.#options.sidecarId,
+      appliedVersion: applied?.version ?? 0,
+      appliedHash: applied?.hash ?? '',
+      endpoints,
+    };
+    const checked = parseReport(report);
+    if (!checked.ok) {
+      log.warn({ errors: checked.errors }, 'report not sent: it does not match the report schema');
+      return;
+    }
+    const body = JSON.stringify(report);
+    this.#busy = true;
+    const req = this.#options.lib.request(this.#options.url, {
+      method: 'POST',
+      agent: false,
+      ca: session.ca,
+      timeout: timeoutMs,
+      headers: {
+        authorization: `Bearer ${session.token}`,
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+        'user-agent': 'switchyard-sidecar',
+      },
+    });
+    const done = new Promise<void>((resolveDone) => {
+      req.on('close', () => {
+        this.#inFlight.delete(req);
+        this.#busy = false;
+        resolveDone();
+        if (this.#again) {
+          this.#again = false;
+          this.#send(false);
+        }
+      });
+    });
+    this.#inFlight.set(req, done);
+    this.#options.tracker.track(req);
+    req.on('response', (res) => {
+      const status = res.statusCode ?? 0;
+      if (status >= 200 && status < 300)
+        log.debug({ appliedVersion: report.appliedVersion }, 'report sent');
+      else log.debug({ status }, 'report refused by the controller');
+      res.resume();
+      res.on('error', () => undefined);
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
+    req.on('error', (err) => {
+      if (!this.#closed) log.debug({ err: describeError(err) }, 'report failed');
+    });
+    req.end(body);
+  }
+}

@@ -1,0 +1,83 @@
+import type { Logger } from 'pino';
+import type { EndpointSpec } from '../policy/index.ts';
+import type { ActivePoolState, PoolConfig } from './active-pool.ts';
+import type { RunningConfigSource } from './config-source.ts';
+import { ConfigError } from './config-error.ts';
+import { formatProblems, loadPoolFile, watchPoolFile } from './pool-file.ts';
+import { StandaloneDrift } from './standalone-drift.ts';
+
+export { ConfigError };
+
+/** Reads the pool file a standalone sidecar starts with; throws `ConfigError` when it is invalid. */
+export async function readPoolFile(
+  file: string,
+  env: Record<string, string | undefined>,
+): Promise<PoolConfig> {
+  const loaded = await loadPoolFile(file, env);
+  if (!loaded.ok) throw new ConfigError(formatProblems(file, loaded.problems));
+  return loaded.pool;
+}
+
+export interface PoolFileSourceOptions {
+  file: string;
+  env: Record<string, string | undefined>;
+  /** The file as read at start (`readPoolFile`): applied at once. */
+  first: PoolConfig;
+  active: ActivePoolState;
+  logger: Logger;
+  /** A change of the file was invalid (and is not applied). */
+  onRejected(): void;
+}
+
+/**
+ * A standalone sidecar's configuration: the pool file, applied at start, re-read when it changes
+ * (an invalid change is logged and the last good one stays), and the drift probes of its
+ * endpoints when the file asks for them (in Kubernetes the controller probes instead).
+ */
+export class PoolFileSource implements RunningConfigSource {
+  readonly #options: PoolFileSourceOptions;
+  readonly #drift: StandaloneDrift;
+  readonly #watcher: { close(): void };
+  /** The file's endpoints before the drift verdicts were applied to them. */
+  #fileEndpoints: readonly EndpointSpec[] = [];
+
+  constructor(options: PoolFileSourceOptions) {
+    this.#options = options;
+    this.#drift = new StandaloneDrift({
+      logger: options.logger,
+      onChange: () => options.active.replaceEndpoints(this.#drift.mark(this.#fileEndpoints)),
+    });
+    this.#apply(options.first);
+    this.#watcher = watchPoolFile(options.file, () => void this.reload());
+  }
+
+  /** Re-reads the file now (the watcher does this on change); false when it was rejected. */
+  async reload(): Promise<boolean> {
+    const { file, env, logger } = this.#options;
+    const next = await loadPoolFile(file, env);
+    if (!next.ok) {
+      this.#options.onRejected();
+      logger.error(
+        { file, problems: next.problems },
+        'pool file change rejected; the last good configuration stays in force',
+      );
+      return false;
+    }
+    this.#apply(next.pool);
+    return true;
+  }
+
+  close(): Promise<void> {
+    this.#watcher.close();
+    this.#drift.stop();
+    return Promise.resolve();
+  }
+
+  #apply(config: PoolConfig): void {
+    const { active } = this.#options;
+    if (active.current()?.hash === config.hash) return;
+    this.#drift.configure(config.policy.drift, config.endpoints);
+    active.apply({ ...config, endpoints: this.#drift.mark(config.endpoints) });
+    this.#fileEndpoints = config.endpoints;
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * Consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2016; KubeAI's
+ * PrefixHash applies it to LLM prefixes): a key's endpoints are ranked by rendezvous hashing, and
+ * the request goes to the first one in that order whose load is under
+ *
+ *   capacity = ⌈loadFactor · (total load + 1) / endpoints⌉
+ *
+ * So a key keeps its home while the home is not clearly busier than the average, and when it is,
+ * the overflow goes to the key's second endpoint, then its third — the same ones from every
+ * sidecar — instead of to whichever endpoint is least busy. A hot prefix warms two or three
+ * endpoints, not all of them; and no endpoint is ever asked to take more than its share.
+ */
+import { AFFINITY_LOAD_FACTOR } from '../../crds/policy-defaults.ts';
+import { fmix32, fnv1a64 } from './hash.ts';
+
+/**
+ * 1.25: the factor KubeAI and the original paper use (`affinity.loadFactor`'s default). Lower
+ * keeps loads flatter and moves more keys off their home; higher keeps more cache hits and lets
+ * queues grow on popular homes.
+ */
+export const DEFAULT_LOAD_FACTOR = AFFINITY_LOAD_FACTOR;
+
+/** The most any endpoint should carry, counting the request being placed. */
+export function loadCapacity(loads: readonly number[], loadFactor: number): number {
+  if (loads.length === 0) return 0;
+  let total = 0;
+  for (const load of loads) total += Math.max(0, load);
+  const factor = loadFactor >= 1 ? loadFactor : DEFAULT_LOAD_FACTOR;
+  return Math.ceil((factor * (total + 1)) / loads.length);
+}
+
+/** A string key (an affinity header's value) as the 52-bit number prompt blocks use. */
+export function keyNumber(key: string): number {
+  const h = fnv1a64(key);
+  return (h.hi & 0xfffff) * 0x100000000 + h.lo;
+}
+
+/** An endpoint id's hash, computed once per endpoint. */
+export function idHash(id: string): number {
+  const h = fnv1a64(id);
+  return fmix32(h.hi ^ fmix32(h.lo));
+}
+
+/**
+ * The rendezvous weight of an endpoint for a key: every sidecar computes the same, and when an
+ * endpoint joins or leaves only the keys it ranks first for move.
+ */
+export function rendezvousWeight(key: number, endpointIdHash: number): number {
+  const lo = key >>> 0;
+  const hi = Math.floor(key / 0x100000000);
+  return fmix32(fmix32(lo ^ endpointIdHash) ^ hi ^ 0x9e3779b9);
+}
+
+/**
+ * `pool` ranked by rendezvous weight for `key`, heaviest first; equal weights (one in 2^32 per
+ * pair) go to the smaller id, so the order never depends on the pool's order.
+ */
+export function rendezvousOrder<T extends { readonly id: string; readonly idHash: number }>(
+  key: number,
+  pool: readonly T[],
+): T[] {
+  const weighted = pool.map((item) => ({ item, weight: rendezvousWeight(key, item.idHash) }));
+  weighted.sort((a, b) =>
+    b.weight !== a.weight ? b.weight - a.weight : a.item.id < b.item.id ? -1 : 1,
+  );
+  return weighted.map((w) => w.item);
+}

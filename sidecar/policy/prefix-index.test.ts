@@ -1,0 +1,99 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  DEFAULT_BLOCKS_PER_ENDPOINT,
+  DEFAULT_PREFIX_MAX_AGE_MS,
+  MAX_INDEX_ENTRIES,
+  PrefixIndex,
+} from './prefix-index.ts';
+
+const any = (): boolean => true;
+const index = (blocksPerEndpoint = 100, maxAgeMs = 10_000, endpoints = 1) =>
+  new PrefixIndex({ blocksPerEndpoint, maxAgeMs }, endpoints);
+
+describe('PrefixIndex', () => {
+  test('keeps its defaults named', () => {
+    assert.equal(DEFAULT_BLOCKS_PER_ENDPOINT, 4096);
+    assert.equal(DEFAULT_PREFIX_MAX_AGE_MS, 600_000);
+    assert.equal(MAX_INDEX_ENTRIES, 131_072);
+  });
+
+  test('finds the endpoint holding the longest known prefix', () => {
+    const idx = index();
+    idx.record([1, 2], 'a', 0);
+    idx.record([1, 2, 3, 4], 'b', 0);
+    assert.deepEqual(idx.longestMatch([1, 2, 3, 9], any, 1), { depth: 3, holders: ['b'] });
+    assert.deepEqual(idx.longestMatch([1, 2, 7], any, 1), { depth: 2, holders: ['b', 'a'] });
+    assert.equal(idx.longestMatch([5, 6], any, 1), undefined);
+  });
+
+  test('lists holders most recently used first, and refreshes on record', () => {
+    const idx = index();
+    idx.record([1], 'a', 0);
+    idx.record([1], 'b', 1);
+    assert.deepEqual(idx.longestMatch([1], any, 2)!.holders, ['b', 'a']);
+    idx.record([1], 'a', 3);
+    assert.deepEqual(idx.longestMatch([1], any, 4)!.holders, ['a', 'b']);
+    idx.record([1], 'a', 5); // already first: stays first
+    assert.deepEqual(idx.longestMatch([1], any, 6)!.holders, ['a', 'b']);
+    assert.equal(idx.size(), 2);
+  });
+
+  test('skips endpoints that are not admissible, falling back to a shorter prefix', () => {
+    const idx = index();
+    idx.record([1, 2, 3], 'a', 0);
+    idx.record([1], 'b', 0);
+    assert.deepEqual(
+      idx.longestMatch([1, 2, 3], (id) => id !== 'a', 1),
+      {
+        depth: 1,
+        holders: ['b'],
+      },
+    );
+  });
+
+  test('ignores entries older than maxAgeMs', () => {
+    const idx = index(100, 1000);
+    idx.record([1, 2], 'a', 0);
+    idx.record([1], 'b', 900);
+    assert.deepEqual(idx.longestMatch([1, 2], any, 1000), { depth: 2, holders: ['a'] });
+    assert.deepEqual(idx.longestMatch([1, 2], any, 1500), { depth: 1, holders: ['b'] });
+    assert.equal(idx.longestMatch([1, 2], any, 2000), undefined);
+  });
+
+  test('bounds each endpoint by its own LRU, evicting the deepest blocks first', () => {
+    const idx = index(3);
+    idx.record([1, 2, 3, 4, 5], 'a', 0);
+    assert.equal(idx.size(), 3);
+    // Recorded deepest first, so the shared start of the prompt is what stays.
+    assert.deepEqual(idx.longestMatch([1, 2, 3, 4, 5], any, 1), { depth: 3, holders: ['a'] });
+    idx.record([9, 8, 7], 'b', 0);
+    assert.equal(idx.size(), 6, "one endpoint's traffic does not evict another's");
+    idx.record([20], 'a', 2);
+    assert.deepEqual(idx.longestMatch([1, 2, 3], any, 3), { depth: 2, holders: ['a'] });
+  });
+
+  test('shares the entry cap among endpoints when the pool is large', () => {
+    const idx = index(MAX_INDEX_ENTRIES, 10_000, 1);
+    const hashes = Array.from({ length: 200 }, (_, i) => i + 1);
+    idx.record(hashes, 'a', 0);
+    assert.equal(idx.size(), 200);
+    idx.setEndpointCount(MAX_INDEX_ENTRIES / 100);
+    assert.equal(idx.size(), 100, 'trimmed to the new share at once');
+    idx.setEndpointCount(0);
+    idx.record(hashes, 'a', 1);
+    assert.equal(idx.size(), 200);
+  });
+
+  test('forgets everything an endpoint held', () => {
+    const idx = index();
+    idx.record([1, 2], 'a', 0);
+    idx.record([1], 'b', 0);
+    idx.forget('a');
+    idx.forget('never-seen');
+    assert.deepEqual(idx.longestMatch([1, 2], any, 1), { depth: 1, holders: ['b'] });
+    assert.equal(idx.size(), 1);
+    idx.forget('b');
+    assert.equal(idx.longestMatch([1, 2], any, 1), undefined);
+  });
+});

@@ -1,0 +1,477 @@
+/**
+ * One client request's exchange with the upstreams, across its attempts. The state of each
+ * attempt and every transition of it are in attempt-state.ts; this module sends the requests,
+ * feeds the attempt's state machine what happened, and performs the effects it returns.
+ *
+ * Responses are never buffered. The upstream's head is held until its first body byte, so a
+ * failure before that (refused, reset, 5xx, 429, a stall past `firstByteMs`) has reached nothing
+ * of the client and may be retried on another endpoint; after it, never.
+ */
+import type {
+  IncomingHttpHeaders,
+  IncomingMessage,
+  OutgoingHttpHeaders,
+  ServerResponse,
+} from 'node:http';
+import type { Logger } from 'pino';
+import type { ActivePool } from '../config/active-pool.ts';
+import type { AffinityInput, Attempt, EndpointSpec } from '../policy/index.ts';
+import {
+  INITIAL_STATE,
+  awaitsFirstByte,
+  outcomeOf,
+  transition,
+  type AttemptEvent,
+  type AttemptState,
+  type Effect,
+  type Failure,
+} from './attempt-state.ts';
+import { PassiveDriftCheck } from './drift-check.ts';
+import { sendError } from './errors.ts';
+import type { EndpointMetrics, SidecarMetrics } from './metrics.ts';
+import { parseRetryAfterMs } from './retry-after.ts';
+import {
+  cachedUpstreamTarget,
+  upstreamTarget,
+  type UpstreamCall,
+  type UpstreamClient,
+  type UpstreamHandler,
+  type UpstreamTarget,
+} from './upstream.ts';
+
+/**
+ * Request headers not forwarded: those that describe this hop only (RFC 9110 §7.6.1), those we
+ * set ourselves, and `expect` (the sidecar answered the client's 100-continue and holds the body).
+ */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'host',
+  'expect',
+]);
+
+/** Response headers not copied from the upstream: Node frames the client response itself. */
+const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'trailer']);
+
+/** How long the body of a retried 5xx/429 may take to drain before its connection is dropped. */
+const UPSTREAM_DRAIN_TIMEOUT_MS = 1_000;
+
+/** What every exchange of one proxy shares (one object, built once). */
+export interface ExchangeDeps {
+  readonly upstream: UpstreamClient;
+  readonly metrics: SidecarMetrics;
+  readonly logger: Logger;
+  /** Monotonic ms, for TTFT metrics (the balancer has its own clock for decisions). */
+  readonly nowMs: () => number;
+}
+
+/** A client request, read and parsed by the proxy server. */
+export interface ExchangeInit {
+  req: IncomingMessage;
+  res: ServerResponse;
+  pool: ActivePool;
+  /** `/v1/...` */
+  path: string;
+  /** `?...` or empty */
+  query: string;
+  raw: Buffer;
+  fields: Record<string, unknown> | undefined;
+  streamed: boolean;
+  /** What affinity hashes on: the prompt's blocks (`Prefix`) or the header's value (`Header`). */
+  affinity: AffinityInput;
+}
+
+const DATA: AttemptEvent = { kind: 'data' };
+const END: AttemptEvent = { kind: 'end' };
+const DEADLINE: AttemptEvent = { kind: 'deadline' };
+const CLIENT_GONE: AttemptEvent = { kind: 'client-gone' };
+const SUPERSEDED: AttemptEvent = { kind: 'superseded' };
+
+/** One client request, across its attempts. */
+export class Exchange {
+  readonly deps: ExchangeDeps;
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly pool: ActivePool;
+  readonly streamed: boolean;
+  /** Attempts sent so far (the `x-switchyard-attempts` header). */
+  attempts = 0;
+  readonly #path: string;
+  readonly #query: string;
+  readonly #raw: Buffer;
+  readonly #fields: Record<string, unknown> | undefined;
+  readonly #affinity: AffinityInput;
+  readonly #tried = new Set<string>();
+  /** Every attempt sent, the last one current: a client that leaves ends them all. */
+  readonly #sent: ExchangeAttempt[] = [];
+  #clientGone = false;
+  /** The client's end-to-end headers, forwarded to every attempt. */
+  #forwarded: IncomingHttpHeaders = {};
+  readonly #bodyByModel = new Map<string, Buffer>();
+
+  constructor(deps: ExchangeDeps, init: ExchangeInit) {
+    this.deps = deps;
+    this.req = init.req;
+    this.res = init.res;
+    this.pool = init.pool;
+    this.streamed = init.streamed;
+    this.#path = init.path;
+    this.#query = init.query;
+    this.#raw = init.raw;
+    this.#fields = init.fields;
+    this.#affinity = init.affinity;
+  }
+
+  start(): void {
+    // Hop-by-hop headers and any x-switchyard-* the client sent are dropped once, into a fresh
+    // object (deleting keys would turn the original into a slow dictionary).
+    const forwarded: IncomingHttpHeaders = {};
+    const headers = this.req.headers;
+    for (const name in headers) {
+      if (!HOP_BY_HOP.has(name) && !name.startsWith('x-switchyard-'))
+        forwarded[name] = headers[name];
+    }
+    this.#forwarded = forwarded;
+    if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
+      // The client left while its body was being read: nothing to send, nothing to count.
+      this.#clientGone = true;
+      return;
+    }
+    this.res.once('close', () => {
+      if (this.res.writableFinished) return;
+      this.#clientGone = true;
+      for (const attempt of this.#sent) attempt.clientGone();
+    });
+    this.#first();
+  }
+
+  /** The first attempt: pick (or shed at once) and send. */
+  #first(): void {
+    const { metrics } = this.deps;
+    const pick = this.pool.balancer.pick({
+      ...this.#affinity,
+      exclude: this.#tried,
+      requestBytes: this.#raw.length,
+    });
+    if (pick.kind === 'shed') {
+      metrics.shed.inc();
+      const seconds = Math.max(1, Math.ceil(pick.retryAfterMs / 1000));
+      sendError(
+        this.res,
+        503,
+        'no_healthy_backend',
+        `Every endpoint of pool ${this.pool.name} is unavailable (circuit breakers open); retry after ${seconds}s.`,
+        { 'retry-after': String(seconds), 'x-switchyard-attempts': '0' },
+      );
+      return;
+    }
+    metrics.affinityResult(pick.affinity);
+    this.#send(pick.attempt);
+  }
+
+  /**
+   * Starts another attempt if `maxAttempts` and the retry budget allow it and another endpoint is
+   * live. Returns false when the caller must answer the client with what it has.
+   */
+  retry(): boolean {
+    if (this.#clientGone || this.res.headersSent) return false;
+    const { metrics, logger } = this.deps;
+    const decision = this.pool.balancer.tryRetry(this.attempts);
+    if (decision.kind !== 'retry') {
+      if (decision.kind === 'budget-exhausted') metrics.retryBudgetExhausted.inc();
+      return false;
+    }
+    const pick = this.pool.balancer.pick({
+      ...this.#affinity,
+      exclude: this.#tried,
+      requestBytes: this.#raw.length,
+    });
+    if (pick.kind === 'shed') return false;
+    metrics.retries.inc();
+    logger.debug(
+      { from: this.#sent.at(-1)?.attempt.endpoint.id, to: pick.attempt.endpoint.id },
+      'retrying on another endpoint',
+    );
+    this.#send(pick.attempt);
+    return true;
+  }
+
+  /** Answers the client with a 502, or a 504 for a timeout. */
+  fail(failure: Failure, endpointId: string): void {
+    const headers = { 'x-switchyard-attempts': String(this.attempts) };
+    const detail = describeFailure(failure, endpointId, this.pool.timeouts.firstByteMs);
+    if (failure.timeout) {
+      sendError(
+        this.res,
+        504,
+        'upstream_timeout',
+        `Upstream timed out after ${this.attempts} attempt(s): ${detail}.`,
+        headers,
+      );
+    } else {
+      sendError(
+        this.res,
+        502,
+        'upstream_unreachable',
+        `Upstream failed after ${this.attempts} attempt(s): ${detail}.`,
+        headers,
+      );
+    }
+  }
+
+  #send(attempt: Attempt): void {
+    const endpoint = attempt.endpoint;
+    const body = this.#bodyFor(endpoint);
+    if (body === undefined) {
+      // Only a body with a model rewrite is re-serialised; JSON.stringify recurses, so a body
+      // nested deeper than the stack allows (JSON.parse is iterative) cannot be rewritten.
+      this.pool.balancer.finish(attempt, { kind: 'neutral' });
+      sendError(
+        this.res,
+        400,
+        'invalid_request',
+        'The request body is nested too deeply to rewrite its model for this backend.',
+        { 'x-switchyard-attempts': String(this.attempts) },
+      );
+      return;
+    }
+    this.attempts++;
+    this.#tried.add(endpoint.id);
+    const headers: OutgoingHttpHeaders = { ...this.#forwarded, 'content-length': body.length };
+    if (endpoint.apiKey !== undefined) headers.authorization = `Bearer ${endpoint.apiKey}`;
+    // The client asked for /v1/<route>; the endpoint URL already ends in its API prefix.
+    const url = endpoint.url + this.#path.slice(3);
+    const target =
+      this.#query === '' ? cachedUpstreamTarget(url) : upstreamTarget(url + this.#query);
+    try {
+      this.#sent.push(new ExchangeAttempt(this, attempt, target, headers, body));
+    } catch (err) {
+      // Node refused to send these headers: a bug of ours or a header it cannot forward.
+      this.pool.balancer.finish(attempt, { kind: 'neutral' });
+      this.deps.logger.error(
+        { err: err instanceof Error ? { name: err.name, message: err.message } : String(err) },
+        'internal error while handling a request',
+      );
+      sendError(this.res, 500, 'internal_error', 'The sidecar failed to handle this request.');
+    }
+  }
+
+  /**
+   * The request body for this endpoint: the client's bytes, or re-serialised with the backend's
+   * model name; undefined when the body cannot be re-serialised.
+   */
+  #bodyFor(endpoint: EndpointSpec): Buffer | undefined {
+    if (endpoint.model === undefined || this.#fields === undefined) return this.#raw;
+    let body = this.#bodyByModel.get(endpoint.model);
+    if (body === undefined) {
+      try {
+        body = Buffer.from(JSON.stringify({ ...this.#fields, model: endpoint.model }));
+      } catch {
+        return undefined;
+      }
+      this.#bodyByModel.set(endpoint.model, body);
+    }
+    return body;
+  }
+}
+
+/**
+ * One attempt of an exchange: its upstream request (whose handler it is), its state, and the
+ * first-byte deadline. Every event goes through `#step`, which applies `transition`.
+ */
+class ExchangeAttempt implements UpstreamHandler {
+  readonly attempt: Attempt;
+  #state: AttemptState = INITIAL_STATE;
+  readonly #exchange: Exchange;
+  readonly #metrics: EndpointMetrics;
+  readonly #sentAtMs: number;
+  readonly #upstream: UpstreamCall;
+  #deadline: NodeJS.Timeout | undefined;
+  #status = 0;
+  #headers: IncomingHttpHeaders = {};
+  #driftCheck: PassiveDriftCheck | undefined;
+  #resumeUpstream: (() => void) | undefined;
+
+  constructor(
+    exchange: Exchange,
+    attempt: Attempt,
+    target: UpstreamTarget,
+    headers: OutgoingHttpHeaders,
+    body: Buffer,
+  ) {
+    const { deps, pool } = exchange;
+    this.#exchange = exchange;
+    this.attempt = attempt;
+    this.#metrics = deps.metrics.forEndpoint(attempt.endpoint);
+    this.#sentAtMs = deps.nowMs();
+    this.#upstream = deps.upstream.request(
+      {
+        target,
+        method: exchange.req.method ?? 'GET',
+        headers,
+        body,
+        connectTimeoutMs: pool.timeouts.connectMs,
+      },
+      this,
+    );
+    this.#deadline = setTimeout(this.#onDeadline, pool.timeouts.firstByteMs);
+  }
+
+  clientGone(): void {
+    this.#step(CLIENT_GONE);
+  }
+
+  onResponseHead(status: number, headers: IncomingHttpHeaders): void {
+    this.#status = status;
+    this.#headers = headers;
+    const retryAfterMs =
+      status === 429 ? parseRetryAfterMs(headers['retry-after'], Date.now()) : undefined;
+    this.#step({ kind: 'head', status, retryAfterMs });
+    const probe = this.attempt.endpoint.probe;
+    if (
+      this.#state.kind === 'awaiting-first-byte' &&
+      status >= 200 &&
+      status < 300 &&
+      probe !== undefined
+    )
+      this.#driftCheck = new PassiveDriftCheck(probe);
+  }
+
+  onData(chunk: Buffer): void {
+    if (this.#driftCheck?.feed(chunk) === true) {
+      this.#exchange.pool.balancer.noteDriftMismatch(this.attempt);
+      this.#metrics.driftMismatches.inc();
+    }
+    this.#step(DATA);
+    const kind = this.#state.kind;
+    if (kind !== 'streaming' && kind !== 'streaming-error') return;
+    const { res } = this.#exchange;
+    if (!res.write(chunk)) {
+      this.#upstream.pause();
+      res.once('drain', (this.#resumeUpstream ??= () => this.#upstream.resume()));
+    }
+  }
+
+  onEnd(): void {
+    this.#step(END);
+  }
+
+  onError(code: string): void {
+    this.#step({ kind: 'upstream-error', code });
+  }
+
+  readonly #onDeadline = (): void => {
+    this.#deadline = undefined;
+    this.#step(DEADLINE);
+  };
+
+  #step(event: AttemptEvent): void {
+    const next = transition(this.#state, event);
+    if (next === undefined) return;
+    this.#state = next.state;
+    if (this.#deadline !== undefined && !awaitsFirstByte(next.state)) {
+      clearTimeout(this.#deadline);
+      this.#deadline = undefined;
+    }
+    for (const effect of next.effects) this.#perform(effect);
+  }
+
+  #perform(effect: Effect): void {
+    const exchange = this.#exchange;
+    const { pool, res } = exchange;
+    switch (effect.kind) {
+      case 'report':
+        this.#metrics.requests[effect.code].inc();
+        pool.balancer.finish(
+          this.attempt,
+          outcomeOf(effect.code, exchange.streamed, effect.retryAfterMs),
+        );
+        return;
+      case 'first-byte':
+        pool.balancer.firstByte(this.attempt);
+        if (exchange.streamed)
+          this.#metrics.ttft.observe((exchange.deps.nowMs() - this.#sentAtMs) / 1000);
+        return;
+      case 'watch-idle':
+        this.#upstream.watchIdle(pool.timeouts.idleMs);
+        return;
+      case 'write-head':
+        this.#writeHead();
+        return;
+      case 'end-client':
+        res.end();
+        return;
+      case 'break-client':
+        this.#breakOff();
+        return;
+      case 'destroy-upstream':
+        this.#upstream.abort();
+        return;
+      case 'drain-upstream':
+        this.#upstream.drain(UPSTREAM_DRAIN_TIMEOUT_MS);
+        return;
+      case 'retry-or-fail':
+        if (!exchange.retry()) exchange.fail(effect.failure, this.attempt.endpoint.id);
+        return;
+      case 'retry-or-relay':
+        if (exchange.retry()) this.#step(SUPERSEDED);
+        return;
+      case 'fail':
+        exchange.fail(effect.failure, this.attempt.endpoint.id);
+        return;
+    }
+  }
+
+  #writeHead(): void {
+    const exchange = this.#exchange;
+    const upstreamHeaders = this.#headers;
+    const headers: OutgoingHttpHeaders = {};
+    for (const name in upstreamHeaders) {
+      const value = upstreamHeaders[name];
+      if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) headers[name] = value;
+    }
+    headers['x-switchyard-backend'] = this.attempt.endpoint.id;
+    headers['x-switchyard-attempts'] = String(exchange.attempts);
+    exchange.res.writeHead(this.#status, headers);
+  }
+
+  /** A stream the upstream broke after its first byte: end it so clients stop instead of hanging. */
+  #breakOff(): void {
+    const { res } = this.#exchange;
+    const type = String(this.#headers['content-type'] ?? '');
+    if (type.startsWith('text/event-stream')) {
+      // A clean SSE error event, then the end of the stream.
+      const event = JSON.stringify({
+        error: {
+          message: 'The upstream stream broke off; the response is incomplete.',
+          type: 'upstream_error',
+          code: 'upstream_stream_broken',
+        },
+      });
+      res.end(`data: ${event}\n\n`);
+    } else {
+      res.destroy();
+    }
+  }
+}
+
+/** The detail of a 502 or 504 message: what went wrong, and where. */
+export function describeFailure(failure: Failure, endpointId: string, firstByteMs: number): string {
+  switch (failure.kind) {
+    case 'transport':
+      return `${failure.code} from ${endpointId}`;
+    case 'reset-before-first-byte':
+      return `upstream reset before the first byte from ${endpointId}`;
+    case 'no-first-byte':
+      return `no response byte from ${endpointId} within ${firstByteMs} ms`;
+    case 'no-error-body':
+      return `${endpointId} answered ${failure.status} and sent no body within ${firstByteMs} ms`;
+  }
+}

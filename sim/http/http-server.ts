@@ -1,0 +1,153 @@
+/**
+ * The simulator's HTTP server (node:http, no framework): dispatches each request to its route,
+ * reads JSON bodies, and answers what no route does (404 unknown_url, 405 method_not_allowed,
+ * 413 body_too_large, 400 invalid_json, 500 when a handler throws). Every response carries
+ * `x-sim-backend: <name>`.
+ */
+import { createServer } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { once } from 'node:events';
+import type { Simulator } from '../simulator.ts';
+import {
+  bodyTooLarge,
+  invalidJson,
+  methodNotAllowed,
+  simulatorBug,
+  unknownUrl,
+} from './api-error.ts';
+import { sendError } from './respond.ts';
+import type { ActionRoute, Exchange, JsonRoute, ReadRoute, Route } from './route.ts';
+
+const MAX_BODY_BYTES = 32 * 1024 * 1024;
+/**
+ * A long keep-alive: a proxy's pooled upstream socket should not be closed under it by the
+ * server's idle timer (Node's default is 5 s), which would show up as spurious resets.
+ */
+const KEEP_ALIVE_MS = 65_000;
+
+export class SimHttpServer {
+  readonly #sim: Simulator;
+  readonly #server: Server;
+  readonly #reads = new Map<string, ReadRoute>();
+  readonly #readPrefixes: ReadRoute[] = [];
+  readonly #posts = new Map<string, JsonRoute | ActionRoute>();
+  /** Paths some route serves exactly: a request with another method gets 405, not 404. */
+  readonly #knownPaths = new Set<string>();
+  #closing = false;
+
+  constructor(sim: Simulator, routes: readonly Route[]) {
+    this.#sim = sim;
+    for (const route of routes) {
+      if (route.kind === 'read' && route.prefix === true) {
+        this.#readPrefixes.push(route);
+        continue;
+      }
+      if (route.kind === 'read') this.#reads.set(route.path, route);
+      else this.#posts.set(route.path, route);
+      this.#knownPaths.add(route.path);
+    }
+    this.#server = createServer({ keepAliveTimeout: KEEP_ALIVE_MS }, (req, res) =>
+      this.#onRequest(req, res),
+    );
+  }
+
+  /** Listen on the configured host and port; resolves with the actual port. */
+  async listen(): Promise<number> {
+    const opts = this.#sim.options();
+    this.#server.listen(opts.port, opts.host);
+    await once(this.#server, 'listening');
+    const port = (this.#server.address() as AddressInfo).port;
+    this.#sim.listening(port);
+    this.#sim.log.info({ port, name: this.#sim.name() }, 'simulator listening');
+    return port;
+  }
+
+  /** Stop the engine (in-flight responses are destroyed), then every socket. */
+  async close(): Promise<void> {
+    if (this.#closing) return;
+    this.#closing = true;
+    this.#sim.engine.close();
+    const closed = once(this.#server, 'close');
+    this.#server.close();
+    this.#server.closeAllConnections();
+    await closed;
+  }
+
+  #onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const path = (req.url ?? '/').split('?', 1)[0] ?? '/';
+    const ex: Exchange = { req, res, path, closed: false, job: undefined };
+    res.once('close', () => {
+      ex.closed = true;
+      if (ex.job !== undefined) this.#sim.engine.abandon(ex.job);
+    });
+    req.on('error', () => {}); // a client that resets mid-body: res 'close' handles it
+    res.setHeader('x-sim-backend', this.#sim.name());
+    try {
+      this.#dispatch(ex);
+    } catch (err) {
+      this.#sim.log.warn({ err }, 'request handler failed');
+      sendError(res, simulatorBug());
+    }
+  }
+
+  #dispatch(ex: Exchange): void {
+    const { req, res, path } = ex;
+    const method = req.method ?? 'GET';
+    if (method === 'POST') {
+      const route = this.#posts.get(path);
+      if (route?.kind === 'json') return this.#withJson(ex, route);
+      if (route?.kind === 'action') {
+        req.resume();
+        return route.handle(ex);
+      }
+    } else if (method === 'GET' || method === 'HEAD') {
+      const route =
+        this.#reads.get(path) ?? this.#readPrefixes.find((r) => path.startsWith(r.path));
+      if (route !== undefined) return route.handle(ex);
+    }
+    req.resume();
+    if (this.#knownPaths.has(path)) {
+      // The Allow header the simulator has always sent: POST for the inference paths, else both.
+      const allow = path.startsWith('/v1/') && path !== '/v1/models' ? 'POST' : 'GET, POST';
+      return sendError(res, methodNotAllowed(method, path), { allow });
+    }
+    sendError(res, unknownUrl(method, path));
+  }
+
+  #withJson(ex: Exchange, route: JsonRoute): void {
+    const { req, res } = ex;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooBig = false;
+    req.on('data', (chunk: Buffer) => {
+      if (tooBig) return;
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) {
+        tooBig = true;
+        chunks.length = 0;
+        sendError(res, bodyTooLarge(MAX_BODY_BYTES), { connection: 'close' });
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => {
+      if (tooBig || ex.closed || this.#closing) return;
+      if (route.inference) this.#sim.countRequest();
+      let body: unknown;
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      } catch {
+        if (route.inference) this.#sim.countBadRequest();
+        sendError(res, invalidJson());
+        return;
+      }
+      try {
+        route.handle(ex, body);
+      } catch (err) {
+        this.#sim.log.warn({ err }, 'request handler failed');
+        sendError(res, simulatorBug());
+      }
+    });
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * The simulator's load reports, in the forms the model servers it imitates use (the Gateway API
+ * inference extension's model server protocol names the gauges):
+ *
+ * - `GET /metrics`, Prometheus text: vLLM's `vllm:num_requests_running`,
+ *   `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` gauges and its prefix cache counters
+ *   `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total` (in tokens), labelled
+ *   `engine="0"` and `model_name`; or SGLang's `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
+ *   `sglang:token_usage` and `sglang:cache_hit_rate`.
+ * - The ORCA `endpoint-load-metrics` header, which vLLM adds to a NON-streaming 200 answer when the
+ *   request carries `endpoint-load-metrics-format: TEXT` or `JSON` (a streaming answer has none:
+ *   its headers are sent before the work), with `kv_cache_usage_perc` and `num_requests_waiting`.
+ *   SGLang sends none.
+ */
+import type { Simulator } from '../simulator.ts';
+import type { Route } from './route.ts';
+import { ANY_MODEL_NAME } from './models.ts';
+
+/** The Prometheus text of the simulator's load, under its engine's names. */
+export function metricsText(sim: Simulator): string {
+  const o = sim.options();
+  const load = sim.engine.load();
+  const counters = sim.engine.counters();
+  const model = (o.model ?? ANY_MODEL_NAME).replace(/["\\\n]/g, '_');
+  const blockTokens = o.blockTokens;
+  const queriedTokens = (counters.cacheHitBlocks + counters.cacheMissBlocks) * blockTokens;
+  const hitTokens = counters.cacheHitBlocks * blockTokens;
+  const lines: string[] = [];
+  const metric = (name: string, type: string, help: string, labels: string, value: number) => {
+    lines.push(
+      `# HELP ${name} ${help}`,
+      `# TYPE ${name} ${type}`,
+      `${name}{${labels}} ${float(value)}`,
+    );
+  };
+  if (o.engine === 'sglang') {
+    const labels = `model_name="${model}"`;
+    metric(
+      'sglang:num_running_reqs',
+      'gauge',
+      'The number of running requests.',
+      labels,
+      load.running,
+    );
+    metric(
+      'sglang:num_queue_reqs',
+      'gauge',
+      'The number of requests in the waiting queue.',
+      labels,
+      load.waiting,
+    );
+    metric('sglang:token_usage', 'gauge', 'The token usage.', labels, load.kvCacheUsage);
+    metric(
+      'sglang:cache_hit_rate',
+      'gauge',
+      'The prefix cache hit rate.',
+      labels,
+      queriedTokens > 0 ? hitTokens / queriedTokens : 0,
+    );
+  } else {
+    const labels = `engine="0",model_name="${model}"`;
+    metric(
+      'vllm:num_requests_running',
+      'gauge',
+      'Number of requests in model execution batches.',
+      labels,
+      load.running,
+    );
+    metric(
+      'vllm:num_requests_waiting',
+      'gauge',
+      'Number of requests waiting to be processed.',
+      labels,
+      load.waiting,
+    );
+    metric(
+      'vllm:kv_cache_usage_perc',
+      'gauge',
+      'KV-cache usage. 1 means 100 percent usage.',
+      labels,
+      load.kvCacheUsage,
+    );
+    metric(
+      'vllm:prefix_cache_queries_total',
+      'counter',
+      'Prefix cache queries, in terms of number of queried tokens.',
+      labels,
+      queriedTokens,
+    );
+    metric(
+      'vllm:prefix_cache_hits_total',
+      'counter',
+      'Prefix cache hits, in terms of number of cached tokens.',
+      labels,
+      hitTokens,
+    );
+  }
+  return lines.join('\n') + '\n';
+}
+
+/** Python's float repr for whole numbers ("3.0"), as prometheus_client prints them. */
+function float(value: number): string {
+  return Number.isInteger(value) ? value.toFixed(1) : String(value);
+}
+
+/**
+ * The ORCA header for a non-streaming answer, when the request asked for one and the engine is
+ * vLLM; undefined otherwise.
+ */
+export function orcaHeaders(sim: Simulator, format: string | undefined): Record<string, string> {
+  if (sim.options().engine !== 'vllm' || format === undefined) return {};
+  const load = sim.engine.load();
+  const kind = format.trim().toUpperCase();
+  if (kind === 'TEXT') {
+    return {
+      'endpoint-load-metrics': `TEXT named_metrics.kv_cache_usage_perc=${float(load.kvCacheUsage)}, named_metrics.num_requests_waiting=${float(load.waiting)}`,
+    };
+  }
+  if (kind === 'JSON') {
+    return {
+      'endpoint-load-metrics': `JSON ${JSON.stringify({ named_metrics: { kv_cache_usage_perc: load.kvCacheUsage, num_requests_waiting: load.waiting } })}`,
+    };
+  }
+  return {};
+}
+
+export function metricsRoutes(sim: Simulator): Route[] {
+  return [
+    {
+      kind: 'read',
+      path: '/metrics',
+      handle: ({ res }) => {
+        const text = metricsText(sim);
+        res.writeHead(200, {
+          'content-type': 'text/plain; version=1.0.0; charset=utf-8',
+          'content-length': String(Buffer.byteLength(text)),
+        });
+        res.end(text);
+      },
+    },
+  ];
+}

@@ -1,0 +1,22 @@
+/**
+ * Every route of the simulator's HTTP API, one module per API surface.
+ */
+import type { Simulator } from '../simulator.ts';
+import { adminRoutes } from './admin.ts';
+import { completionsRoutes } from './completions.ts';
+import { embeddingsRoutes } from './embeddings.ts';
+import { metricsRoutes } from './load-report.ts';
+import { modelsRoutes } from './models.ts';
+import { vllmExtraRoutes } from './vllm-extras.ts';
+import type { Route } from './route.ts';
+
+export function simRoutes(sim: Simulator): Route[] {
+  return [
+    ...completionsRoutes(sim),
+    ...embeddingsRoutes(sim),
+    ...modelsRoutes(sim),
+    ...metricsRoutes(sim),
+    ...vllmExtraRoutes(sim),
+    ...adminRoutes(sim),
+  ];
+}

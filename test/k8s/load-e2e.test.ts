@@ -1,0 +1,334 @@
+/**
+ * Server-reported load end to end, on the real API server (test/k8s/cluster.ts): two model
+ * "servers" on test hosts behind a Service — one serving vLLM's /metrics from a file the test
+ * rewrites, one answering 404 like an external provider — and two controller replicas. A stream
+ * reader on each replica (whichever leads) must see `load` events with the server's values, and
+ * no snapshot because of them; the 404 server is asked once per replica and then left alone, with
+ * nothing logged; a current sidecar on the same stream ignores the new events.
+ *
+ * The servers are tiny static HTTP servers (`switchyard sim` does not serve /metrics yet).
+ *
+ * SWITCHYARD_K8S_TESTS=0 skips it.
+ */
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { parseLoad, type PoolLoad } from '../../crds/snapshot.ts';
+import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
+import {
+  controllerSidecarArgs,
+  createNamespaces,
+  startPlainController,
+} from './test-controller.ts';
+import {
+  assertTestAddress,
+  createTestHost,
+  type HostProcess,
+  type TestHost,
+} from './test-hosts.ts';
+
+const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
+const NS = 'apps';
+const POOL = `/apis/switchyard.dev/v1alpha1/namespaces/${NS}/inferencepools/chat`;
+const SCRAPE_EVERY = '500ms';
+
+/**
+ * A model server's /metrics and nothing else: the text of FILE (re-read at every request), or a
+ * 404 with a JSON body when FILE is `-`. GET /count answers how often /metrics was asked.
+ */
+const METRICS_SERVER = `
+const http = require('node:http');
+const fs = require('node:fs');
+const [port, file] = process.argv.slice(1);
+let scrapes = 0;
+http.createServer((req, res) => {
+  if (req.url === '/count') return res.end(String(scrapes));
+  if (req.url !== '/metrics') { res.writeHead(404); return res.end(); }
+  scrapes++;
+  if (file === '-') {
+    res.writeHead(404, { 'content-type': 'application/json' });
+    return res.end('{"detail":"Not Found"}');
+  }
+  res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+  res.end(fs.readFileSync(file));
+}).listen(Number(port), '0.0.0.0', () => console.log('listening'));
+`;
+
+function vllmMetrics(running: number, waiting: number, kv: number): string {
+  return [
+    '# HELP vllm:num_requests_running Number of requests in model execution batches.',
+    '# TYPE vllm:num_requests_running gauge',
+    `vllm:num_requests_running{engine="0",model_name="llama"} ${running}.0`,
+    '# TYPE vllm:num_requests_waiting gauge',
+    `vllm:num_requests_waiting{engine="0",model_name="llama"} ${waiting}.0`,
+    '# TYPE vllm:kv_cache_usage_perc gauge',
+    `vllm:kv_cache_usage_perc{engine="0",model_name="llama"} ${kv}`,
+    '# TYPE vllm:prefix_cache_queries_total counter',
+    'vllm:prefix_cache_queries_total{engine="0",model_name="llama"} 1234.0',
+    '',
+  ].join('\n');
+}
+
+/** A subscriber that reads the stream as a sidecar would and keeps every event it gets. */
+interface StreamReader {
+  snapshots: { version: number; hash: string }[];
+  loads: PoolLoad[];
+  close(): void;
+}
+
+/** Opens the pool's stream on `controllerUrl` (retrying until the replica knows the pool). */
+async function openStream(controllerUrl: string, token: string, id: string): Promise<StreamReader> {
+  const url = `${controllerUrl}/v1/namespaces/${NS}/pools/chat/snapshots?sidecar=${id}`;
+  return waitFor(
+    `the stream of ${controllerUrl}`,
+    () =>
+      new Promise<StreamReader | undefined>((resolve, reject) => {
+        const reader: StreamReader = { snapshots: [], loads: [], close: () => req.destroy() };
+        const req = http.get(url, { headers: { authorization: `Bearer ${token}` } }, (res) => {
+          if (res.statusCode !== 200) {
+            res.resume();
+            resolve(undefined);
+            return;
+          }
+          res.setEncoding('utf8');
+          let buffer = '';
+          res.on('data', (chunk: string) => {
+            buffer += chunk;
+            for (let end = buffer.indexOf('\n\n'); end !== -1; end = buffer.indexOf('\n\n')) {
+              const block = buffer.slice(0, end);
+              buffer = buffer.slice(end + 2);
+              const type = /^event: (.*)$/m.exec(block)?.[1];
+              const data = /^data: (.*)$/m.exec(block)?.[1];
+              if (data === undefined) continue;
+              if (type === 'snapshot') {
+                const { version, hash } = JSON.parse(data) as { version: number; hash: string };
+                reader.snapshots.push({ version, hash });
+              } else if (type === 'load') {
+                assert.equal(/^id:/m.test(block), false, 'a load event carries no id');
+                const parsed = parseLoad(JSON.parse(data));
+                assert.ok(parsed.ok, `parseLoad: ${JSON.stringify(parsed)}`);
+                reader.loads.push(parsed.value);
+              }
+            }
+          });
+          resolve(reader);
+        });
+        req.on('error', reject);
+      }),
+  );
+}
+
+describe(
+  'server-reported load on a real API server',
+  { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
+  () => {
+    let cluster: Cluster;
+    let dir: string;
+    let metricsFile: string;
+    const hosts: TestHost[] = [];
+    const servers: HostProcess[] = [];
+    const controllers: RunningProcess[] = [];
+    const readers: StreamReader[] = [];
+    let sidecar: RunningProcess | undefined;
+    let token: string;
+    const id = (h: TestHost): string => `gpus/${h.ip}:8000`;
+
+    const scrapesOf = async (h: TestHost): Promise<number> => {
+      assertTestAddress(h.ip);
+      return Number(await (await fetch(`http://${h.ip}:8000/count`)).text());
+    };
+    const controllerMetrics = async (c: RunningProcess): Promise<string> =>
+      (await fetch(`${c.adminUrl}/metrics`)).text();
+    const latest = (r: StreamReader, h: TestHost) =>
+      r.loads.at(-1)?.endpoints.find((e) => e.id === id(h));
+
+    before(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'switchyard-load-e2e-'));
+      metricsFile = join(dir, 'metrics.txt');
+      writeFileSync(metricsFile, vllmMetrics(3, 4, 0.5));
+      cluster = await startCluster();
+      await installInferencePoolCrd(cluster);
+      await createNamespaces(cluster, [NS, 'switchyard']);
+      for (const [label, file] of [
+        ['vllm', metricsFile],
+        ['provider', '-'],
+      ] as const) {
+        const host = await createTestHost(label);
+        hosts.push(host);
+        const server = host.spawn(process.execPath, ['-e', METRICS_SERVER, '8000', file]);
+        await server.waitForLine(/listening/);
+        servers.push(server);
+      }
+      await cluster.applyYaml(`apiVersion: v1
+kind: Service
+metadata: {name: vllm, namespace: ${NS}}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8000}]
+`);
+      for (const h of hosts) assertTestAddress(h.ip);
+      await cluster.request('POST', `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`, {
+        apiVersion: 'discovery.k8s.io/v1',
+        kind: 'EndpointSlice',
+        metadata: { name: 'vllm-1', labels: { 'kubernetes.io/service-name': 'vllm' } },
+        addressType: 'IPv4',
+        endpoints: hosts.map((h) => ({ addresses: [h.ip], conditions: { ready: true } })),
+        ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
+      });
+      await cluster.applyYaml(`apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: chat, namespace: ${NS}}
+spec:
+  backends: [{name: gpus, service: {name: vllm, port: http}}]
+  affinity: {key: None}
+`);
+      for (const identity of ['controller-0', 'controller-1'])
+        controllers.push(
+          await startPlainController(cluster, '127.0.0.1:0', [
+            '--identity',
+            identity,
+            '--load-scrape-every',
+            SCRAPE_EVERY,
+          ]),
+        );
+      token = (await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' }))
+        .token;
+    });
+
+    after(async () => {
+      for (const r of readers) r.close();
+      await stopAll([sidecar, ...controllers]);
+      await Promise.all(servers.map((s) => s.stop()));
+      await Promise.all(hosts.map((h) => h.remove()));
+      await cluster?.stop();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('streams what the server reports to the subscribers of every replica, as load events', async () => {
+      for (const [i, c] of controllers.entries())
+        readers.push(await openStream(c.url, token, `reader-${i}`));
+      const [vllm, provider] = [hosts[0]!, hosts[1]!];
+      for (const r of readers) {
+        const seen = await waitFor('the first reading', () => latest(r, vllm), {
+          timeoutMs: 15_000,
+        });
+        assert.deepEqual(
+          { ...seen, ageMs: 0 },
+          { id: id(vllm), running: 3, waiting: 4, kvCacheUsage: 0.5, ageMs: 0 },
+        );
+        assert.equal(
+          r.loads.some((l) => l.endpoints.some((e) => e.id === id(provider))),
+          false,
+          'the server without metrics has no load',
+        );
+      }
+      writeFileSync(metricsFile, vllmMetrics(7, 0, 0.9));
+      for (const r of readers)
+        await waitFor('the new reading', () => latest(r, vllm)?.running === 7, {
+          timeoutMs: 15_000,
+        });
+      assert.deepEqual(
+        readers.map((r) => {
+          const { ageMs: _, ...rest } = latest(r, vllm)!;
+          return rest;
+        }),
+        [0, 1].map(() => ({ id: id(vllm), running: 7, waiting: 0, kvCacheUsage: 0.9 })),
+      );
+    });
+
+    it('sends no snapshot because of them: the version and hash stay put', async () => {
+      for (const r of readers) {
+        const seen = r.loads.length;
+        await waitFor('three more load events', () => r.loads.length >= seen + 3, {
+          timeoutMs: 15_000,
+        });
+      }
+      const served = readers[0]!.snapshots[0];
+      await waitFor('the served snapshot in status', async () => {
+        const status = (
+          await cluster.request<{ status?: { snapshot?: { version: number; hash: string } } }>(
+            'GET',
+            POOL,
+          )
+        ).body.status?.snapshot;
+        return status?.version === served?.version && status?.hash === served?.hash;
+      });
+      for (const r of readers) assert.deepEqual(r.snapshots, [served], 'one snapshot, the first');
+    });
+
+    it('asks the server without metrics once per replica, then leaves it alone without a word', async () => {
+      const [vllm, provider] = [hosts[0]!, hosts[1]!];
+      const before = await scrapesOf(vllm);
+      // Six more periods.
+      await new Promise((resolve) => setTimeout(resolve, 3_000));
+      assert.ok((await scrapesOf(vllm)) > before, 'the vLLM server is still scraped');
+      assert.equal(await scrapesOf(provider), controllers.length);
+      for (const c of controllers) {
+        const metrics = await controllerMetrics(c);
+        assert.match(
+          metrics,
+          /^switchyard_controller_load_scrapes_total\{result="no_metrics"\} 1$/m,
+        );
+        assert.match(metrics, /^switchyard_controller_load_scrapes_total\{result="ok"\} [1-9]/m);
+        assert.match(metrics, /^switchyard_controller_load_targets\{state="no_metrics"\} 1$/m);
+        assert.match(metrics, /^switchyard_controller_load_targets\{state="reporting"\} 1$/m);
+        assert.match(metrics, /^switchyard_controller_load_scrape_duration_seconds_count [1-9]/m);
+        // At the default level (info), nothing about scraping; nothing louder about that server.
+        const loud = c
+          .output()
+          .split('\n')
+          .filter(
+            (l) =>
+              /no load metrics|load scrape|reports load/.test(l) ||
+              (l.includes(provider.ip) && /"level":(40|50|60)/.test(l)),
+          );
+        assert.deepEqual(loud, []);
+      }
+    });
+
+    it('a sidecar of today ignores the load events and stays in sync', async () => {
+      const tokenFile = join(dir, 'token');
+      writeFileSync(tokenFile, token);
+      sidecar = await startSwitchyard(
+        controllerSidecarArgs({
+          controllerUrl: controllers[0]!.url,
+          pool: 'chat',
+          namespace: NS,
+          tokenFile,
+          cacheFile: join(dir, 'sidecar.json'),
+          sidecarId: 'app-1',
+        }),
+      );
+      await waitFor(
+        'the sidecar ready',
+        async () => (await fetch(`${sidecar!.adminUrl}/readyz`)).ok,
+      );
+      const loads = readers[0]!.loads.length;
+      await waitFor('three more load events', () => readers[0]!.loads.length >= loads + 3, {
+        timeoutMs: 15_000,
+      });
+      assert.equal((await fetch(`${sidecar.adminUrl}/readyz`)).status, 200);
+      const complaints = sidecar
+        .output()
+        .split('\n')
+        .filter((l) => /"level":(40|50|60)/.test(l));
+      assert.deepEqual(complaints, []);
+    });
+
+    it('stops scraping once no sidecar of the pool is subscribed', async () => {
+      await sidecar?.kill();
+      sidecar = undefined;
+      for (const r of readers) r.close();
+      const vllm = hosts[0]!;
+      // In-flight scrapes and the next period may still land; after that, nothing.
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      const settled = await scrapesOf(vllm);
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      assert.equal(await scrapesOf(vllm), settled);
+    });
+  },
+);
