@@ -23,6 +23,12 @@ export interface SidecarOptions {
   logger: Logger;
   maxBodyBytes: number;
   shutdownGraceMs: number;
+  /**
+   * `/startupz` passes once a configuration is applied, or once this long has passed without one
+   * (default 30 s): the injected sidecar's startup probe, so the app starts when its sidecar can
+   * route, yet a controller that is down delays the app by no more than this.
+   */
+  startupGraceMs?: number;
   env: Record<string, string | undefined>;
   clock?: Clock;
   rng?: Rng;
@@ -82,6 +88,21 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
 
   let draining = false;
+  const startedAtMs = performance.now();
+  const startupGraceMs = options.startupGraceMs ?? 30_000;
+  let started: 'configured' | 'grace over' | undefined;
+  const startup = (): typeof started => {
+    if (started !== undefined) return started;
+    if (active.current() !== undefined) started = 'configured';
+    else if (performance.now() - startedAtMs >= startupGraceMs) {
+      started = 'grace over';
+      logger.warn(
+        { graceMs: startupGraceMs },
+        'no configuration yet, startup grace over: /startupz passes so the app may start; requests get 503 until a configuration arrives',
+      );
+    }
+    return started;
+  };
   const proxy = new SidecarProxy({
     pool: () => active.current(),
     metrics,
@@ -94,6 +115,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     pool: () => active.current(),
     metrics,
     isDraining: () => draining,
+    startup,
   });
 
   const proxyUrl = await listen(proxy.server, options.listen);

@@ -105,8 +105,13 @@ describe('decideInjection', () => {
       capabilities: { drop: ['ALL'] },
       seccompProfile: { type: 'RuntimeDefault' },
     });
+    // The V8 flag that keeps every app pod's sidecar idle RSS down (docs/image.md#memory).
+    assert.deepEqual(
+      (sidecar['env'] as { name: string; value?: string }[]).find((e) => e.name === 'NODE_OPTIONS'),
+      { name: 'NODE_OPTIONS', value: '--max-semi-space-size=2' },
+    );
     assert.deepEqual(sidecar['startupProbe'], {
-      httpGet: { path: '/healthz', port: 9090 },
+      httpGet: { path: '/startupz', port: 9090 },
       periodSeconds: 1,
       failureThreshold: 60,
     });

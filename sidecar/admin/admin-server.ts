@@ -7,6 +7,8 @@ export interface AdminOptions {
   pool: () => ActivePool | undefined;
   metrics: SidecarMetrics;
   isDraining: () => boolean;
+  /** Why the sidecar counts as started (`/startupz`), or undefined while it does not yet. */
+  startup?: () => 'configured' | 'grace over' | undefined;
 }
 
 function json(res: ServerResponse, status: number, value: unknown): void {
@@ -51,7 +53,10 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
 /**
  * The admin port (127.0.0.1:9090 by default): metrics, probes and a JSON view of the balancer.
  * `/readyz` fails while no configuration is applied and while draining, so Kubernetes stops
- * routing to a pod whose sidecar cannot route.
+ * routing to a pod whose sidecar cannot route. `/startupz` (the injected sidecar's startup probe)
+ * fails until a configuration was first applied or the startup grace is over: the kubelet starts
+ * the app container only after it passes, so the app's first request finds a sidecar that can
+ * route; it never fails again after passing.
  */
 export function createAdminServer(options: AdminOptions): Server {
   return http.createServer((req, res) => {
@@ -70,6 +75,13 @@ export function createAdminServer(options: AdminOptions): Server {
       case '/healthz':
         json(res, 200, { status: 'ok' });
         return;
+      case '/startupz': {
+        // Without a `startup` callback (no controller to wait for), started from the first moment.
+        const started = options.startup === undefined ? 'configured' : options.startup();
+        if (started === undefined) json(res, 503, { status: 'no configuration applied yet' });
+        else json(res, 200, { status: 'started', reason: started });
+        return;
+      }
       case '/readyz': {
         const pool = options.pool();
         if (options.isDraining()) json(res, 503, { status: 'draining' });
@@ -95,7 +107,8 @@ export function createAdminServer(options: AdminOptions): Server {
       default:
         json(res, 404, {
           error: {
-            message: 'Unknown admin path; try /metrics, /healthz, /readyz or /debug/backends.',
+            message:
+              'Unknown admin path; try /metrics, /healthz, /startupz, /readyz or /debug/backends.',
             type: 'invalid_request_error',
             code: 'unknown_url',
           },

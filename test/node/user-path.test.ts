@@ -421,6 +421,16 @@ describe('the user’s path on a real node', { skip }, () => {
     const [streams] = await timed(`an app pod holding ${STREAMS} streams`, async () => {
       await apply([appDeployment('streams', ['streams', String(STREAMS)])]);
       const ready = await readyPods(APP_NS, 'app=streams', 1);
+      // The app opens its streams at its first instant, without waiting: the sidecar's startup
+      // probe (/startupz) must have held it back until the sidecar had its pool.
+      const start = await waitFor('the streams app’s start line', async () =>
+        (await logLines(APP_NS, ready[0]!.metadata.name, 'app')).find((l) => l.kind === 'start'),
+      );
+      assert.equal(
+        start.readyz,
+        200,
+        'the sidecar had its pool at the streams app’s first instant',
+      );
       let last: Record<string, unknown> | undefined;
       const open = await waitFor(
         `${STREAMS} streams open`,
@@ -498,52 +508,49 @@ describe('the user’s path on a real node', { skip }, () => {
     await timed('helm uninstall', () =>
       helmRun(['uninstall', 'switchyard', '--namespace', RELEASE_NS, '--wait']),
     );
-    const left = await waitFor(
-      'the release’s objects gone',
-      async () => {
-        const namespaced = (
-          await node.kubectl([
-            '-n',
-            RELEASE_NS,
-            'get',
-            'all,secrets,configmaps,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets,networkpolicies',
-            '-o',
-            'name',
-          ])
-        )
-          .split('\n')
-          .filter(
-            (n) => n !== '' && !/^configmap\/kube-root-ca\.crt$|^serviceaccount\/default$/.test(n),
-          );
-        const cluster = (
-          await node.kubectl([
-            'get',
-            'clusterroles,clusterrolebindings,mutatingwebhookconfigurations,customresourcedefinitions',
-            '-o',
-            'name',
-          ])
-        )
-          .split('\n')
-          .filter((n) => n.includes('switchyard'));
-        const all = [...namespaced, ...cluster];
-        return all.some((n) => n.startsWith('pod/')) ? undefined : all;
-      },
-      { timeoutMs: 120_000, intervalMs: 1_000 },
-    );
-    // What the controller itself created is not Helm's to delete: its TLS Secret (docs/chart.md
-    // says to delete it by hand), the leader Lease and one replica-summary Lease per controller
-    // pod that ever ran. Listed, and held to exactly those, until the controller cleans up after
-    // itself (docs/node.md#known-gaps).
-    const controllerMade = left.filter((n) =>
-      /^(secret\/switchyard-tls|lease\.coordination\.k8s\.io\/switchyard-(controller|sidecars-.+))$/.test(
-        n,
-      ),
-    );
-    process.stderr.write(
-      `[node-test] left after helm uninstall by the controller (not Helm): ${controllerMade.join(', ')}\n`,
-    );
+    // What the controller made itself (its TLS Secret, the leader Lease, a Lease per replica) is
+    // not Helm's: it carries owner references (controller/kube/owners.ts), and the garbage
+    // collector deletes it after its owner, asynchronously; so wait for it, and name what stayed.
+    let left: string[] = [];
+    try {
+      await waitFor(
+        'nothing of the release but the CRD',
+        async () => {
+          const namespaced = (
+            await node.kubectl([
+              '-n',
+              RELEASE_NS,
+              'get',
+              'all,secrets,configmaps,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets,networkpolicies',
+              '-o',
+              'name',
+            ])
+          )
+            .split('\n')
+            .filter(
+              (n) =>
+                n !== '' && !/^configmap\/kube-root-ca\.crt$|^serviceaccount\/default$/.test(n),
+            );
+          const cluster = (
+            await node.kubectl([
+              'get',
+              'clusterroles,clusterrolebindings,mutatingwebhookconfigurations,customresourcedefinitions',
+              '-o',
+              'name',
+            ])
+          )
+            .split('\n')
+            .filter((n) => n.includes('switchyard'));
+          left = [...namespaced, ...cluster];
+          return left.length === 1 ? left : undefined;
+        },
+        { timeoutMs: 120_000, intervalMs: 1_000 },
+      );
+    } catch {
+      // waitFor's own message cannot say what stayed; the assertion below does.
+    }
     assert.deepEqual(
-      left.filter((n) => !controllerMade.includes(n)),
+      left,
       ['customresourcedefinition.apiextensions.k8s.io/inferencepools.switchyard.dev'],
       'nothing of the release but the CRD',
     );
