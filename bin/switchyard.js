@@ -19,13 +19,15 @@ if (NODE_MAJOR < 22 || (NODE_MAJOR === 22 && NODE_MINOR < 19)) {
 // at several times the RSS they need. A 4 MiB cap measured no throughput loss and a far smaller
 // footprint for the sidecar (and ~80 MB less for the controller with 500 streams:
 // docs/benchmarks.md). Such flags only take effect at process start, so the process replaces
-// itself (execve: same PID) once.
+// itself (execve: same PID) once. A cap given by the caller wins, on the command line or in
+// NODE_OPTIONS (the injected sidecar sets 2 MiB there: controller/injection/pod-patch.ts).
 const SERVER_V8_FLAGS = ['--max-semi-space-size=4'];
 if (
   (process.argv[2] === 'sidecar' || process.argv[2] === 'controller') &&
   typeof process.execve === 'function' &&
   process.env.SWITCHYARD_V8_FLAGS !== 'applied' &&
-  !process.execArgv.some((flag) => flag.startsWith('--max-semi-space-size'))
+  !process.execArgv.some((flag) => flag.startsWith('--max-semi-space-size')) &&
+  !(process.env.NODE_OPTIONS || '').includes('--max-semi-space-size')
 ) {
   process.execve(
     process.execPath,

@@ -121,9 +121,9 @@ export function sidecarContainer(config: InjectionConfig, pool: string): Record<
     env: [
       { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
       { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
-      // Every app pod pays the sidecar's memory. V8 grows its young generation to 16 MB per
-      // semi-space after start-up's allocations and keeps it; capped at 2 MB the sidecar idles
-      // about 4 MB lower (docs/image.md#memory). Short-lived request garbage still dies young.
+      // Every app pod pays the sidecar's memory: a 2 MiB cap on V8's young generation instead of
+      // the 4 MiB bin/switchyard.js sets idles about 4 MB lower (docs/image.md#memory); request
+      // garbage is short-lived and still dies young. bin/switchyard.js leaves this cap alone.
       { name: 'NODE_OPTIONS', value: SIDECAR_NODE_OPTIONS },
     ],
     ports: [{ name: 'sy-admin', containerPort: config.adminPort, protocol: 'TCP' }],
