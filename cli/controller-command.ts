@@ -2,11 +2,10 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
+import { LOG_LEVELS, loadScrapePeriodProblem, parseDurationMs, parseHostPort } from './args.ts';
 import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
 
 /** Scraping a server more often than this costs it more than the fresher signal is worth. */
-const MIN_LOAD_SCRAPE_EVERY_MS = 100;
 
 interface ControllerFlags {
   kubeconfig?: string;
@@ -135,10 +134,8 @@ export function addControllerCommand(program: Command): void {
         process.stderr.write(`switchyard controller: ${message}\n`);
         process.exit(2);
       };
-      if (flags.loadScrapeEvery !== 0 && flags.loadScrapeEvery < MIN_LOAD_SCRAPE_EVERY_MS)
-        fail(
-          `--load-scrape-every must be 0 (off) or at least ${MIN_LOAD_SCRAPE_EVERY_MS}ms: model servers answer /metrics in milliseconds, but not for free`,
-        );
+      const scrapeProblem = loadScrapePeriodProblem(flags.loadScrapeEvery);
+      if (scrapeProblem !== undefined) fail(scrapeProblem);
       // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
       const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');

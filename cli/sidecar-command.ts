@@ -1,7 +1,13 @@
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
+import {
+  LOG_LEVELS,
+  loadScrapePeriodProblem,
+  parseDurationMs,
+  parseHostPort,
+  parsePositiveInt,
+} from './args.ts';
 import { PICKERS, type Picker } from '../sidecar/policy/baseline-pickers.ts';
 import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
 
@@ -21,12 +27,14 @@ interface SidecarFlags {
   startupGrace: number;
   logLevel: (typeof LOG_LEVELS)[number];
   picker: Picker;
+  loadScrapeEvery: number;
 }
 
 function configSource(flags: SidecarFlags): ConfigSource | string {
   if (flags.poolFile !== undefined && flags.controller !== undefined)
     return 'give either --pool-file or --controller, not both';
-  if (flags.poolFile !== undefined) return { kind: 'file', poolFile: flags.poolFile };
+  if (flags.poolFile !== undefined)
+    return { kind: 'file', poolFile: flags.poolFile, loadScrapeEveryMs: flags.loadScrapeEvery };
   if (flags.controller === undefined)
     return 'give --pool-file (standalone) or --controller with --pool (in Kubernetes)';
   if (flags.pool === undefined) return '--controller needs --pool <name>';
@@ -114,6 +122,14 @@ export function addSidecarCommand(program: Command): void {
         .default(30_000, '30s')
         .argParser(parseDurationMs),
     )
+    .addOption(
+      new Option(
+        '--load-scrape-every <duration>',
+        "standalone: how often each endpoint's /metrics is scraped for the load its server reports (vLLM, SGLang, TensorRT-LLM; one that answers 404 is left alone); 0 turns it off. With --controller the controller scrapes",
+      )
+        .default(1_000, '1s')
+        .argParser(parseDurationMs),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
     .addOption(
       new Option(
@@ -130,6 +146,11 @@ export function addSidecarCommand(program: Command): void {
         '  curl http://127.0.0.1:8080/v1/chat/completions -d \'{"model":"m","messages":[{"role":"user","content":"hi"}]}\'',
     )
     .action(async (flags: SidecarFlags) => {
+      const scrapeProblem = loadScrapePeriodProblem(flags.loadScrapeEvery);
+      if (scrapeProblem !== undefined) {
+        process.stderr.write(`switchyard sidecar: ${scrapeProblem}\n`);
+        process.exit(2);
+      }
       const source = configSource(flags);
       if (typeof source === 'string') {
         process.stderr.write(`switchyard sidecar: ${source}\n`);

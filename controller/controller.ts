@@ -12,7 +12,7 @@ import { InformerCaches } from './kube/caches.ts';
 import { KubeRaw } from './kube/kube-raw.ts';
 import { LeaderElector } from './kube/leader.ts';
 import { NO_OWNERS, type Owners } from './kube/owners.ts';
-import { LoadMonitor } from './load/monitor.ts';
+import { LoadMonitor } from '../lib/load-scrape/monitor.ts';
 import { ControllerMetrics } from './metrics.ts';
 import { PoolEventRecorder } from './pool-events.ts';
 import { PoolQueue } from './pool-queue.ts';

@@ -81,6 +81,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       active,
       logger,
       onRejected: () => metrics.configRejected.inc(),
+      loadScrapeEveryMs: source.loadScrapeEveryMs,
     });
   } else {
     const { kind: _kind, ...clientOptions } = source;

@@ -75,6 +75,9 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
         'warn',
         '--picker',
         picker,
+        // A scrape a (simulated) second, as a sidecar in front of real servers does by default.
+        '--load-scrape-every',
+        `${Math.max(100, Math.round(1000 / ctx.speed))}ms`,
       ]),
     );
   };

@@ -34,6 +34,9 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
       url: s.url,
       tier: s.tier,
       inFlight: s.inFlight,
+      // The load the balancer uses: in-flight here, corrected by what the server last reported.
+      load: s.load,
+      reported: s.reported ?? null,
       ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
       ewmaSeeded: s.ewmaSeeded,
       breaker: s.breaker,

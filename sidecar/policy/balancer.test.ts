@@ -675,6 +675,23 @@ describe('server-reported load', () => {
     assert.equal(balancer.status()[0]!.load, 0);
   });
 
+  test('a relayed report counts from when it was measured, and never undoes a fresher one', () => {
+    const clock = fakeClock();
+    const balancer = new Balancer(testPolicy(), [endpoint('a')], {
+      clock,
+      rng: seededRng(1),
+      reportMaxAgeMs: 100,
+    });
+    clock.advance(1000);
+    balancer.reportLoad('a', { waiting: 9 }, 60);
+    assert.equal(balancer.status()[0]!.reported?.ageMs, 60);
+    clock.advance(41);
+    assert.equal(balancer.status()[0]!.load, 0, 'measured 101 ms ago: too old');
+    balancer.reportLoad('a', { waiting: 2 });
+    balancer.reportLoad('a', { waiting: 7 }, 30);
+    assert.equal(balancer.status()[0]!.load, 2, 'the older relayed scrape is dropped');
+  });
+
   test('ignores reports for endpoints it does not know', () => {
     const { balancer } = setup();
     balancer.reportLoad('nobody', { waiting: 3 });

@@ -232,10 +232,10 @@ export class Balancer implements PoolBalancer {
     };
   }
 
-  reportLoad(endpointId: string, report: ServerLoadReport): void {
+  reportLoad(endpointId: string, report: ServerLoadReport, ageMs = 0): void {
     const state = this.#states.get(endpointId);
     if (state === undefined) return;
-    state.reported.update(report, state.inFlight, this.#now());
+    state.reported.update(report, state.inFlight, this.#now() - Math.max(0, ageMs));
   }
 
   firstByte(attempt: Attempt): void {

@@ -132,8 +132,11 @@ export interface PoolBalancer {
   update(policy: PoolPolicy, endpoints: readonly EndpointSpec[]): void;
   /** Choose an endpoint and start an attempt on it (in-flight +1), or shed. */
   pick(request: PickRequest): PickResult;
-  /** The server reported its load (an ORCA header, a /metrics scrape). */
-  reportLoad(endpointId: string, report: ServerLoadReport): void;
+  /**
+   * The server reported its load (an ORCA header, a /metrics scrape), measured `ageMs` ago
+   * (default 0: just now).
+   */
+  reportLoad(endpointId: string, report: ServerLoadReport, ageMs?: number): void;
   /** The first response body byte of this attempt arrived now: its TTFT sample. */
   firstByte(attempt: Attempt): void;
   /** The response contradicted the endpoint's drift probe (the passive check): counted. */

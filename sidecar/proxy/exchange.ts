@@ -14,6 +14,11 @@ import type {
   ServerResponse,
 } from 'node:http';
 import type { Logger } from 'pino';
+import {
+  ORCA_REQUEST_HEADER,
+  ORCA_RESPONSE_HEADER,
+  parseOrcaHeader,
+} from '../../lib/model-server-load.ts';
 import type { ActivePool } from '../config/active-pool.ts';
 import type { AffinityInput, Attempt, EndpointSpec } from '../policy/index.ts';
 import {
@@ -114,6 +119,11 @@ export class Exchange {
   #clientGone = false;
   /** The client's end-to-end headers, forwarded to every attempt. */
   #forwarded: IncomingHttpHeaders = {};
+  /**
+   * The client asked for the servers' ORCA load report itself: it gets the header. Otherwise the
+   * sidecar asks for it (the balancer's server-reported load) and keeps it out of the answer.
+   */
+  clientAskedForLoad = false;
   readonly #bodyByModel = new Map<string, Buffer>();
 
   constructor(deps: ExchangeDeps, init: ExchangeInit) {
@@ -139,6 +149,7 @@ export class Exchange {
         forwarded[name] = headers[name];
     }
     this.#forwarded = forwarded;
+    this.clientAskedForLoad = forwarded[ORCA_REQUEST_HEADER] !== undefined;
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.#clientGone = true;
@@ -245,6 +256,8 @@ export class Exchange {
     this.attempts++;
     this.#tried.add(endpoint.id);
     const headers: OutgoingHttpHeaders = { ...this.#forwarded, 'content-length': body.length };
+    // vLLM answers with its queue and KV-cache use (on non-streamed responses) when asked.
+    if (!this.clientAskedForLoad) headers[ORCA_REQUEST_HEADER] = 'TEXT';
     if (endpoint.apiKey !== undefined) headers.authorization = `Bearer ${endpoint.apiKey}`;
     // The client asked for /v1/<route>; the endpoint URL already ends in its API prefix.
     const url = endpoint.url + this.#path.slice(3);
@@ -334,6 +347,12 @@ class ExchangeAttempt implements UpstreamHandler {
     const retryAfterMs =
       status === 429 ? parseRetryAfterMs(headers['retry-after'], Date.now()) : undefined;
     this.#step({ kind: 'head', status, retryAfterMs });
+    const orca = headers[ORCA_RESPONSE_HEADER];
+    if (typeof orca === 'string') {
+      const load = parseOrcaHeader(orca);
+      if (load !== undefined)
+        this.#exchange.pool.balancer.reportLoad(this.attempt.endpoint.id, load);
+    }
     const probe = this.attempt.endpoint.probe;
     if (
       this.#state.kind === 'awaiting-first-byte' &&
@@ -437,6 +456,7 @@ class ExchangeAttempt implements UpstreamHandler {
       const value = upstreamHeaders[name];
       if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) headers[name] = value;
     }
+    if (!exchange.clientAskedForLoad) delete headers[ORCA_RESPONSE_HEADER];
     headers['x-switchyard-backend'] = this.attempt.endpoint.id;
     headers['x-switchyard-attempts'] = String(exchange.attempts);
     exchange.res.writeHead(this.#status, headers);
