@@ -1,3 +1,4 @@
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './policy-defaults.ts';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
@@ -32,7 +33,7 @@ const DEFAULT_POLICY: PoolPolicy = {
     header: 'x-session-id',
     prefixChars: 4096,
     maxSlowdown: 2.5,
-    maxExtraInFlight: 1,
+    maxExtraInFlight: AFFINITY_MAX_EXTRA_IN_FLIGHT,
     loadFactor: 1.25,
   },
   health: {

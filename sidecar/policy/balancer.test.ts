@@ -1,5 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './affinity.ts';
 import { idHash, keyNumber, rendezvousOrder } from './bounded-load.ts';
 import {
   AFFINITY_MAX_SLOWDOWN,
@@ -344,8 +345,9 @@ describe('affinity', () => {
     const specs = five();
     const { balancer, statusOf } = setup({ endpoints: specs, policy: withKey() });
     const [home, second] = orderOf('session-1', specs);
-    // Idle pool: the home takes two (the second within maxExtraInFlight 1 of the least busy).
-    for (let i = 0; i < 2; i++) {
+    // Idle pool: the home takes maxExtraInFlight + 1 (the last at maxExtraInFlight above the
+    // least busy).
+    for (let i = 0; i <= AFFINITY_MAX_EXTRA_IN_FLIGHT; i++) {
       const result = picked(balancer.pick({ affinityKey: 'session-1' }));
       assert.equal(result.affinity, 'hit');
       assert.equal(result.attempt.endpoint.id, home);
@@ -353,7 +355,7 @@ describe('affinity', () => {
     const next = picked(balancer.pick({ affinityKey: 'session-1' }));
     assert.equal(next.affinity, 'spill');
     assert.equal(next.attempt.endpoint.id, second, 'the same second home from every sidecar');
-    assert.equal(statusOf(home!).inFlight, 2);
+    assert.equal(statusOf(home!).inFlight, AFFINITY_MAX_EXTRA_IN_FLIGHT + 1);
   });
 
   test('under load the bound is loadFactor × the average, not the least busy + maxExtraInFlight', () => {
@@ -581,7 +583,7 @@ describe('prefix affinity', () => {
     const { balancer, pickOn } = setup({ endpoints: specs, policy: PREFIX });
     const [home, second] = order(12, specs);
     // The home is busy when the first turn arrives.
-    const busy = [pickOn(home!), pickOn(home!)];
+    const busy = Array.from({ length: AFFINITY_MAX_EXTRA_IN_FLIGHT + 1 }, () => pickOn(home!));
     const turn1 = picked(balancer.pick({ prompt: PROMPT }));
     assert.equal(turn1.affinity, 'spill');
     assert.equal(turn1.attempt.endpoint.id, second);
@@ -609,9 +611,7 @@ describe('prefix affinity', () => {
     const turn1 = picked(balancer.pick({ prompt: PROMPT }));
     balancer.finish(turn1.attempt, OK);
     const holder = turn1.attempt.endpoint.id;
-    pickOn(holder);
-    pickOn(holder);
-    pickOn(holder);
+    for (let i = 0; i <= AFFINITY_MAX_EXTRA_IN_FLIGHT; i++) pickOn(holder);
     const turn2 = picked(balancer.pick({ prompt: nextTurn(PROMPT, 13) }));
     assert.equal(turn2.affinity, 'spill');
     assert.equal(
