@@ -87,9 +87,6 @@ function probe(path: string, port: number, timing: ProbeTiming): Record<string, 
   return { httpGet: { path, port }, ...timing };
 }
 
-/** V8 flags of the injected sidecar (see `sidecarContainer`). */
-export const SIDECAR_NODE_OPTIONS = '--max-semi-space-size=2';
-
 /** The sidecar container, as the webhook adds it. */
 export function sidecarContainer(config: InjectionConfig, pool: string): Record<string, unknown> {
   const { probes } = config;
@@ -121,10 +118,6 @@ export function sidecarContainer(config: InjectionConfig, pool: string): Record<
     env: [
       { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
       { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
-      // Every app pod pays the sidecar's memory: a 2 MiB cap on V8's young generation instead of
-      // the 4 MiB bin/switchyard.js sets idles about 4 MB lower (docs/image.md#memory); request
-      // garbage is short-lived and still dies young. bin/switchyard.js leaves this cap alone.
-      { name: 'NODE_OPTIONS', value: SIDECAR_NODE_OPTIONS },
     ],
     ports: [{ name: 'sy-admin', containerPort: config.adminPort, protocol: 'TCP' }],
     resources: config.resources,
