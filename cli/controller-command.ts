@@ -25,6 +25,7 @@ interface ControllerFlags {
   leaseNamespace: string;
   leaseName: string;
   identity: string;
+  podUid?: string;
   logLevel: (typeof LOG_LEVELS)[number];
 }
 
@@ -119,6 +120,12 @@ export function addControllerCommand(program: Command): void {
         process.env.POD_NAME ?? hostname(),
         '$POD_NAME or the hostname',
       ),
+    )
+    .addOption(
+      new Option(
+        '--pod-uid <uid>',
+        "this replica's Pod UID (the pod named by --identity): it owns the replica's Lease, which then goes with the pod",
+      ).default(process.env.POD_UID, '$POD_UID'),
     )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
     .action(async (flags: ControllerFlags) => {
@@ -216,7 +223,23 @@ export function addControllerCommand(program: Command): void {
       } else if (flags.webhookConfigName !== undefined) {
         fail('--webhook-config-name needs --injection-config');
       }
+      // What the controller creates itself (Leases, the TLS Secret) is owned by its Pod or its
+      // ServiceAccount, so `helm uninstall` leaves none of it (controller/kube/owners.ts).
+      const { ownersOf, SERVICE_ACCOUNT_TOKEN } = await import('../controller/kube/owners.ts');
+      let token: string | undefined;
+      try {
+        token = readFileSync(SERVICE_ACCOUNT_TOKEN, 'utf8');
+      } catch {
+        token = undefined; // not in a pod
+      }
+      const { owners, notes } = ownersOf({
+        token,
+        namespace: flags.leaseNamespace,
+        pod: flags.podUid === undefined ? undefined : { name: flags.identity, uid: flags.podUid },
+      });
+      for (const note of notes) logger.info(note);
       const controller = await startController({
+        owners,
         kubeConfig,
         logger,
         listen: flags.listen,

@@ -24,6 +24,7 @@ interface SidecarFlags {
   admin: HostPort;
   maxBodyBytes: number;
   shutdownGrace: number;
+  startupGrace: number;
   logLevel: (typeof LOG_LEVELS)[number];
   picker: Picker;
   loadScrapeEvery: number;
@@ -93,7 +94,10 @@ export function addSidecarCommand(program: Command): void {
         .argParser(parseHostPort),
     )
     .addOption(
-      new Option('--admin <host:port>', 'admin address: /metrics /healthz /readyz /debug/backends')
+      new Option(
+        '--admin <host:port>',
+        'admin address: /metrics /healthz /startupz /readyz /debug/backends',
+      )
         .default(parseHostPort('127.0.0.1:9090'), '127.0.0.1:9090')
         .argParser(parseHostPort),
     )
@@ -106,6 +110,14 @@ export function addSidecarCommand(program: Command): void {
       new Option(
         '--shutdown-grace <duration>',
         'on SIGTERM, how long streams in progress may finish',
+      )
+        .default(30_000, '30s')
+        .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option(
+        '--startup-grace <duration>',
+        "/startupz passes once a configuration is applied, or after this long without one (so a controller that is down delays the app's start by at most this)",
       )
         .default(30_000, '30s')
         .argParser(parseDurationMs),
@@ -154,6 +166,7 @@ export function addSidecarCommand(program: Command): void {
           logger,
           maxBodyBytes: flags.maxBodyBytes,
           shutdownGraceMs: flags.shutdownGrace,
+          startupGraceMs: flags.startupGrace,
           env: process.env,
           picker: flags.picker,
         });

@@ -2,8 +2,8 @@
  * One scrape of a model server's Prometheus `/metrics` for its load gauges. Never throws: every
  * answer is an outcome the schedule (scrape-schedule.ts) knows what to do with.
  */
-import http from 'node:http';
-import https from 'node:https';
+import type { AgentOptions, ClientRequest } from 'node:http';
+import { http, https } from '../node-http.ts';
 import { MAX_REPORT_CHARS, parseLoadMetrics } from '../model-server-load.ts';
 import type { ScrapeOutcome } from './scrape-schedule.ts';
 
@@ -31,8 +31,8 @@ export interface ScrapeOptions {
  * node:http rather than fetch, so a sidecar never loads undici (megabytes of RSS in every pod).
  */
 const AGENT_OPTIONS = { keepAlive: true, maxSockets: 1, maxFreeSockets: 1, scheduling: 'lifo' };
-const httpAgent = new http.Agent(AGENT_OPTIONS as http.AgentOptions);
-const httpsAgent = new https.Agent(AGENT_OPTIONS as https.AgentOptions);
+const httpAgent = new http.Agent(AGENT_OPTIONS as AgentOptions);
+const httpsAgent = new https.Agent(AGENT_OPTIONS as AgentOptions);
 
 /**
  * `GET url` and the load it reports. Redirects are not followed: a scrape never goes to an
@@ -50,7 +50,7 @@ export function scrapeLoad(url: string, options: ScrapeOptions): Promise<ScrapeO
       resolve(outcome);
     };
     const secure = url.startsWith('https:');
-    let req: http.ClientRequest;
+    let req: ClientRequest;
     try {
       req = (secure ? https : http).get(url, {
         headers: { accept: ACCEPT },

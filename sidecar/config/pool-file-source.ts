@@ -2,14 +2,12 @@ import type { Logger } from 'pino';
 import type { EndpointSpec } from '../policy/index.ts';
 import type { ActivePoolState, PoolConfig } from './active-pool.ts';
 import type { RunningConfigSource } from './config-source.ts';
+import { ConfigError } from './config-error.ts';
 import { formatProblems, loadPoolFile, watchPoolFile } from './pool-file.ts';
 import { StandaloneDrift } from './standalone-drift.ts';
 import { LoadMonitor } from '../../lib/load-scrape/monitor.ts';
 
-/** The pool file a standalone sidecar starts with is not valid (the message lists every problem). */
-export class ConfigError extends Error {
-  readonly code = 'SY_INVALID_POOL_FILE';
-}
+export { ConfigError };
 
 /** Reads the pool file a standalone sidecar starts with; throws `ConfigError` when it is invalid. */
 export async function readPoolFile(

@@ -1,5 +1,5 @@
-import http from 'node:http';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
@@ -47,7 +47,7 @@ export interface ProxyOptions {
  * sends it upstream through `Upstream` (upstream.ts).
  */
 export class SidecarProxy {
-  readonly server: http.Server;
+  readonly server: Server;
   private readonly upstream: UpstreamClient;
   /** Shared by every exchange: built once, not per request. */
   private readonly exchangeDeps: ExchangeDeps;

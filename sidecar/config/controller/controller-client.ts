@@ -13,8 +13,7 @@
  * endpoint may carry an `apiKey`). JSON syntax errors are logged without their message, which
  * quotes the offending text.
  */
-import http from 'node:http';
-import https from 'node:https';
+import { http, https } from '../../../lib/node-http.ts';
 import type { Logger } from 'pino';
 import {
   reportPath,
