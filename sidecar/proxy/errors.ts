@@ -11,6 +11,7 @@ export type SidecarErrorCode =
   | 'unknown_url'
   | 'method_not_allowed'
   | 'model_not_found'
+  | 'response_endpoint_gone'
   | 'body_too_large'
   | 'unsupported_encoding'
   | 'no_configuration'
@@ -29,6 +30,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   404: 'invalid_request_error',
   405: 'invalid_request_error',
   408: 'invalid_request_error',
+  409: 'invalid_request_error',
   413: 'invalid_request_error',
   415: 'invalid_request_error',
   431: 'invalid_request_error',

@@ -1,5 +1,5 @@
-import http from 'node:http';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
@@ -7,17 +7,15 @@ import { affinityFor } from '../policy/index.ts';
 import { readBody, type BodyResult } from './body.ts';
 import { ConnectionQueue, decodeBody, SUPPORTED_ENCODINGS, withoutBom } from './client-request.ts';
 import { sendError, sendRawError } from './errors.ts';
-import { Exchange, type ExchangeDeps } from './exchange.ts';
+import { Exchange, type ExchangeDeps, type ResponseTap } from './exchange.ts';
+import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
+import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
+import { StoredResponses } from './stored-responses.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 
-/** The OpenAI routes the sidecar serves, and the method each accepts. */
-const ROUTES: ReadonlyMap<string, 'GET' | 'POST'> = new Map([
-  ['/v1/chat/completions', 'POST'],
-  ['/v1/completions', 'POST'],
-  ['/v1/embeddings', 'POST'],
-  ['/v1/models', 'GET'],
-]);
+/** A matched route and what its path says about stored responses (inference-routes.ts). */
+type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
 
 /**
  * Slow clients (slow-loris). The app is on the same pod and sends a request in microseconds, so
@@ -50,10 +48,12 @@ export interface ProxyOptions {
  * sends it upstream through `Upstream` (upstream.ts).
  */
 export class SidecarProxy {
-  readonly server: http.Server;
+  readonly server: Server;
   private readonly upstream: UpstreamClient;
   /** Shared by every exchange: built once, not per request. */
   private readonly exchangeDeps: ExchangeDeps;
+  /** Which endpoint holds which stored response (Responses API). */
+  private readonly storedResponses: StoredResponses;
   /** The response in progress on each client connection, for `onClientError`. */
   private readonly responsesBySocket = new WeakMap<Socket, ServerResponse>();
   private activeExchanges = 0;
@@ -71,6 +71,7 @@ export class SidecarProxy {
       logger: options.logger,
       nowMs: options.nowMs,
     };
+    this.storedResponses = new StoredResponses(options.nowMs);
     this.server = http.createServer(
       {
         keepAliveTimeout: CLIENT_KEEP_ALIVE_TIMEOUT_MS,
@@ -82,7 +83,7 @@ export class SidecarProxy {
     );
     // A client may half-close (send FIN) once its request is out and still read the answer;
     // Node's default aborts the request and closes the connection, so the client got nothing.
-    (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+    (this.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     // TCP cannot tell that half-close from a client that left (both send FIN), and guessing by
     // timing cut half-closing clients' streams under load (the client probe found it). A client
     // that left is seen when a write to it fails: at the next chunk of a stream.
@@ -178,20 +179,24 @@ export class SidecarProxy {
     const rawUrl = req.url ?? '/';
     const q = rawUrl.indexOf('?');
     const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
-    const method = ROUTES.get(path);
-    if (method === undefined) {
+    const match = matchRoute(req.method ?? 'GET', path);
+    if (match.kind === 'unknown') {
       sendError(
         res,
         404,
         'unknown_url',
-        `Unknown path ${JSON.stringify(path.slice(0, 200))}: the sidecar serves ${[...ROUTES.keys()].join(', ')}.`,
+        `Unknown path ${JSON.stringify(path.slice(0, 200))}: the sidecar serves ${knownPaths().join(', ')}.`,
       );
       return;
     }
-    if (req.method !== method) {
-      sendError(res, 405, 'method_not_allowed', `${path} accepts ${method} only.`, {
-        allow: method,
-      });
+    if (match.kind === 'wrong-method') {
+      sendError(
+        res,
+        405,
+        'method_not_allowed',
+        `${path.slice(0, 200)} accepts ${match.allow} only.`,
+        { allow: match.allow },
+      );
       return;
     }
     if (this.options.isDraining()) {
@@ -219,14 +224,19 @@ export class SidecarProxy {
       );
       return;
     }
-    if (method === 'GET') {
-      this.serveModels(req, res, pool, path, rawUrl.slice(path.length));
+    const query = rawUrl.slice(path.length);
+    if (match.route.body === 'models') {
+      this.serveModels(req, res, pool, path, query);
+      return;
+    }
+    if (match.route.body === 'stream' && !this.declaredTooLarge(req)) {
+      this.streamThrough(req, res, pool, path, query);
       return;
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
         try {
-          this.onBody(req, res, pool, path, rawUrl.slice(path.length), result);
+          this.onBody(req, res, pool, path, query, match, result);
         } catch (err) {
           this.internalError(res, err);
         }
@@ -241,6 +251,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    match: Matched,
     result: BodyResult,
   ): void {
     if (result.kind === 'aborted') return;
@@ -254,16 +265,42 @@ export class SidecarProxy {
       );
       return;
     }
+    if (match.route.body === 'stream') {
+      // Only a declared Content-Length over the limit is read here; a shorter body than declared
+      // never completes, so this is not reached otherwise.
+      sendError(res, 413, 'body_too_large', 'Request body is larger than the limit.');
+      return;
+    }
+    if (match.route.body === 'json') {
+      this.serveDecoded(req, res, pool, path, query, match.route, result.body);
+      return;
+    }
+    this.serveStoredResponse(req, res, pool, path, query, match, result.body);
+  }
+
+  /**
+   * A JSON body as sent, or decoded first when the client compressed it (gzip, deflate; the body
+   * limit applies to the decoded size); a leading UTF-8 byte-order mark is dropped.
+   */
+  private serveDecoded(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+    route: InferenceRoute,
+    body: Buffer,
+  ): void {
     const encoding = req.headers['content-encoding'];
     if (encoding === undefined) {
-      this.serveGeneration(req, res, pool, path, query, withoutBom(result.body));
+      this.serveGeneration(req, res, pool, path, query, route, withoutBom(body));
       return;
     }
     const limit = this.options.maxBodyBytes;
-    void decodeBody(result.body, encoding, limit).then((decoded) => {
+    void decodeBody(body, encoding, limit).then((decoded) => {
       try {
         if (decoded.kind === 'ok') {
-          this.serveGeneration(req, res, pool, path, query, decoded.body);
+          this.serveGeneration(req, res, pool, path, query, route, decoded.body);
         } else if (decoded.kind === 'too-large') {
           sendError(
             res,
@@ -291,6 +328,106 @@ export class SidecarProxy {
         this.internalError(res, err);
       }
     });
+  }
+
+  /** A Content-Length over the limit: read (and dropped) by readBody, then a 413. */
+  private declaredTooLarge(req: IncomingMessage): boolean {
+    const declared = Number(req.headers['content-length']);
+    return Number.isFinite(declared) && declared > this.options.maxBodyBytes;
+  }
+
+  /**
+   * A body passed through as it arrives (multipart audio): no parsing, no holding it whole, no
+   * affinity, no model rewrite; counted against the body limit on the way (413 past it).
+   */
+  private streamThrough(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+  ): void {
+    const body = new LimitedBody(this.options.maxBodyBytes, () => {
+      req.unpipe(body);
+      req.resume(); // read and drop the rest, so the client sees the 413 rather than a reset
+      sendError(
+        res,
+        413,
+        'body_too_large',
+        `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
+        { connection: 'close' },
+      );
+      exchange.abandon(); // called on a later body chunk, when `exchange` is set
+      body.end();
+    });
+    req.pipe(body);
+    // Answered before the body was all sent (shed, an early upstream error): read and drop the
+    // rest, or the connection would hang on a paused request.
+    res.once('finish', () => {
+      if (req.complete) return;
+      req.unpipe(body);
+      req.resume();
+    });
+    pool.balancer.recordRequest();
+    const exchange = new Exchange(this.exchangeDeps, {
+      req,
+      res,
+      pool,
+      path,
+      query,
+      raw: Buffer.alloc(0),
+      fields: undefined,
+      streamed: false,
+      affinity: {},
+      bodyStream: body,
+    });
+    exchange.start();
+  }
+
+  /** `GET/DELETE /v1/responses/{id}`, `POST …/cancel`: to the endpoint that stores the response. */
+  private serveStoredResponse(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+    match: Matched,
+    raw: Buffer,
+  ): void {
+    const responseId = match.responseId as string;
+    const pinned = this.pinnedFor(res, pool, responseId);
+    if (pinned === false) return;
+    const tap =
+      match.deletesResponse === true ? this.storedResponses.forgetOnSuccess(responseId) : undefined;
+    pool.balancer.recordRequest();
+    new Exchange(this.exchangeDeps, {
+      req,
+      res,
+      pool,
+      path,
+      query,
+      raw,
+      fields: undefined,
+      streamed: false,
+      affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
+      tap,
+    }).start();
+  }
+
+  /**
+   * The endpoint a request about a stored response must go to (undefined: unknown id, anywhere),
+   * or false when it was answered here because that endpoint is gone.
+   */
+  private pinnedFor(
+    res: ServerResponse,
+    pool: ActivePool,
+    responseId: string,
+  ): string | undefined | false {
+    const routing = this.storedResponses.routing(pool, responseId);
+    if (routing.kind === 'anywhere') return undefined;
+    if (routing.kind === 'pinned') return routing.endpointId;
+    sendError(res, 409, 'response_endpoint_gone', routing.message);
+    return false;
   }
 
   private serveModels(
@@ -339,6 +476,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    route: InferenceRoute,
     raw: Buffer,
   ): void {
     let body: unknown;
@@ -354,7 +492,7 @@ export class SidecarProxy {
     }
     const fields = body as Record<string, unknown>;
     const models = pool.policy.models;
-    if (models.length > 0) {
+    if (models.length > 0 && !(route.modelOptional === true && fields.model === undefined)) {
       const model = fields.model;
       if (typeof model !== 'string' || !models.includes(model)) {
         sendError(
@@ -366,7 +504,18 @@ export class SidecarProxy {
         return;
       }
     }
-    const affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
+    let affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
+    let tap: ResponseTap | undefined;
+    if (route.createsResponse === true) {
+      tap = this.storedResponses.rememberCreated;
+      const previous = fields.previous_response_id;
+      if (typeof previous === 'string') {
+        // The conversation so far lives on one server only: ahead of every other rule.
+        const pinned = this.pinnedFor(res, pool, previous);
+        if (pinned === false) return;
+        if (pinned !== undefined) affinity = { pinnedEndpointId: pinned };
+      }
+    }
     const streamed = fields.stream === true;
     pool.balancer.recordRequest();
     new Exchange(this.exchangeDeps, {
@@ -379,6 +528,7 @@ export class SidecarProxy {
       fields,
       streamed,
       affinity,
+      tap,
     }).start();
   }
 }

@@ -382,6 +382,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       'switchyard-controller',
       '--identity',
       '$(POD_NAME)',
+      '--pod-uid',
+      '$(POD_UID)',
       '--heartbeat',
       '10s',
       '--load-scrape-every',
@@ -394,6 +396,7 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       [
         ['POD_NAME', 'metadata.name'],
         ['POD_NAMESPACE', 'metadata.namespace'],
+        ['POD_UID', 'metadata.uid'],
       ],
     );
     assert.deepEqual(c.livenessProbe?.httpGet, { path: '/healthz', port: 'metrics' });
