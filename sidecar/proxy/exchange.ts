@@ -15,7 +15,8 @@ import type {
 } from 'node:http';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
-import type { AffinityInput, Attempt, EndpointSpec } from '../policy/index.ts';
+import type { AffinityInput, AffinityResult, Attempt, EndpointSpec } from '../policy/index.ts';
+import type { AttemptTrace, RequestTrace } from '../telemetry/types.ts';
 import {
   INITIAL_STATE,
   awaitsFirstByte,
@@ -86,6 +87,8 @@ export interface ExchangeInit {
   streamed: boolean;
   /** What affinity hashes on: the prompt's blocks (`Prefix`) or the header's value (`Header`). */
   affinity: AffinityInput;
+  /** The request's server span, when tracing is on. */
+  trace?: RequestTrace | undefined;
 }
 
 const DATA: AttemptEvent = { kind: 'data' };
@@ -101,6 +104,7 @@ export class Exchange {
   readonly res: ServerResponse;
   readonly pool: ActivePool;
   readonly streamed: boolean;
+  readonly trace: RequestTrace | undefined;
   /** Attempts sent so far (the `x-switchyard-attempts` header). */
   attempts = 0;
   readonly #path: string;
@@ -122,6 +126,7 @@ export class Exchange {
     this.res = init.res;
     this.pool = init.pool;
     this.streamed = init.streamed;
+    this.trace = init.trace;
     this.#path = init.path;
     this.#query = init.query;
     this.#raw = init.raw;
@@ -162,6 +167,7 @@ export class Exchange {
     });
     if (pick.kind === 'shed') {
       metrics.shed.inc();
+      this.trace?.shed();
       const seconds = Math.max(1, Math.ceil(pick.retryAfterMs / 1000));
       sendError(
         this.res,
@@ -173,7 +179,7 @@ export class Exchange {
       return;
     }
     metrics.affinityResult(pick.affinity);
-    this.#send(pick.attempt);
+    this.#send(pick.attempt, pick.affinity);
   }
 
   /**
@@ -185,6 +191,7 @@ export class Exchange {
     const { metrics, logger } = this.deps;
     const decision = this.pool.balancer.tryRetry(this.attempts);
     if (decision.kind !== 'retry') {
+      this.trace?.retryVerdict(decision.kind);
       if (decision.kind === 'budget-exhausted') metrics.retryBudgetExhausted.inc();
       return false;
     }
@@ -193,13 +200,17 @@ export class Exchange {
       exclude: this.#tried,
       requestBytes: this.#raw.length,
     });
-    if (pick.kind === 'shed') return false;
+    if (pick.kind === 'shed') {
+      this.trace?.retryVerdict('no-endpoint');
+      return false;
+    }
+    this.trace?.retryVerdict('retry');
     metrics.retries.inc();
     logger.debug(
       { from: this.#sent.at(-1)?.attempt.endpoint.id, to: pick.attempt.endpoint.id },
       'retrying on another endpoint',
     );
-    this.#send(pick.attempt);
+    this.#send(pick.attempt, pick.affinity);
     return true;
   }
 
@@ -226,7 +237,7 @@ export class Exchange {
     }
   }
 
-  #send(attempt: Attempt): void {
+  #send(attempt: Attempt, affinity: AffinityResult): void {
     const endpoint = attempt.endpoint;
     const body = this.#bodyFor(endpoint);
     if (body === undefined) {
@@ -250,9 +261,21 @@ export class Exchange {
     const url = endpoint.url + this.#path.slice(3);
     const target =
       this.#query === '' ? cachedUpstreamTarget(url) : upstreamTarget(url + this.#query);
+    const attemptTrace = this.trace?.startAttempt(
+      {
+        attempt,
+        number: this.attempts,
+        affinity,
+        balancer: this.pool.balancer,
+        host: target.hostname,
+        port: target.port,
+      },
+      headers,
+    );
     try {
-      this.#sent.push(new ExchangeAttempt(this, attempt, target, headers, body));
+      this.#sent.push(new ExchangeAttempt(this, attempt, target, headers, body, attemptTrace));
     } catch (err) {
+      attemptTrace?.end();
       // Node refused to send these headers: a bug of ours or a header it cannot forward.
       this.pool.balancer.finish(attempt, { kind: 'neutral' });
       this.deps.logger.error(
@@ -298,6 +321,8 @@ class ExchangeAttempt implements UpstreamHandler {
   #headers: IncomingHttpHeaders = {};
   #driftCheck: PassiveDriftCheck | undefined;
   #resumeUpstream: (() => void) | undefined;
+  /** This attempt's span while it is open (when tracing is on and it is sampled). */
+  #trace: AttemptTrace | undefined;
 
   constructor(
     exchange: Exchange,
@@ -305,8 +330,10 @@ class ExchangeAttempt implements UpstreamHandler {
     target: UpstreamTarget,
     headers: OutgoingHttpHeaders,
     body: Buffer,
+    trace: AttemptTrace | undefined,
   ) {
     const { deps, pool } = exchange;
+    this.#trace = trace;
     this.#exchange = exchange;
     this.attempt = attempt;
     this.#metrics = deps.metrics.forEndpoint(attempt.endpoint);
@@ -345,6 +372,7 @@ class ExchangeAttempt implements UpstreamHandler {
   }
 
   onData(chunk: Buffer): void {
+    this.#trace?.data(chunk);
     if (this.#driftCheck?.feed(chunk) === true) {
       this.#exchange.pool.balancer.noteDriftMismatch(this.attempt);
       this.#metrics.driftMismatches.inc();
@@ -364,6 +392,7 @@ class ExchangeAttempt implements UpstreamHandler {
   }
 
   onError(code: string): void {
+    this.#trace?.upstreamError(code);
     this.#step({ kind: 'upstream-error', code });
   }
 
@@ -381,6 +410,12 @@ class ExchangeAttempt implements UpstreamHandler {
       this.#deadline = undefined;
     }
     for (const effect of next.effects) this.#perform(effect);
+    // A drained attempt hears nothing more from its upstream, so its span ends here too.
+    const kind = this.#state.kind;
+    if (this.#trace !== undefined && (kind === 'done' || kind === 'draining')) {
+      this.#trace.end();
+      this.#trace = undefined;
+    }
   }
 
   #perform(effect: Effect): void {
@@ -388,6 +423,7 @@ class ExchangeAttempt implements UpstreamHandler {
     const { pool, res } = exchange;
     switch (effect.kind) {
       case 'report':
+        this.#trace?.report(effect.code, this.#status);
         this.#metrics.requests[effect.code].inc();
         pool.balancer.finish(
           this.attempt,
@@ -395,6 +431,7 @@ class ExchangeAttempt implements UpstreamHandler {
         );
         return;
       case 'first-byte':
+        this.#trace?.firstByte();
         pool.balancer.firstByte(this.attempt);
         if (exchange.streamed)
           this.#metrics.ttft.observe((exchange.deps.nowMs() - this.#sentAtMs) / 1000);

@@ -8,6 +8,7 @@ import { readBody, type BodyResult } from './body.ts';
 import { sendError, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps } from './exchange.ts';
 import type { SidecarMetrics } from './metrics.ts';
+import type { ProxyTracer, RequestTrace } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 
 /** The OpenAI routes the sidecar serves, and the method each accepts. */
@@ -41,6 +42,8 @@ export interface ProxyOptions {
   isDraining: () => boolean;
   /** Sends the upstream requests; a keep-alive `Upstream` unless a test scripts one. */
   upstream?: UpstreamClient | undefined;
+  /** Set when tracing is configured (OTEL_* variables); undefined costs nothing per request. */
+  tracer?: ProxyTracer | undefined;
 }
 
 /**
@@ -146,8 +149,19 @@ export class SidecarProxy {
     const { metrics } = this.options;
     this.activeExchanges++;
     this.responsesBySocket.set(req.socket, res);
+    const rawUrl = req.url ?? '/';
+    const q = rawUrl.indexOf('?');
+    const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
+    const method = ROUTES.get(path);
+    const trace = this.options.tracer?.startRequest(
+      req.method ?? 'GET',
+      path,
+      method === undefined ? undefined : path,
+      req.headers,
+    );
     // One listener per response: in-progress accounting, and the status the client saw.
     res.once('close', () => {
+      trace?.end(res.statusCode, res.writableFinished);
       if (res.writableFinished) metrics.response(res.statusCode);
       this.activeExchanges--;
       if (this.activeExchanges === 0) {
@@ -156,10 +170,6 @@ export class SidecarProxy {
         for (const w of waiters) w();
       }
     });
-    const rawUrl = req.url ?? '/';
-    const q = rawUrl.indexOf('?');
-    const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
-    const method = ROUTES.get(path);
     if (method === undefined) {
       sendError(
         res,
@@ -201,13 +211,13 @@ export class SidecarProxy {
       return;
     }
     if (method === 'GET') {
-      this.serveModels(req, res, pool, path, rawUrl.slice(path.length));
+      this.serveModels(req, res, pool, path, rawUrl.slice(path.length), trace);
       return;
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
         try {
-          this.onBody(req, res, pool, path, rawUrl.slice(path.length), result);
+          this.onBody(req, res, pool, path, rawUrl.slice(path.length), result, trace);
         } catch (err) {
           this.internalError(res, err);
         }
@@ -223,6 +233,7 @@ export class SidecarProxy {
     path: string,
     query: string,
     result: BodyResult,
+    trace: RequestTrace | undefined,
   ): void {
     if (result.kind === 'aborted') return;
     if (result.kind === 'too-large') {
@@ -235,7 +246,7 @@ export class SidecarProxy {
       );
       return;
     }
-    this.serveGeneration(req, res, pool, path, query, result.body);
+    this.serveGeneration(req, res, pool, path, query, result.body, trace);
   }
 
   private serveModels(
@@ -244,6 +255,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    trace: RequestTrace | undefined,
   ): void {
     const models = pool.policy.models;
     if (models.length > 0) {
@@ -275,6 +287,7 @@ export class SidecarProxy {
       fields: undefined,
       streamed: false,
       affinity: {},
+      trace,
     }).start();
   }
 
@@ -285,6 +298,7 @@ export class SidecarProxy {
     path: string,
     query: string,
     raw: Buffer,
+    trace: RequestTrace | undefined,
   ): void {
     let body: unknown;
     try {
@@ -313,6 +327,7 @@ export class SidecarProxy {
     }
     const affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
     const streamed = fields.stream === true;
+    trace?.generation(fields.model, streamed);
     pool.balancer.recordRequest();
     new Exchange(this.exchangeDeps, {
       req,
@@ -324,6 +339,7 @@ export class SidecarProxy {
       fields,
       streamed,
       affinity,
+      trace,
     }).start();
   }
 }

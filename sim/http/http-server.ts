@@ -133,7 +133,9 @@ export class SimHttpServer {
     });
     req.on('end', () => {
       if (tooBig || ex.closed || this.#closing) return;
-      if (route.inference) this.#sim.countRequest();
+      const { traceparent } = req.headers;
+      if (route.inference)
+        this.#sim.countRequest(typeof traceparent === 'string' ? traceparent : undefined);
       let body: unknown;
       try {
         body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
