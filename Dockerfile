@@ -1,20 +1,13 @@
-# One image for the controller and the sidecar. No container engine runs on the development
-# machines, so the build itself is not tested in CI; test/image/image-commands.test.ts runs the
-# exact commands below (npm ci --omit=dev, the entrypoint) outside a container instead.
+# One image for the controller and the sidecar. scripts/image/build.sh builds it with podman
+# (npm test does, on first use); test/image/image-commands.test.ts also replays the commands
+# below outside a container.
 
-# --- dependencies: production packages only -------------------------------------------------
-FROM node:24-bookworm-slim AS deps
+# --- build: the TypeScript compiled to JavaScript (needs the dev dependencies: typescript) -----
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
-
-# --- runtime --------------------------------------------------------------------------------
-FROM node:24-bookworm-slim
-ENV NODE_ENV=production
-WORKDIR /app
-COPY --from=deps /app/node_modules ./node_modules
-# Node 24 runs the TypeScript sources directly (type stripping): no build step.
-COPY package.json ./
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
 COPY bin ./bin
 COPY cli ./cli
 COPY controller ./controller
@@ -24,8 +17,24 @@ COPY probe ./probe
 COPY sidecar ./sidecar
 COPY sim ./sim
 COPY status ./status
+RUN npm run build
+
+# --- dependencies: production packages only -------------------------------------------------
+FROM node:24-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+
+# --- runtime: production packages and the compiled JavaScript, nothing else ------------------
+FROM node:24-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+# package.json says "type": "module" for dist/.
+COPY package.json ./
+COPY --from=build /app/dist ./dist
 # Non-root (the restricted Pod Security Standard needs it), above 10000 so it is no user of the
 # node; the files are root-owned and world-readable, and nothing is written outside /tmp.
 USER 65532:65532
-ENTRYPOINT ["node", "/app/bin/switchyard.js"]
+ENTRYPOINT ["node", "/app/dist/bin/switchyard.js"]
 CMD ["--help"]

@@ -21,7 +21,7 @@ const PURE_CORE = [
 ];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'coverage/**', 'bench/results/**'] },
+  { ignores: ['node_modules/**', 'coverage/**', 'bench/results/**', 'dist/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {
@@ -43,6 +43,24 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': [
         'error',
         { argsIgnorePattern: '^_', varsIgnorePattern: '^_' },
+      ],
+    },
+  },
+  {
+    // Every app pod runs the sidecar: an ES import of node:http loads undici (lib/node-http.ts);
+    // node:https goes the same way so that one rule covers the sidecar's HTTP modules.
+    files: ['sidecar/**/*.ts', 'lib/**/*.ts', 'probe/**/*.ts', 'cli/**/*.ts', 'crds/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: ['node:http', 'node:https', 'http', 'https'].map((name) => ({
+            name,
+            message: `Take ${name} from lib/node-http.ts: an ES import of node:http loads undici.`,
+            allowTypeImports: true,
+          })),
+        },
       ],
     },
   },

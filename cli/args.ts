@@ -36,3 +36,15 @@ export function parseDurationMs(value: string): number {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/**
+ * The shortest period of a load scrape (controller or standalone sidecar), other than 0 (off):
+ * model servers answer `/metrics` in milliseconds, but not for free.
+ */
+export const MIN_LOAD_SCRAPE_EVERY_MS = 100;
+
+/** Why a `--load-scrape-every` value is refused, or undefined when it is fine. */
+export function loadScrapePeriodProblem(ms: number): string | undefined {
+  if (ms === 0 || ms >= MIN_LOAD_SCRAPE_EVERY_MS) return undefined;
+  return `--load-scrape-every must be 0 (off) or at least ${MIN_LOAD_SCRAPE_EVERY_MS}ms: model servers answer /metrics in milliseconds, but not for free`;
+}

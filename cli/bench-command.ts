@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { POLICY_NAMES as BENCH_POLICY_NAMES, SCENARIOS } from '../lib/bench-names.ts';
+import { INSTALL, POLICY_NAMES as BENCH_POLICY_NAMES, SCENARIOS } from '../lib/bench-names.ts';
 import { parsePositiveInt } from './args.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
@@ -46,6 +46,8 @@ interface BenchFlags {
   speed: number;
   maxRequests: number;
   seed: number;
+  seeds: number;
+  prompts: 'chat' | 'single';
   out: string;
   heterogeneous?: boolean;
   plots: boolean;
@@ -58,7 +60,7 @@ export function addBenchCommand(program: Command): void {
   program
     .command('bench')
     .description(
-      'Replay an LLM request trace against simulated backends through R instances of every routing policy (switchyard, baselines, an oracle, HAProxy, nginx, Caddy, LiteLLM) and write results.json, a report and plots.',
+      'Replay an LLM request trace against simulated backends through R instances of every routing policy (switchyard, baselines, an oracle, HAProxy, nginx, Caddy, LiteLLM, SMG, vllm-router; the gateways also as one central instance) and write results.json, a report and plots.',
     )
     .addOption(
       new Option(
@@ -70,7 +72,10 @@ export function addBenchCommand(program: Command): void {
       new Option('--backends <k>', 'simulated backends').default(8).argParser(parsePositiveInt),
     )
     .addOption(
-      new Option('--routers <r>', 'instances of every router, each serving 1/R of the clients')
+      new Option(
+        '--routers <r>',
+        'instances of every router, each serving 1/R of the clients (the -central variants: one for all)',
+      )
         .default(4)
         .argParser(parsePositiveInt),
     )
@@ -114,7 +119,25 @@ export function addBenchCommand(program: Command): void {
         }),
     )
     .addOption(
-      new Option('--seed <n>', 'seed of prompts and fault draws').default(1).argParser(Number),
+      new Option('--seed <n>', 'first seed of prompts and fault draws')
+        .default(1)
+        .argParser(Number),
+    )
+    .addOption(
+      new Option(
+        '--seeds <n>',
+        'runs of every policy, seeds seed..seed+n-1; results hold the median, the report median and range',
+      )
+        .default(3)
+        .argParser(parsePositiveInt),
+    )
+    .addOption(
+      new Option(
+        '--prompts <shape>',
+        'chat: rebuild conversations from hash-id chains and send later turns as messages repeating the earlier turns and answers; single: each prompt as one user message (a trace without hash ids is always single)',
+      )
+        .choices(['chat', 'single'])
+        .default('chat'),
     )
     .addOption(
       new Option('--out <dir>', 'where results.json, report.md and plots go').default(
@@ -132,10 +155,15 @@ export function addBenchCommand(program: Command): void {
     .addHelpText(
       'after',
       '\nPeers are used when installed and skipped with one line otherwise: apt-get install haproxy nginx caddy;\n' +
-        "LiteLLM: python3 -m venv ~/.cache/switchyard/litellm-venv && ~/.cache/switchyard/litellm-venv/bin/pip install 'litellm[proxy]==1.106.12'\n\n" +
+        `LiteLLM: ${INSTALL.litellm}\n` +
+        `SMG: ${INSTALL.smg}\n` +
+        `vllm-router: ${INSTALL.vllmRouter}\n` +
+        '(or point SWITCHYARD_LITELLM, SWITCHYARD_SMG, SWITCHYARD_VLLM_ROUTER at the executables).\n' +
+        'SMG and vllm-router register a backend only once it answers GET /health: the bench stops first if the simulators do not.\n\n' +
         'Examples:\n  switchyard bench                                  # steady + fast-failure, 1,000 requests, every policy\n' +
         '  switchyard bench --scenario all --max-requests 0  # the whole trace, every scenario (long)\n' +
-        '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin',
+        '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin\n' +
+        '  switchyard bench --scenario conversations --routers 16 --policies switchyard,smg-cache-aware,smg-cache-aware-central',
     )
     .action(async (flags: BenchFlags) => {
       if (flags.replot === true) {
@@ -167,7 +195,7 @@ export function addBenchCommand(program: Command): void {
           );
           process.exit(130);
         });
-      const { runBench } = await import('../bench/routing/run.ts');
+      const { runBench, BenchSetupError } = await import('../bench/routing/run.ts');
       const { TraceError } = await import('../bench/routing/trace.ts');
       try {
         const results = await runBench({
@@ -180,6 +208,8 @@ export function addBenchCommand(program: Command): void {
           speed: flags.speed,
           maxRequests: flags.maxRequests,
           seed: flags.seed,
+          seeds: flags.seeds,
+          prompts: flags.prompts,
           out: flags.out,
           heterogeneous: flags.heterogeneous === true,
           plots: flags.plots,
@@ -191,6 +221,10 @@ export function addBenchCommand(program: Command): void {
       } catch (err) {
         if (err instanceof TraceError) {
           process.stderr.write(`switchyard bench: ${flags.trace}: ${err.message}\n`);
+          process.exit(2);
+        }
+        if (err instanceof BenchSetupError) {
+          process.stderr.write(`switchyard bench: ${err.message}\n`);
           process.exit(2);
         }
         throw err;

@@ -2,11 +2,10 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
+import { LOG_LEVELS, loadScrapePeriodProblem, parseDurationMs, parseHostPort } from './args.ts';
 import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
 
 /** Scraping a server more often than this costs it more than the fresher signal is worth. */
-const MIN_LOAD_SCRAPE_EVERY_MS = 100;
 
 interface ControllerFlags {
   kubeconfig?: string;
@@ -26,6 +25,7 @@ interface ControllerFlags {
   leaseNamespace: string;
   leaseName: string;
   identity: string;
+  podUid?: string;
   logLevel: (typeof LOG_LEVELS)[number];
 }
 
@@ -121,6 +121,12 @@ export function addControllerCommand(program: Command): void {
         '$POD_NAME or the hostname',
       ),
     )
+    .addOption(
+      new Option(
+        '--pod-uid <uid>',
+        "this replica's Pod UID (the pod named by --identity): it owns the replica's Lease, which then goes with the pod",
+      ).default(process.env.POD_UID, '$POD_UID'),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
     .action(async (flags: ControllerFlags) => {
       const logger = pino({ level: flags.logLevel, base: { component: 'controller' } });
@@ -128,10 +134,8 @@ export function addControllerCommand(program: Command): void {
         process.stderr.write(`switchyard controller: ${message}\n`);
         process.exit(2);
       };
-      if (flags.loadScrapeEvery !== 0 && flags.loadScrapeEvery < MIN_LOAD_SCRAPE_EVERY_MS)
-        fail(
-          `--load-scrape-every must be 0 (off) or at least ${MIN_LOAD_SCRAPE_EVERY_MS}ms: model servers answer /metrics in milliseconds, but not for free`,
-        );
+      const scrapeProblem = loadScrapePeriodProblem(flags.loadScrapeEvery);
+      if (scrapeProblem !== undefined) fail(scrapeProblem);
       // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
       const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');
@@ -219,7 +223,23 @@ export function addControllerCommand(program: Command): void {
       } else if (flags.webhookConfigName !== undefined) {
         fail('--webhook-config-name needs --injection-config');
       }
+      // What the controller creates itself (Leases, the TLS Secret) is owned by its Pod or its
+      // ServiceAccount, so `helm uninstall` leaves none of it (controller/kube/owners.ts).
+      const { ownersOf, SERVICE_ACCOUNT_TOKEN } = await import('../controller/kube/owners.ts');
+      let token: string | undefined;
+      try {
+        token = readFileSync(SERVICE_ACCOUNT_TOKEN, 'utf8');
+      } catch {
+        token = undefined; // not in a pod
+      }
+      const { owners, notes } = ownersOf({
+        token,
+        namespace: flags.leaseNamespace,
+        pod: flags.podUid === undefined ? undefined : { name: flags.identity, uid: flags.podUid },
+      });
+      for (const note of notes) logger.info(note);
       const controller = await startController({
+        owners,
         kubeConfig,
         logger,
         listen: flags.listen,

@@ -1,7 +1,13 @@
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
+import {
+  LOG_LEVELS,
+  loadScrapePeriodProblem,
+  parseDurationMs,
+  parseHostPort,
+  parsePositiveInt,
+} from './args.ts';
 import { PICKERS, type Picker } from '../sidecar/policy/baseline-pickers.ts';
 import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
 
@@ -18,14 +24,17 @@ interface SidecarFlags {
   admin: HostPort;
   maxBodyBytes: number;
   shutdownGrace: number;
+  startupGrace: number;
   logLevel: (typeof LOG_LEVELS)[number];
   picker: Picker;
+  loadScrapeEvery: number;
 }
 
 function configSource(flags: SidecarFlags): ConfigSource | string {
   if (flags.poolFile !== undefined && flags.controller !== undefined)
     return 'give either --pool-file or --controller, not both';
-  if (flags.poolFile !== undefined) return { kind: 'file', poolFile: flags.poolFile };
+  if (flags.poolFile !== undefined)
+    return { kind: 'file', poolFile: flags.poolFile, loadScrapeEveryMs: flags.loadScrapeEvery };
   if (flags.controller === undefined)
     return 'give --pool-file (standalone) or --controller with --pool (in Kubernetes)';
   if (flags.pool === undefined) return '--controller needs --pool <name>';
@@ -85,7 +94,10 @@ export function addSidecarCommand(program: Command): void {
         .argParser(parseHostPort),
     )
     .addOption(
-      new Option('--admin <host:port>', 'admin address: /metrics /healthz /readyz /debug/backends')
+      new Option(
+        '--admin <host:port>',
+        'admin address: /metrics /healthz /startupz /readyz /debug/backends',
+      )
         .default(parseHostPort('127.0.0.1:9090'), '127.0.0.1:9090')
         .argParser(parseHostPort),
     )
@@ -100,6 +112,22 @@ export function addSidecarCommand(program: Command): void {
         'on SIGTERM, how long streams in progress may finish',
       )
         .default(30_000, '30s')
+        .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option(
+        '--startup-grace <duration>',
+        "/startupz passes once a configuration is applied, or after this long without one (so a controller that is down delays the app's start by at most this)",
+      )
+        .default(30_000, '30s')
+        .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option(
+        '--load-scrape-every <duration>',
+        "standalone: how often each endpoint's /metrics is scraped for the load its server reports (vLLM, SGLang, TensorRT-LLM; one that answers 404 is left alone); 0 turns it off. With --controller the controller scrapes",
+      )
+        .default(1_000, '1s')
         .argParser(parseDurationMs),
     )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
@@ -118,6 +146,11 @@ export function addSidecarCommand(program: Command): void {
         '  curl http://127.0.0.1:8080/v1/chat/completions -d \'{"model":"m","messages":[{"role":"user","content":"hi"}]}\'',
     )
     .action(async (flags: SidecarFlags) => {
+      const scrapeProblem = loadScrapePeriodProblem(flags.loadScrapeEvery);
+      if (scrapeProblem !== undefined) {
+        process.stderr.write(`switchyard sidecar: ${scrapeProblem}\n`);
+        process.exit(2);
+      }
       const source = configSource(flags);
       if (typeof source === 'string') {
         process.stderr.write(`switchyard sidecar: ${source}\n`);
@@ -133,6 +166,7 @@ export function addSidecarCommand(program: Command): void {
           logger,
           maxBodyBytes: flags.maxBodyBytes,
           shutdownGraceMs: flags.shutdownGrace,
+          startupGraceMs: flags.startupGrace,
           env: process.env,
           picker: flags.picker,
         });

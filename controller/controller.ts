@@ -11,7 +11,8 @@ import { injectionWebhook, WEBHOOK_PATH } from './injection/webhook.ts';
 import { InformerCaches } from './kube/caches.ts';
 import { KubeRaw } from './kube/kube-raw.ts';
 import { LeaderElector } from './kube/leader.ts';
-import { LoadMonitor } from './load/monitor.ts';
+import { NO_OWNERS, type Owners } from './kube/owners.ts';
+import { LoadMonitor } from '../lib/load-scrape/monitor.ts';
 import { ControllerMetrics } from './metrics.ts';
 import { PoolEventRecorder } from './pool-events.ts';
 import { PoolQueue } from './pool-queue.ts';
@@ -58,6 +59,8 @@ export interface ControllerOptions {
    * (by every replica, for the pools with sidecars subscribed to it); 0 turns it off.
    */
   loadScrapeEveryMs: number;
+  /** Owners of what the controller creates itself, so that it goes with the release (owners.ts). */
+  owners?: Owners;
 }
 
 export interface InjectionOptions {
@@ -86,9 +89,20 @@ export async function startController(options: ControllerOptions): Promise<Runni
   // The API server, the lease, the serving certificate (nothing can be served without it).
   const raw = new KubeRaw(kubeConfig);
   const metrics = new ControllerMetrics();
-  const leader = new LeaderElector({ raw, ...lease, leaseDurationMs: lease.durationMs, logger });
+  const owners = options.owners ?? NO_OWNERS;
+  const leader = new LeaderElector({
+    raw,
+    ...lease,
+    leaseDurationMs: lease.durationMs,
+    logger,
+    ownerReferences: owners.release,
+  });
   const isLeader = (): boolean => leader.isLeader();
-  const tls = await startTlsSource(options.tls, { raw, logger });
+  const tls = await startTlsSource(options.tls, {
+    raw,
+    logger,
+    ownerReferences: owners.release,
+  });
 
   // Pools to reconcile, pools whose status is due, and what each pool's last reconcile decided.
   const queue = new PoolQueue();
@@ -156,6 +170,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
     identity: lease.identity,
     publishEveryMs: options.replicaSummaryEveryMs,
     logger,
+    ownerReferences: owners.replica,
     local: () => stream.sidecarViewsByPool(),
     onRemoteChange: (keys) => statusQueue.addAll(keys),
   });

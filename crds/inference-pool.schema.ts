@@ -206,6 +206,12 @@ export const BackendSchema = Type.Object(
           'must be an environment variable name: letters, digits and "_", not starting with a digit',
       }),
     ),
+    apiKeyHeader: Type.Optional(
+      Type.Union([Type.Literal('Authorization'), Type.Literal('x-api-key')], {
+        description:
+          "The header that carries the API key of apiKeySecretRef or apiKeyEnv: Authorization (as `Authorization: Bearer <key>`, what OpenAI-style servers such as vLLM and SGLang read) or x-api-key (the key as it is, what Anthropic-style providers read). The client's own Authorization and x-api-key headers are not forwarded to a backend with a key. Default: Authorization.",
+      }),
+    ),
     allowInsecureApiKey: Type.Boolean({
       description:
         "Accept that this backend's API key is sent over plain http: needed for apiKeySecretRef on a service backend (a Service port is reached over plain http unless its appProtocol or name says https, which the schema cannot know) and for a key on an http:// url other than localhost, 127.0.0.1 or [::1]. Default: false.",

@@ -133,8 +133,13 @@ export const EndpointSpecSchema = Type.Object({
   costPerMTok: NonNegative,
   /** Model name to put into the request instead of the client's, if set. */
   model: Type.Optional(Type.String()),
-  /** Bearer token for this backend, if it has one. Never logged. */
+  /** API key for this backend, if it has one. Never logged. */
   apiKey: Type.Optional(Type.String()),
+  /**
+   * The header the key goes in: `x-api-key` (Anthropic-style providers) or, when unset,
+   * `Authorization: Bearer <key>`. Optional so that a snapshot of an older controller applies.
+   */
+  apiKeyHeader: Type.Optional(Type.Literal('x-api-key')),
   /** Marked by drift detection: excluded from picks while true. */
   drifted: Type.Optional(Type.Boolean()),
   /** The last successful drift probe, for the sidecar's passive check (and /debug/backends). */

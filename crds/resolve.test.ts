@@ -1,3 +1,4 @@
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './policy-defaults.ts';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
@@ -32,7 +33,7 @@ const DEFAULT_POLICY: PoolPolicy = {
     header: 'x-session-id',
     prefixChars: 4096,
     maxSlowdown: 2.5,
-    maxExtraInFlight: 1,
+    maxExtraInFlight: AFFINITY_MAX_EXTRA_IN_FLIGHT,
     loadFactor: 1.25,
   },
   health: {
@@ -277,6 +278,24 @@ describe('resolvePool: API keys and what needs Kubernetes', () => {
       ],
     );
     assert.equal('apiKey' in (result.endpoints[3] ?? {}), false);
+  });
+
+  it('says which header the key goes in when the backend asks for x-api-key', () => {
+    const pool = withBackends([
+      { name: 'a', url: 'https://api.example.com/v1', apiKeyEnv: 'K', apiKeyHeader: 'x-api-key' },
+      { name: 'b', url: 'https://b.example.com/v1', apiKeyEnv: 'K', apiKeyHeader: 'Authorization' },
+      { name: 'c', url: 'https://c.example.com/v1', apiKeyHeader: 'x-api-key' },
+    ]);
+    const result = resolvePool(pool, { K: 'sk' });
+    assert.ok(result.ok);
+    assert.deepEqual(
+      result.endpoints.map((e) => [e.apiKey, e.apiKeyHeader]),
+      [
+        ['sk', 'x-api-key'],
+        ['sk', undefined],
+        [undefined, undefined],
+      ],
+    );
   });
 
   it('reports a missing, empty or unusable variable, naming the field and never the key', () => {

@@ -223,8 +223,17 @@ export function urlEndpoints(
       url: l.url,
       costPerMTok: backend.costPerMTok,
       ...(backend.model === undefined ? {} : { model: backend.model }),
-      ...(apiKey === undefined ? {} : { apiKey }),
+      ...apiKeyFields(backend, apiKey),
     };
   });
   return { ok: true, endpoints };
+}
+
+/** An endpoint's key and, when it is not the default Authorization, the header it goes in. */
+export function apiKeyFields(
+  backend: Pick<Backend, 'apiKeyHeader'>,
+  apiKey: string | undefined,
+): Pick<EndpointSpec, 'apiKey' | 'apiKeyHeader'> {
+  if (apiKey === undefined) return {};
+  return backend.apiKeyHeader === 'x-api-key' ? { apiKey, apiKeyHeader: 'x-api-key' } : { apiKey };
 }

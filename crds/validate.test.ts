@@ -1,4 +1,5 @@
 /* eslint-disable @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-member-access -- these tests build deliberately malformed documents and read plain data */
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './policy-defaults.ts';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
@@ -53,7 +54,7 @@ const DEFAULT_SECTIONS = {
     header: 'x-session-id',
     prefixChars: 4096,
     maxSlowdown: 2.5,
-    maxExtraInFlight: 1,
+    maxExtraInFlight: AFFINITY_MAX_EXTRA_IN_FLIGHT,
     loadFactor: 1.25,
   },
   health: {

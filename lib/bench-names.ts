@@ -1,8 +1,8 @@
 /**
- * The names of the routing bench's scenarios and policies, in report order. Not in bench/: the
- * image ships no bench/, and `switchyard bench --help` lists them there too; not in cli/ either,
- * because the bench must not import the CLI (the CLI runs the bench, so the dependency goes one
- * way: cli/ → bench/ → lib/). No imports.
+ * The names of the routing bench's scenarios and policies, in report order, and how to install
+ * its gateway peers. Not in bench/: the image ships no bench/, and `switchyard bench --help` lists
+ * them there too; not in cli/ either, because the bench must not import the CLI (the CLI runs the
+ * bench, so the dependency goes one way: cli/ → bench/ → lib/). No imports.
  */
 
 export const SCENARIOS = [
@@ -12,6 +12,7 @@ export const SCENARIOS = [
   'rate-limited',
   'cold-start',
   'mixed-cost',
+  'conversations',
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 
@@ -31,5 +32,30 @@ export const POLICY_NAMES = [
   'litellm-simple-shuffle',
   'litellm-least-busy',
   'litellm-latency-based',
+  'smg-cache-aware',
+  'smg-p2c',
+  'smg-prefix-hash',
+  'vllm-router-cache-aware',
+  'vllm-router-consistent-hash',
+  'vllm-router-p2c',
+  // The same gateways, one shared instance for every client (routers.ts, centralVariant).
+  'litellm-simple-shuffle-central',
+  'litellm-least-busy-central',
+  'litellm-latency-based-central',
+  'smg-cache-aware-central',
+  'smg-p2c-central',
+  'smg-prefix-hash-central',
+  'vllm-router-cache-aware-central',
+  'vllm-router-consistent-hash-central',
+  'vllm-router-p2c-central',
 ] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
+
+/** How to install each gateway peer: a cached virtualenv, one line each (bench/routing/gateways.ts). */
+export const INSTALL = {
+  litellm:
+    "python3 -m venv ~/.cache/switchyard/litellm-venv && ~/.cache/switchyard/litellm-venv/bin/pip install 'litellm[proxy]==1.106.12'",
+  smg: "python3 -m venv ~/.cache/switchyard/smg-venv && ~/.cache/switchyard/smg-venv/bin/pip install 'smg==1.13.0'",
+  vllmRouter:
+    "python3 -m venv ~/.cache/switchyard/vllm-router-venv && ~/.cache/switchyard/vllm-router-venv/bin/pip install 'vllm-router==0.1.17'",
+} as const;

@@ -9,14 +9,13 @@ import { createAdminServer } from './admin/admin-server.ts';
 import { ActivePoolState, type ActivePool } from './config/active-pool.ts';
 import type { ConfigSource, RunningConfigSource } from './config/config-source.ts';
 import { startControllerSource } from './config/controller-source.ts';
-import { PoolFileSource, readPoolFile } from './config/pool-file-source.ts';
 import type { Clock, Picker, Rng } from './policy/index.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy } from './proxy/proxy-server.ts';
 import { startProxyTracing } from './telemetry/start-proxy-tracing.ts';
 
 export type { ConfigSource, HostPort };
-export { ConfigError } from './config/pool-file-source.ts';
+export { ConfigError } from './config/config-error.ts';
 
 export interface SidecarOptions {
   listen: HostPort;
@@ -25,6 +24,12 @@ export interface SidecarOptions {
   logger: Logger;
   maxBodyBytes: number;
   shutdownGraceMs: number;
+  /**
+   * `/startupz` passes once a configuration is applied, or once this long has passed without one
+   * (default 30 s): the injected sidecar's startup probe, so the app starts when its sidecar can
+   * route, yet a controller that is down delays the app by no more than this.
+   */
+  startupGraceMs?: number;
   env: Record<string, string | undefined>;
   clock?: Clock;
   rng?: Rng;
@@ -48,9 +53,13 @@ const systemRng: Rng = { next: () => Math.random() };
 /** Starts a sidecar: its configuration source, the proxy port and the admin port. */
 export async function startSidecar(options: SidecarOptions): Promise<RunningSidecar> {
   const { logger, source } = options;
+  // Only a pool file needs YAML and the whole InferencePool validator: a sidecar fed by the
+  // controller loads neither (a few MB of every app pod's memory: docs/image.md#memory).
+  const poolFile =
+    source.kind === 'file' ? await import('./config/pool-file-source.ts') : undefined;
   // A standalone sidecar does not start on an invalid pool file (ConfigError lists every problem).
   const first =
-    source.kind === 'file' ? await readPoolFile(source.poolFile, options.env) : undefined;
+    source.kind === 'file' ? await poolFile!.readPoolFile(source.poolFile, options.env) : undefined;
   const poolName = source.kind === 'file' ? first!.name : source.pool;
   const metrics = new SidecarMetrics(poolName);
   const active = new ActivePoolState({
@@ -66,13 +75,14 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   metrics.readStatusFrom(() => active.current()?.balancer.status() ?? []);
   let config: RunningConfigSource;
   if (source.kind === 'file') {
-    config = new PoolFileSource({
+    config = new poolFile!.PoolFileSource({
       file: source.poolFile,
       env: options.env,
       first: first!,
       active,
       logger,
       onRejected: () => metrics.configRejected.inc(),
+      loadScrapeEveryMs: source.loadScrapeEveryMs,
     });
   } else {
     const { kind: _kind, ...clientOptions } = source;
@@ -81,6 +91,21 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
 
   const tracer = await startProxyTracing(options.env, poolName, logger);
   let draining = false;
+  const startedAtMs = performance.now();
+  const startupGraceMs = options.startupGraceMs ?? 30_000;
+  let started: 'configured' | 'grace over' | undefined;
+  const startup = (): typeof started => {
+    if (started !== undefined) return started;
+    if (active.current() !== undefined) started = 'configured';
+    else if (performance.now() - startedAtMs >= startupGraceMs) {
+      started = 'grace over';
+      logger.warn(
+        { graceMs: startupGraceMs },
+        'no configuration yet, startup grace over: /startupz passes so the app may start; requests get 503 until a configuration arrives',
+      );
+    }
+    return started;
+  };
   const proxy = new SidecarProxy({
     pool: () => active.current(),
     metrics,
@@ -94,6 +119,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     pool: () => active.current(),
     metrics,
     isDraining: () => draining,
+    startup,
   });
 
   const proxyUrl = await listen(proxy.server, options.listen);

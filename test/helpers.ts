@@ -94,6 +94,13 @@ export interface DebugEndpoint {
   backend: string;
   url: string;
   inFlight: number;
+  load: number;
+  reported: {
+    running?: number;
+    waiting?: number;
+    kvCacheUsage?: number;
+    ageMs: number;
+  } | null;
   ewmaTtftMs: number;
   breaker: 'closed' | 'open' | 'half-open';
   requests: number;

@@ -10,8 +10,17 @@ import type { BackendSpec } from './scenarios.ts';
 export interface SimFleet {
   urls: string[];
   pids: number[];
-  /** Applies a scenario: every option set, from the defaults up (nothing of the last one stays). */
-  configure(specs: readonly BackendSpec[], speed: number, seed: number): Promise<SimOptions[]>;
+  /**
+   * Applies a scenario: every option set, from the defaults up (nothing of the last one stays).
+   * The simulators serve `model` only, as a real server serves its one model (SMG routes by the
+   * model its workers list).
+   */
+  configure(
+    specs: readonly BackendSpec[],
+    speed: number,
+    seed: number,
+    model: string,
+  ): Promise<SimOptions[]>;
   /** A fresh start for the next policy: counters, caches, fault sequences, cold state. */
   reset(): Promise<void>;
   /** Waits until no request holds a slot or waits (the last policy's leftovers are gone). */
@@ -55,7 +64,7 @@ export async function startFleet(count: number): Promise<SimFleet> {
   return {
     urls: sims.map((s) => s.url),
     pids: sims.map((s) => s.pid),
-    async configure(specs, speed, seed) {
+    async configure(specs, speed, seed, model) {
       return Promise.all(
         sims.map((s, i) => {
           const { port: _port, host: _host, ...defaults } = DEFAULT_SIM_OPTIONS;
@@ -64,6 +73,7 @@ export async function startFleet(count: number): Promise<SimFleet> {
             ...defaults,
             ...spec.sim,
             name: spec.name,
+            model,
             speed,
             seed: seed + i,
           });

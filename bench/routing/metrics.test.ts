@@ -4,6 +4,7 @@ import {
   cdf,
   percentile,
   quantiles,
+  shareOverTime,
   summarise,
   type BackendCounters,
   type ClientResult,
@@ -98,5 +99,30 @@ describe('benchmark metrics', () => {
     assert.deepEqual(points[points.length - 1], { x: 1000, p: 1 });
     assert.equal(points[0]!.x, 1);
     assert.deepEqual(cdf([]), []);
+  });
+
+  it('shares over time: each backend’s part of the requests sent in each window', () => {
+    const at = (sentAtMs: number, backend: string | undefined): ClientResult => ({
+      ...ok(1, 2, sentAtMs),
+      backend,
+    });
+    const points = shareOverTime(
+      [
+        at(0, 'b0'),
+        at(100, 'b1'),
+        at(500, 'b0'),
+        at(900, 'b0'),
+        at(1000, 'b1'),
+        at(950, undefined),
+      ],
+      2,
+    );
+    assert.deepEqual(points, [
+      { tS: 0.25, backend: 'b0', share: 1 / 2 },
+      { tS: 0.25, backend: 'b1', share: 1 / 2 },
+      { tS: 0.75, backend: 'b0', share: 2 / 3 },
+      { tS: 0.75, backend: 'b1', share: 1 / 3 },
+    ]);
+    assert.deepEqual(shareOverTime([at(0, undefined)]), []);
   });
 });

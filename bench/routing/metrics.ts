@@ -2,6 +2,7 @@
  * The routing benchmark's figures for one policy in one scenario, from what the clients saw and
  * what the simulators counted. Pure: unit-tested in metrics.test.ts.
  */
+import type { ConversationAffinity } from './conversations.ts';
 
 /** One client request as the load generator saw it. Times in simulated ms (wall × speed). */
 export interface ClientResult {
@@ -12,6 +13,8 @@ export interface ClientResult {
   /** When it was sent and when it ended, wall ms since the run started. */
   sentAtMs: number;
   endedAtMs: number;
+  /** The backend that answered, when the response says (replay.ts, servedBy). */
+  backend?: string | undefined;
 }
 
 /** A simulator's counters at the end of a run (GET /admin/stats, after a reset at the start). */
@@ -44,6 +47,8 @@ export interface PolicyResult {
   throughputRps: number;
   costPer1k: number;
   share: Record<string, number>;
+  /** Chat-shaped workloads: how well conversations stayed on their first turn's backend. */
+  conversations?: ConversationAffinity;
 }
 
 /** Nearest-rank percentile of sorted values (NaN for none). */
@@ -117,4 +122,45 @@ export function cdf(values: readonly number[], points = 200): { x: number; p: nu
   const lastPoint = out[out.length - 1];
   if (lastPoint === undefined || lastPoint.p < 1) out.push({ x: sorted[sorted.length - 1]!, p: 1 });
   return out;
+}
+
+/** One point of a backend's share of the requests sent in one time window. */
+export interface SharePoint {
+  /** Middle of the window, seconds since the run started (wall). */
+  tS: number;
+  backend: string;
+  share: number;
+}
+
+/**
+ * Each backend's share of the requests sent in each of `windows` equal windows of the run (by
+ * send time; requests whose backend is unknown left out): a router that herds shows as shares
+ * swinging between windows, one that spreads as flat lines near 1/K.
+ */
+export function shareOverTime(results: readonly ClientResult[], windows = 15): SharePoint[] {
+  const known = results.filter(
+    (r): r is ClientResult & { backend: string } => r.backend !== undefined,
+  );
+  if (known.length === 0) return [];
+  const start = Math.min(...known.map((r) => r.sentAtMs));
+  const end = Math.max(...known.map((r) => r.sentAtMs));
+  const width = Math.max(1, (end - start) / windows);
+  const backends = [...new Set(known.map((r) => r.backend))].sort();
+  const counts = Array.from({ length: windows }, () => new Map<string, number>());
+  for (const r of known) {
+    const w = Math.min(windows - 1, Math.floor((r.sentAtMs - start) / width));
+    counts[w]!.set(r.backend, (counts[w]!.get(r.backend) ?? 0) + 1);
+  }
+  const points: SharePoint[] = [];
+  counts.forEach((byBackend, w) => {
+    const total = [...byBackend.values()].reduce((a, b) => a + b, 0);
+    if (total === 0) return;
+    for (const backend of backends)
+      points.push({
+        tS: Math.round((start + (w + 0.5) * width) / 10) / 100,
+        backend,
+        share: (byBackend.get(backend) ?? 0) / total,
+      });
+  });
+  return points;
 }

@@ -1,8 +1,9 @@
 /**
  * The routing benchmark's plots, as SVG (Vega-Lite, rendered headless by Vega) and PNG (the SVG
  * rasterised by resvg): per scenario the TTFT CDF of every policy, bar charts of TTFT p99 and of
- * the cache hit rate, and for mixed-cost the cost↔latency frontier of switchyard's exchange rate
- * sweep beside the other policies.
+ * the cache hit rate, each backend's share of the requests over time (one panel per policy: a
+ * router that herds shows as swinging shares), and for mixed-cost the cost↔latency frontier of
+ * switchyard's exchange rate sweep beside the other policies.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -179,6 +180,47 @@ export async function writePlots(
           },
           dir,
           `${scenario}-hit-rate`,
+        )),
+      );
+    // Runs written before the per-request backend was recorded have no series.
+    const shares = entries.flatMap(([policy, r]) =>
+      (r.shareOverTime ?? []).map((pt) => ({ policy, ...pt })),
+    );
+    if (shares.length > 0)
+      files.push(
+        ...(await render(
+          {
+            title: `Each backend's share of the requests over the run, ${scenario} (first seed)`,
+            data: { values: shares },
+            facet: {
+              field: 'policy',
+              type: 'nominal',
+              sort: entries.map(([policy]) => policy),
+              title: null,
+              header: { labelFontSize: 10 },
+            },
+            columns: 4,
+            // Each panel its own time axis: a run that times out lasts ten times longer.
+            resolve: { scale: { x: 'independent' } },
+            spec: {
+              width: 170,
+              height: 80,
+              mark: { type: 'line', strokeWidth: 1.2 },
+              encoding: {
+                x: { field: 'tS', type: 'quantitative', title: 'wall s' },
+                y: {
+                  field: 'share',
+                  type: 'quantitative',
+                  title: 'share',
+                  axis: { format: '%' },
+                  scale: { domain: [0, 1] },
+                },
+                color: { field: 'backend', type: 'nominal', legend: { title: 'backend' } },
+              },
+            },
+          },
+          dir,
+          `${scenario}-share-over-time`,
         )),
       );
     if (entries.some(([, r]) => r.costWeightPerMs !== undefined)) {

@@ -4,7 +4,8 @@
  * concatenated, the last block cut so the prompt has exactly `inputTokens` tokens at
  * `charsPerToken`. Equal ids therefore make equal prompt prefixes, which is what the sidecar's
  * prefix hashing and the simulators' prefix caches see. A trace without ids gets a text of its own
- * per request (no sharing at all: Azure's traces carry none).
+ * per request (no sharing at all: Azure's traces carry none). For chat-shaped replay
+ * (conversations.ts) it also makes a later turn's new user text and the stand-in answers.
  */
 import { mulberry32 } from '../../lib/rng.ts';
 import type { TraceRequest } from './trace.ts';
@@ -48,6 +49,11 @@ export class PromptBuilder {
     return text;
   }
 
+  /** Characters per hash-id block. */
+  get blockChars(): number {
+    return this.#blockChars;
+  }
+
   /** The prompt of request number `index` of the trace. */
   prompt(request: TraceRequest, index: number): string {
     const chars = Math.max(1, request.inputTokens * this.#charsPerToken);
@@ -61,5 +67,24 @@ export class PromptBuilder {
     // A trace whose ids cover fewer tokens than input_length: pad with the request's own text.
     if (text.length < chars) text += pseudoText(mix(this.#seed, index, 3), chars - text.length);
     return text.slice(0, chars);
+  }
+
+  /**
+   * `chars` characters of request `index`'s own text from its block `fromBlock` on (what a later
+   * turn adds to its conversation), padded with text of its own where its ids run out.
+   */
+  continuation(request: TraceRequest, index: number, fromBlock: number, chars: number): string {
+    let text = '';
+    for (const id of (request.hashIds ?? []).slice(fromBlock)) {
+      if (text.length >= chars) break;
+      text += this.block(id);
+    }
+    if (text.length < chars) text += pseudoText(mix(this.#seed, index, 3), chars - text.length);
+    return text.slice(0, chars);
+  }
+
+  /** A deterministic stand-in for request `index`'s answer (a later turn repeats it verbatim). */
+  answer(index: number, chars: number): string {
+    return pseudoText(mix(this.#seed, index, 4), Math.max(1, chars));
   }
 }

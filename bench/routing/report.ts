@@ -2,7 +2,8 @@
  * The routing benchmark's report: the targets of docs/benchmarks.md#routing checked against the
  * results, and a markdown page with a table per scenario.
  */
-import type { BenchResults, TargetCheck } from './results.ts';
+import type { BenchResults, ScenarioResult, TargetCheck } from './results.ts';
+import { range, type SeedFigures } from './seeds.ts';
 
 const PEERS = (results: BenchResults, scenario: string): string[] =>
   Object.keys(results.scenarios[scenario] ?? {}).filter(
@@ -11,7 +12,10 @@ const PEERS = (results: BenchResults, scenario: string): string[] =>
       !p.includes('@'),
   );
 
-/** The issue's targets, for the steady and fast-failure scenarios that were run. */
+/**
+ * The issue's targets, for the steady and fast-failure scenarios that were run, and for
+ * conversations how many later turns stayed home and how evenly homes are spread.
+ */
 export function checkTargets(results: BenchResults): { checks: TargetCheck[] } {
   const checks: TargetCheck[] = [];
   for (const scenario of ['steady', 'fast-failure']) {
@@ -52,12 +56,56 @@ export function checkTargets(results: BenchResults): { checks: TargetCheck[] } {
         met: sy === undefined ? null : sy.errorRate <= 0.001,
       });
   }
+  const chats = results.scenarios['conversations']?.['switchyard']?.conversations;
+  if (results.scenarios['conversations'] !== undefined) {
+    const home = chats?.laterTurnsHome ?? null;
+    const busiest = chats?.maxHomeShare ?? null;
+    checks.push(
+      {
+        scenario: 'conversations',
+        target: 'share of later turns on their first turn’s backend ≥ 90 %',
+        measured: home,
+        limit: 0.9,
+        met: home === null ? null : home >= 0.9,
+      },
+      {
+        scenario: 'conversations',
+        target: 'share of conversations on the busiest home ≤ 60 %',
+        measured: busiest,
+        limit: 0.6,
+        met: busiest === null ? null : busiest <= 0.6,
+      },
+    );
+  }
   return { checks };
 }
 
 const ms = (v: number): string =>
   Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : '–';
 const pct = (v: number, digits = 1): string => `${(v * 100).toFixed(digits)} %`;
+const bareRate = (v: number): string => (v * 100).toFixed(1);
+const bareRate2 = (v: number): string => (v * 100).toFixed(2);
+
+/** Each run's figures (none in results written before --seeds). */
+const seedsOf = (r: ScenarioResult): SeedFigures[] => (r as Partial<ScenarioResult>).seeds ?? [];
+
+/** The median, and the range over the seeds in parentheses when there was more than one. */
+function withRange(
+  r: ScenarioResult,
+  median: number,
+  of: (s: SeedFigures) => number | undefined,
+  format: (v: number) => string,
+  bare: (v: number) => string = format,
+): string {
+  const values = seedsOf(r).flatMap((s) => {
+    const v = of(s);
+    return v === undefined ? [] : [v];
+  });
+  const span = values.length > 1 ? range(values) : undefined;
+  return span === undefined || span.min === span.max
+    ? format(median)
+    : `${format(median)} (${bare(span.min)}–${bare(span.max)})`;
+}
 
 function shareText(share: Record<string, number>): string {
   return Object.entries(share)
@@ -73,13 +121,18 @@ export function renderReport(results: BenchResults, plots: string[]): string {
   out.push(
     `Trace \`${t.file}\` (${t.format}): ${t.requestsReplayed.toLocaleString('en-US')} of ${t.requestsInFile.toLocaleString('en-US')} requests, ` +
       `${t.traceSpanS.toFixed(0)} s of trace replayed in ${t.replaySpanS.toFixed(0)} s (time scale ${s.timeScale}), ` +
-      `simulators at speed ${s.speed}. ${s.backends} backends, ${s.routers} instances of every router, seed ${s.seed}` +
+      `simulators at speed ${s.speed}. ${s.backends} backends, ${s.routers} instances of every router (one of each \`-central\` gateway), ` +
+      `${(s.seeds ?? 1) > 1 ? `${s.seeds} runs of every policy (seeds ${s.seed}–${s.seed + s.seeds - 1})` : `seed ${s.seed}`}` +
+      `${t.laterTurns === null || t.laterTurns === undefined ? '' : `; prompts sent as chat conversations rebuilt from the hash-id chains (${t.laterTurns.toLocaleString('en-US')} of the replayed requests are later turns)`}` +
       `${s.heterogeneous ? ', heterogeneous fleet' : ''}. ${results.machine.cpus} CPUs, Node ${results.machine.node}; the whole run took ${results.durationS.toFixed(0)} s.`,
     '',
   );
   out.push(
     'Times are simulated milliseconds (wall time × speed); TTFT is the time to the first streamed byte. ' +
       'CPU is how busy the whole machine (all cores, every process) was while the run replayed: near 100 % the routers compete with the simulators and the load generator, and their own cost shows in the latencies. ' +
+      ((s.seeds ?? 1) > 1
+        ? 'Every figure is the median over the runs; TTFT p50 and p99, errors, hit rate and the conversation figures show the range over the runs in parentheses. '
+        : '') +
       (t.idealHitRate === null
         ? 'The trace has no prefix information, so cache hit rates are not meaningful.'
         : `The single-cache ideal hit rate of the replayed requests is ${pct(t.idealHitRate)} (${pct(t.idealHitRateWholeTrace ?? NaN)} for the whole trace).`),
@@ -98,7 +151,8 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       '|---|---|---:|---:|---|',
     );
     for (const c of results.targets.checks) {
-      const isRate = c.target.includes('rate') || c.target.includes('errors');
+      const isRate =
+        c.target.includes('rate') || c.target.includes('errors') || c.target.includes('share');
       const f = (v: number | null): string => (v === null ? '–' : isRate ? pct(v, 2) : ms(v));
       out.push(
         `| ${c.scenario} | ${c.target} | ${f(c.measured)} | ${f(c.limit)} | ${c.met === null ? 'n/a' : c.met ? 'yes' : '**no**'} |`,
@@ -113,9 +167,56 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
     );
     for (const [policy, r] of Object.entries(byPolicy)) {
+      const cells = [
+        policy,
+        withRange(r, r.ttftMs.p50, (x) => x.ttftMs.p50, ms),
+        ms(r.ttftMs.p90),
+        withRange(r, r.ttftMs.p99, (x) => x.ttftMs.p99, ms),
+        ms(r.e2eMs.p50),
+        ms(r.e2eMs.p99),
+        withRange(
+          r,
+          r.errorRate,
+          (x) => x.errorRate,
+          (v) => pct(v, 2),
+          bareRate2,
+        ),
+        withRange(
+          r,
+          r.cacheHitRate,
+          (x) => x.cacheHitRate,
+          (v) => pct(v),
+          bareRate,
+        ),
+        r.throughputRps.toFixed(2),
+        r.costPer1k.toFixed(2),
+        r.machineCpuPercent === null || r.machineCpuPercent === undefined
+          ? '–'
+          : `${r.machineCpuPercent} %`,
+        shareText(r.share),
+      ];
+      out.push(`| ${cells.join(' | ')} |`);
+    }
+    const chats = Object.entries(byPolicy).filter(([, r]) => r.conversations !== undefined);
+    if (chats.length > 0) {
       out.push(
-        `| ${policy} | ${ms(r.ttftMs.p50)} | ${ms(r.ttftMs.p90)} | ${ms(r.ttftMs.p99)} | ${ms(r.e2eMs.p50)} | ${ms(r.e2eMs.p99)} | ${pct(r.errorRate, 2)} | ${pct(r.cacheHitRate)} | ${r.throughputRps.toFixed(2)} | ${r.costPer1k.toFixed(2)} | ${r.machineCpuPercent === null || r.machineCpuPercent === undefined ? '–' : `${r.machineCpuPercent} %`} | ${shareText(r.share)} |`,
+        '',
+        'Conversations: the share of later turns answered by the backend of their conversation’s first turn (where its KV cache is), and the largest share of conversations one backend is home to (1/K is an even spread).',
+        '',
+        '| policy | later turns at home | busiest home | conversations | later turns |',
+        '|---|---:|---:|---:|---:|',
       );
+      for (const [policy, r] of chats) {
+        const c = r.conversations!;
+        const cells = [
+          policy,
+          withRange(r, c.laterTurnsHome, (x) => x.conversations?.laterTurnsHome, pct, bareRate),
+          withRange(r, c.maxHomeShare, (x) => x.conversations?.maxHomeShare, pct, bareRate),
+          String(c.conversations),
+          `${c.laterTurns}${c.unknownBackend > 0 ? ` (${c.unknownBackend} requests without a backend)` : ''}`,
+        ];
+        out.push(`| ${cells.join(' | ')} |`);
+      }
     }
     const kinds = Object.entries(byPolicy).filter(
       ([, r]) => Object.keys(r.errorKinds ?? {}).length > 0,
@@ -134,8 +235,18 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       out.push(`![${plot}](${plot})`, '');
   }
   out.push('## Policies', '');
+  const wall = (p: string): string => {
+    const times = Object.values(results.scenarios).flatMap((byPolicy) =>
+      Object.entries(byPolicy)
+        .filter(([label]) => label === p || label.startsWith(`${p}@`))
+        .flatMap(([, r]) => seedsOf(r).map((x) => x.wallS)),
+    );
+    return times.length === 0
+      ? ''
+      : `, ${(times.reduce((a, b) => a + b, 0) / times.length).toFixed(1)} s a run`;
+  };
   for (const [p, d] of Object.entries(results.policiesDescribed))
-    out.push(`- \`${p}\` (${results.versions[p] ?? '?'}): ${d}`);
+    out.push(`- \`${p}\` (${results.versions[p] ?? '?'}${wall(p)}): ${d}`);
   out.push('');
   return out.join('\n');
 }

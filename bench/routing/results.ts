@@ -3,8 +3,9 @@
  * the results.json that run.ts writes and plots.ts and report.ts read (here, apart from all
  * three, so that they do not import each other in a circle).
  */
-import type { PolicyResult } from './metrics.ts';
+import type { SharePoint } from './metrics.ts';
 import type { ScenarioName } from './scenarios.ts';
+import type { SeededResult } from './seeds.ts';
 import type { Trace } from './trace.ts';
 
 export interface BenchSettings {
@@ -19,7 +20,16 @@ export interface BenchSettings {
   speed: number;
   /** 0: the whole trace. */
   maxRequests: number;
+  /** The first seed; run k uses seed + k. */
   seed: number;
+  /** Runs per policy and scenario, each with its own seed. */
+  seeds: number;
+  /**
+   * How trace prompts are sent: `chat` rebuilds conversations from hash-id chains (a later turn
+   * is a messages array repeating the earlier ones), `single` sends each prompt as one message.
+   * A trace without hash ids is always sent `single`.
+   */
+  prompts: 'chat' | 'single';
   out: string;
   heterogeneous: boolean;
   /** Draw plots (PNG and SVG); off in the smoke test. */
@@ -28,14 +38,19 @@ export interface BenchSettings {
   quiet: boolean;
 }
 
-export interface RunRecord extends PolicyResult {
+/**
+ * One policy's figures in one scenario: each the median over the seeds, every seed's own beside
+ * them (seeds.ts); machineCpuPercent is how busy the whole machine was during the replay.
+ */
+export type ScenarioResult = SeededResult & { costWeightPerMs?: number | null };
+
+export interface RunRecord extends ScenarioResult {
   policy: string;
-  /** How busy the whole machine was during the replay (all cores, every process), percent. */
-  machineCpuPercent: number | null;
   family: string;
-  costWeightPerMs?: number | null;
-  /** Sorted successful TTFTs, thinned, for CDF plots. */
+  /** Sorted successful TTFTs of every seed, thinned, for CDF plots. */
   ttftCdf: { x: number; p: number }[];
+  /** Each backend's share of the requests over the first seed's run, for the herding plot. */
+  shareOverTime: SharePoint[];
 }
 
 export interface BenchResults {
@@ -45,6 +60,8 @@ export interface BenchResults {
     format: Trace['format'];
     requestsInFile: number;
     requestsReplayed: number;
+    /** Replayed requests that continue an earlier one (chat-shaped replay only). */
+    laterTurns: number | null;
     idealHitRate: number | null;
     idealHitRateWholeTrace: number | null;
     traceSpanS: number;
@@ -54,13 +71,7 @@ export interface BenchResults {
   versions: Record<string, string>;
   skipped: Record<string, string>;
   policiesDescribed: Record<string, string>;
-  scenarios: Record<
-    string,
-    Record<
-      string,
-      PolicyResult & { costWeightPerMs?: number | null; machineCpuPercent?: number | null }
-    >
-  >;
+  scenarios: Record<string, Record<string, ScenarioResult>>;
   scenarioDescriptions: Record<string, string>;
   targets: { checks: TargetCheck[] };
   durationS: number;

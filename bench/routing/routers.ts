@@ -6,15 +6,14 @@
  * Peers are configured as their users would configure them for LLM traffic: streaming without
  * buffering, passive health from real responses, retries of failed requests on another server
  * where the peer can retry a POST, generous timeouts. Each needs its binary installed (Debian's
- * haproxy, nginx and caddy packages; LiteLLM from PyPI); the benchmark installs nothing, and a
- * missing one is skipped with the reason.
+ * haproxy, nginx and caddy packages; LiteLLM, SMG and vllm-router from PyPI, gateways.ts); the
+ * benchmark installs nothing, and a missing one is skipped with the reason. The gateways also run
+ * centrally (`-central`): one instance for every client, the way they are usually deployed.
  */
-import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
+import { startSwitchyard } from '../../harness/processes.ts';
 import {
   freePort,
   spawnListening,
@@ -22,50 +21,17 @@ import {
   tempDir,
   versionOf,
   which,
-  type Child,
 } from '../common/peers.ts';
-
-/** The API key every client of the benchmark sends (LiteLLM's proxy insists on a master key). */
-export const BENCH_CLIENT_KEY = 'sk-switchyard-bench-0000000000000000';
-
-export interface BackendEndpoint {
-  name: string;
-  /** Base URL without /v1. */
-  url: string;
-  costPerMTok: number;
-}
-
-export interface RouterSet {
-  /** One base URL (without /v1) per instance. */
-  urls: string[];
-  pids: number[];
-  stop(): Promise<void>;
-}
-
-export interface RouterContext {
-  backends: readonly BackendEndpoint[];
-  instances: number;
-  /** The simulators' speed: switchyard's cost exchange rate is given per simulated ms. */
-  speed: number;
-  /** $/Mtok worth one simulated ms, for switchyard (undefined: latency only). */
-  costWeightPerMs: number | undefined;
-  seed: number;
-}
-
-export type Family = 'baseline' | 'switchyard' | 'oracle' | 'peer';
-
-export interface PolicyDefinition {
-  name: string;
-  family: Family;
-  /** How it is configured, for the report. */
-  describe: string;
-  /** Why it cannot run here (a missing binary), or undefined when it can. */
-  unavailable(): string | undefined;
-  /** The software's version, for the report. */
-  version(): string;
-  /** Starts the instances (not for the oracle: it routes inside the load generator). */
-  start(ctx: RouterContext): Promise<RouterSet>;
-}
+import { litellm, smg, vllmRouter } from './gateways.ts';
+import {
+  centralVariant,
+  hostPort,
+  startInstances,
+  type Family,
+  type PolicyDefinition,
+  type RouterContext,
+  type RouterSet,
+} from './policy-definition.ts';
 
 // --------------------------------------------------------------------------------------------
 // switchyard (and the baselines inside it)
@@ -96,30 +62,24 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
     const dir = tempDir('routing-sidecar');
     const file = join(dir, 'pool.yaml');
     writeFileSync(file, poolYaml(ctx, affinity));
-    const started: RunningProcess[] = await Promise.all(
-      Array.from({ length: ctx.instances }, () =>
-        startSwitchyard([
-          'sidecar',
-          '--pool-file',
-          file,
-          '--listen',
-          '127.0.0.1:0',
-          '--admin',
-          '127.0.0.1:0',
-          '--log-level',
-          'warn',
-          '--picker',
-          picker,
-        ]),
-      ),
+    return startInstances(ctx.instances, () =>
+      startSwitchyard([
+        'sidecar',
+        '--pool-file',
+        file,
+        '--listen',
+        '127.0.0.1:0',
+        '--admin',
+        '127.0.0.1:0',
+        '--log-level',
+        'warn',
+        '--picker',
+        picker,
+        // A scrape a (simulated) second, as a sidecar in front of real servers does by default.
+        '--load-scrape-every',
+        `${Math.max(100, Math.round(1000 / ctx.speed))}ms`,
+      ]),
     );
-    return {
-      urls: started.map((p) => p.url),
-      pids: started.map((p) => p.pid),
-      stop: async () => {
-        await Promise.all(started.map((p) => p.stop()));
-      },
-    };
   };
 }
 
@@ -149,26 +109,6 @@ const inside = (
 // Peers
 // --------------------------------------------------------------------------------------------
 
-/** Starts `count` instances at once (LiteLLM takes seconds each); all or none. */
-async function instances(count: number, start: (i: number) => Promise<Child>): Promise<RouterSet> {
-  const started = await Promise.allSettled(Array.from({ length: count }, (_, i) => start(i)));
-  const children = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
-  const failed = started.find((r) => r.status === 'rejected');
-  if (failed !== undefined) {
-    await Promise.all(children.map((c) => c.stop()));
-    throw failed.reason;
-  }
-  return {
-    urls: children.map((c) => c.url),
-    pids: children.map((c) => c.pid),
-    stop: async () => {
-      await Promise.all(children.map((c) => c.stop()));
-    },
-  };
-}
-
-const hostPort = (url: string): string => new URL(url).host;
-
 /** HAProxy 2.6: `balance <algorithm>`, passive layer-7 checks, retries on 5xx to another server. */
 function haproxy(balance: string, label: string): PolicyDefinition {
   return {
@@ -181,7 +121,7 @@ function haproxy(balance: string, label: string): PolicyDefinition {
         : undefined,
     version: () => versionOf('HAProxy', which('haproxy')!, '-v'),
     start: (ctx) =>
-      instances(ctx.instances, async () => {
+      startInstances(ctx.instances, async () => {
         const dir = tempDir('routing-haproxy');
         const port = await freePort();
         const config = join(dir, 'haproxy.cfg');
@@ -236,7 +176,7 @@ function nginx(): PolicyDefinition {
       which('nginx') === undefined ? 'nginx is not installed (apt-get install nginx)' : undefined,
     version: () => versionOf('nginx', which('nginx')!, '-v'),
     start: (ctx) =>
-      instances(ctx.instances, async () => {
+      startInstances(ctx.instances, async () => {
         const dir = tempDir('routing-nginx');
         const port = await freePort();
         return spawnNginx(which('nginx')!, dir, port, {
@@ -266,7 +206,7 @@ function caddy(policy: string, label: string): PolicyDefinition {
       which('caddy') === undefined ? 'caddy is not installed (apt-get install caddy)' : undefined,
     version: () => versionOf('Caddy', which('caddy')!, 'version').replace(/^(\S+).*$/, 'Caddy $1'),
     start: (ctx) =>
-      instances(ctx.instances, async () => {
+      startInstances(ctx.instances, async () => {
         const dir = tempDir('routing-caddy');
         const port = await freePort();
         const config = join(dir, 'Caddyfile');
@@ -303,84 +243,6 @@ function caddy(policy: string, label: string): PolicyDefinition {
   };
 }
 
-/** The LiteLLM proxy: `litellm`, from $SWITCHYARD_LITELLM, PATH, or the venv the README makes. */
-export function litellmBinary(): string | undefined {
-  const candidates = [
-    process.env['SWITCHYARD_LITELLM'],
-    which('litellm'),
-    join(homedir(), '.cache/switchyard/litellm-venv/bin/litellm'),
-  ];
-  return candidates.find((c) => c !== undefined && c !== '' && existsSync(c));
-}
-
-/** LiteLLM's proxy with its Router: `routing_strategy`, retries and cooldowns as documented. */
-function litellm(strategy: string, label: string): PolicyDefinition {
-  return {
-    name: `litellm-${label}`,
-    family: 'peer',
-    describe: `LiteLLM proxy, router_settings.routing_strategy ${strategy}, num_retries 2, allowed_fails 3, cooldown_time 10`,
-    unavailable: () =>
-      litellmBinary() === undefined
-        ? "litellm is not installed (python3 -m venv ~/.cache/switchyard/litellm-venv && ~/.cache/switchyard/litellm-venv/bin/pip install 'litellm[proxy]==1.106.12')"
-        : undefined,
-    version: () => {
-      const out = spawnSync(
-        litellmBinary()!.replace(/litellm$/, 'python'),
-        ['-c', 'import importlib.metadata as m; print(m.version("litellm"))'],
-        { encoding: 'utf8' },
-      );
-      return `LiteLLM ${out.stdout.trim() || '?'}`;
-    },
-    start: (ctx) =>
-      instances(ctx.instances, async () => {
-        const dir = tempDir('routing-litellm');
-        const port = await freePort();
-        const config = join(dir, 'config.yaml');
-        writeFileSync(
-          config,
-          stringify({
-            model_list: ctx.backends.map((b) => ({
-              model_name: 'bench-model',
-              litellm_params: {
-                model: 'openai/bench-model',
-                api_base: `${b.url}/v1`,
-                api_key: 'unused',
-                stream_timeout: 300,
-              },
-              model_info: { id: b.name },
-            })),
-            router_settings: {
-              routing_strategy: strategy,
-              num_retries: 2,
-              allowed_fails: 3,
-              cooldown_time: 10,
-            },
-            litellm_settings: { drop_params: true, request_timeout: 300, telemetry: false },
-            // The proxy refuses to start without one; the load generator sends it to every router.
-            general_settings: { master_key: BENCH_CLIENT_KEY },
-          }),
-        );
-        return spawnListening(
-          'litellm',
-          litellmBinary()!,
-          ['--config', config, '--host', '127.0.0.1', '--port', String(port), '--num_workers', '1'],
-          port,
-          {
-            timeoutMs: 90_000,
-            env: {
-              // No network: the model cost map and telemetry must not be fetched.
-              LITELLM_LOCAL_MODEL_COST_MAP: 'True',
-              LITELLM_LOG: 'ERROR',
-              LITELLM_TELEMETRY: 'False',
-              DISABLE_ADMIN_UI: 'True',
-              HOME: dir,
-            },
-          },
-        );
-      }),
-  };
-}
-
 // --------------------------------------------------------------------------------------------
 
 const ORACLE: PolicyDefinition = {
@@ -392,6 +254,19 @@ const ORACLE: PolicyDefinition = {
   version: () => 'bench/routing/oracle.ts',
   start: () => Promise.reject(new Error('the oracle routes inside the load generator')),
 };
+
+/** The LLM gateways: each runs per client group like the others, and once more centrally. */
+const GATEWAYS: readonly PolicyDefinition[] = [
+  litellm('simple-shuffle', 'simple-shuffle'),
+  litellm('least-busy', 'least-busy'),
+  litellm('latency-based-routing', 'latency-based'),
+  smg('cache_aware', 'cache-aware'),
+  smg('power_of_two', 'p2c'),
+  smg('prefix_hash', 'prefix-hash'),
+  vllmRouter('cache_aware', 'cache-aware'),
+  vllmRouter('consistent_hash', 'consistent-hash'),
+  vllmRouter('power_of_two', 'p2c'),
+];
 
 export const POLICIES: readonly PolicyDefinition[] = [
   inside(
@@ -430,9 +305,8 @@ export const POLICIES: readonly PolicyDefinition[] = [
   nginx(),
   caddy('random_choose 2', 'random-choose-2'),
   caddy('least_conn', 'least-conn'),
-  litellm('simple-shuffle', 'simple-shuffle'),
-  litellm('least-busy', 'least-busy'),
-  litellm('latency-based-routing', 'latency-based'),
+  ...GATEWAYS,
+  ...GATEWAYS.map(centralVariant),
 ];
 
 export function policy(name: string): PolicyDefinition | undefined {

@@ -13,12 +13,27 @@ export interface BackendSpec {
   costPerMTok: number;
 }
 
+/**
+ * A closed-loop multi-turn chat workload instead of the trace (conversations.ts): the issue's
+ * 24 conversations of 6 turns, 8 at a time, on 4 backends, scaled with the number of backends.
+ */
+export interface ConversationsWorkload {
+  conversationsPerBackend: number;
+  concurrentPerBackend: number;
+  turns: number;
+  systemChars: number;
+  userChars: number;
+  answerTokens: number;
+}
+
 export interface Scenario {
   name: ScenarioName;
   description: string;
   backends(count: number, heterogeneous: boolean): BackendSpec[];
   /** switchyard is run once per value: the cost↔latency exchange rate (undefined = latency only). */
   costWeights?: (number | undefined)[];
+  /** Replays this workload instead of the trace. */
+  conversations?: ConversationsWorkload;
 }
 
 export { SCENARIOS, type ScenarioName };
@@ -130,6 +145,20 @@ const byName: Record<ScenarioName, Scenario> = {
     },
     // $/Mtok worth one (wall) millisecond: from "latency only" to "a cent saved is worth seconds".
     costWeights: [undefined, 0.01, 0.002, 0.0005, 0.0001],
+  },
+  conversations: {
+    name: 'conversations',
+    description:
+      'a chat application instead of the trace: 12 conversations of 6 turns per backend, 2 per backend at a time, one 270-character system prompt shared by all, ~200-character user turns, ~60-token answers; every turn repeats the conversation so far; backends cache 16-token blocks (vLLM’s default) so short prompts share blocks',
+    backends: (k, h) => fleet(k, h).map((b) => ({ ...b, sim: { ...b.sim, blockTokens: 16 } })),
+    conversations: {
+      conversationsPerBackend: 12,
+      concurrentPerBackend: 2,
+      turns: 6,
+      systemChars: 270,
+      userChars: 200,
+      answerTokens: 60,
+    },
   },
 };
 

@@ -10,7 +10,7 @@ import { API_VERSION, KIND, type InferencePool } from '../../crds/inference-pool
 import { joinPath } from '../../crds/path.ts';
 import { withDriftVerdict } from '../../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
-import { resolvePolicy, urlEndpoints } from '../../crds/resolve.ts';
+import { apiKeyFields, resolvePolicy, urlEndpoints } from '../../crds/resolve.ts';
 import { validatePool } from '../../crds/validate.ts';
 import { readApiKey } from './api-key.ts';
 import { reconcileEvents } from './events.ts';
@@ -148,7 +148,8 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
       }
     }
     if (problems.length > 0) endpoints = [];
-    else if (apiKey !== undefined) endpoints = endpoints.map((e) => ({ ...e, apiKey }));
+    else if (apiKey !== undefined)
+      endpoints = endpoints.map((e) => ({ ...e, ...apiKeyFields(backend, apiKey) }));
     return { name: backend.name, tier, ready: endpoints.length, total, problems, endpoints };
   });
 

@@ -105,8 +105,13 @@ describe('decideInjection', () => {
       capabilities: { drop: ['ALL'] },
       seccompProfile: { type: 'RuntimeDefault' },
     });
+    // No 2 MiB young-generation cap: it saved ~4 MB idle but starved bursts (docs/image.md#memory).
+    assert.equal(
+      (sidecar['env'] as { name: string }[]).some((e) => e.name === 'NODE_OPTIONS'),
+      false,
+    );
     assert.deepEqual(sidecar['startupProbe'], {
-      httpGet: { path: '/healthz', port: 9090 },
+      httpGet: { path: '/startupz', port: 9090 },
       periodSeconds: 1,
       failureThreshold: 60,
     });

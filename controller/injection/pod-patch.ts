@@ -122,9 +122,12 @@ export function sidecarContainer(config: InjectionConfig, pool: string): Record<
     ],
     ports: [{ name: 'sy-admin', containerPort: config.adminPort, protocol: 'TCP' }],
     resources: config.resources,
-    // Started: the proxy listens (the kubelet starts the app containers only then). Ready: a
-    // pool configuration is applied. Alive: the process answers.
-    startupProbe: probe('/healthz', config.adminPort, probes.startup),
+    // Started: a pool configuration is applied or the startup grace is over (the kubelet starts
+    // the app containers only then). Ready: a pool configuration is applied. Alive: the process
+    // answers.
+    // /startupz, not /healthz: it passes once the sidecar has a configuration (or its startup
+    // grace is over), so the app, started after it, can route from its first request.
+    startupProbe: probe('/startupz', config.adminPort, probes.startup),
     readinessProbe: probe('/readyz', config.adminPort, probes.readiness),
     livenessProbe: probe('/healthz', config.adminPort, probes.liveness),
     securityContext: {

@@ -1,8 +1,14 @@
 import type { Logger } from 'pino';
 import { KubeApiError, microTime, type KubeRaw } from './kube-raw.ts';
+import { withOwners, type OwnerReference } from './owners.ts';
 
 interface Lease {
-  metadata: { name: string; namespace: string; resourceVersion?: string };
+  metadata: {
+    name: string;
+    namespace: string;
+    resourceVersion?: string;
+    ownerReferences?: OwnerReference[];
+  };
   spec?: {
     holderIdentity?: string;
     leaseDurationSeconds?: number;
@@ -20,6 +26,8 @@ export interface LeaderElectionOptions {
   leaseDurationMs: number;
   renewEveryMs: number;
   logger: Logger;
+  /** Owners of the Lease, so that it goes with the release (owners.ts). */
+  ownerReferences?: readonly OwnerReference[];
 }
 
 /**
@@ -108,7 +116,7 @@ export class LeaderElector {
       await raw.request('POST', this.path, {
         apiVersion: 'coordination.k8s.io/v1',
         kind: 'Lease',
-        metadata: { name, namespace },
+        metadata: { name, namespace, ownerReferences: [...(this.options.ownerReferences ?? [])] },
         spec: { ...spec(), leaseTransitions: 0 },
       });
       this.lastRenewMs = performance.now();
@@ -130,7 +138,13 @@ export class LeaderElector {
       await raw.request('PUT', `${this.path}/${name}`, {
         apiVersion: 'coordination.k8s.io/v1',
         kind: 'Lease',
-        metadata: lease.metadata,
+        // A Lease made before it had owners gets them on its next renewal.
+        metadata: {
+          ...lease.metadata,
+          ownerReferences:
+            withOwners(lease.metadata.ownerReferences, this.options.ownerReferences ?? []) ??
+            lease.metadata.ownerReferences,
+        },
         spec: spec(lease.spec),
       });
     } catch (err) {

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { SidecarView } from '../core/status.ts';
 import { KubeApiError, microTime, type KubeRaw } from '../kube/kube-raw.ts';
+import type { OwnerReference } from '../kube/owners.ts';
 
 /**
  * Sidecars connect to any replica, but only the leader writes status. Each replica therefore
@@ -26,6 +27,7 @@ interface LeaseObject {
     resourceVersion?: string;
     annotations?: Record<string, string>;
     labels?: Record<string, string>;
+    ownerReferences?: OwnerReference[];
   };
   spec?: { holderIdentity?: string; renewTime?: string; leaseDurationSeconds?: number };
 }
@@ -36,6 +38,8 @@ export interface ReplicaSummaryOptions {
   identity: string;
   publishEveryMs: number;
   logger: Logger;
+  /** Owners of this replica's Lease (its Pod), so that it goes with the replica (owners.ts). */
+  ownerReferences?: readonly OwnerReference[];
   /** This replica's sidecars per pool key, as the status core sees them. */
   local: () => Map<string, Map<string, SidecarView>>;
   /** Remote sidecars changed: the leader should rewrite these pools' status. */
@@ -127,6 +131,8 @@ export class ReplicaSummaries {
         namespace: this.options.namespace,
         labels: { [SUMMARY_LABEL]: 'true' },
         annotations: { [ANNOTATION]: text },
+        // On every write: a PUT replaces the whole object, owners included.
+        ownerReferences: [...(this.options.ownerReferences ?? [])],
         ...(resourceVersion === undefined ? {} : { resourceVersion }),
       },
       spec: {

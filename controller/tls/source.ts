@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { planTls } from './plan.ts';
 import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
+import { withOwners, type OwnerReference } from '../kube/owners.ts';
 import {
   createCa,
   inspectTlsSecret,
@@ -30,7 +31,7 @@ export type TlsConfig =
 /** The source `config` names, serving from now on; undefined without one (plain HTTP, tests only). */
 export async function startTlsSource(
   config: TlsConfig | undefined,
-  deps: { raw: KubeRaw; logger: Logger },
+  deps: { raw: KubeRaw; logger: Logger; ownerReferences?: readonly OwnerReference[] },
 ): Promise<TlsSource | undefined> {
   switch (config?.kind) {
     case undefined:
@@ -171,6 +172,8 @@ export interface SelfManagedTlsOptions {
   /** How often the Secret is read again (renewal, other replicas' writes). Default 60 s. */
   checkEveryMs?: number;
   now?: () => number;
+  /** Owners of the Secret, so that it goes with the release (owners.ts). */
+  ownerReferences?: readonly OwnerReference[];
 }
 
 export class SelfManagedTlsSource implements TlsSource {
@@ -227,6 +230,38 @@ export class SelfManagedTlsSource implements TlsSource {
     }
   }
 
+  /** The Secret's metadata with this controller's owners added (others kept). */
+  private ownedMetadata(secret: SecretObject): SecretObject['metadata'] {
+    const existing = secret.metadata.ownerReferences as OwnerReference[] | undefined;
+    const owners = withOwners(existing, this.options.ownerReferences ?? []);
+    return owners === undefined ? secret.metadata : { ...secret.metadata, ownerReferences: owners };
+  }
+
+  /**
+   * A Secret made before it had owners (an upgrade from a version without them) gets them now
+   * rather than at its next renewal, months away. Best effort: a lost race or a refusal is retried
+   * at the next check.
+   */
+  private async adopt(secret: SecretObject): Promise<void> {
+    const metadata = this.ownedMetadata(secret);
+    if (metadata === secret.metadata) return;
+    try {
+      await this.options.raw.request(
+        'PUT',
+        `${this.path}/${encodeURIComponent(this.options.secretName)}`,
+        { ...secret, metadata },
+      );
+    } catch (err) {
+      this.options.logger.info(
+        {
+          secret: `${this.options.namespace}/${this.options.secretName}`,
+          err: (err as Error).message,
+        },
+        'cannot add owner references to the TLS Secret yet',
+      );
+    }
+  }
+
   private async read(): Promise<SecretObject | undefined> {
     try {
       return await this.options.raw.request<SecretObject>(
@@ -252,6 +287,7 @@ export class SelfManagedTlsSource implements TlsSource {
         now(),
       );
       if (plan.kind === 'keep') {
+        await this.adopt(secret!);
         return {
           cert: existing!.cert!,
           key: existing!.key!,
@@ -281,6 +317,7 @@ export class SelfManagedTlsSource implements TlsSource {
               name: secretName,
               namespace,
               labels: { 'app.kubernetes.io/managed-by': 'switchyard-controller' },
+              ownerReferences: [...(this.options.ownerReferences ?? [])],
             },
             data,
           });
@@ -288,6 +325,7 @@ export class SelfManagedTlsSource implements TlsSource {
           // resourceVersion makes this a compare-and-swap: a replica that lost the race re-reads.
           await this.options.raw.request('PUT', `${this.path}/${encodeURIComponent(secretName)}`, {
             ...secret,
+            metadata: this.ownedMetadata(secret),
             data: { ...secret.data, ...data },
           });
         }

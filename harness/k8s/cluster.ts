@@ -44,6 +44,11 @@ export interface ClusterOptions {
   version?: string;
   /** Extra kube-apiserver flags, appended last (so they override the defaults). */
   apiServerArgs?: string[];
+  /**
+   * Default flags to leave out, by name (e.g. '--disable-admission-plugins' for a cluster with a
+   * controller manager): list flags add up rather than override.
+   */
+  dropDefaultArgs?: string[];
   /** Extra subjectAltNames for the serving cert, e.g. ['IP:10.77.3.1']. */
   extraSans?: string[];
   /** How long to wait for etcd and for kube-apiserver's /readyz. Default 60 s each. */
@@ -529,8 +534,9 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       // The `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints reject.
       '--endpoint-reconciler-type=none',
       '--profiling=false',
-      ...(options.apiServerArgs ?? []),
-    ];
+    ]
+      .filter((arg) => !(options.dropDefaultArgs ?? []).includes(arg.split('=')[0]!))
+      .concat(options.apiServerArgs ?? []);
     const agent = (): Agent => new Agent({ ca: caPem, keepAlive: false });
     let httpsAgent = agent();
 

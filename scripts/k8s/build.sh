@@ -7,6 +7,8 @@
 #
 # Prints progress on stderr and, as the last line on stdout, the folder that holds the three
 # binaries: $HOME/.cache/switchyard/k8s/<kubernetes-version>/{kube-apiserver,kubectl,etcd}.
+# With SWITCHYARD_K8S_NODE=1 it also builds kubelet, kube-scheduler, kube-controller-manager and
+# kube-proxy into the same folder (a real node for test/node/: scripts/node/build.sh asks).
 # When KUBEBUILDER_ASSETS is set, builds nothing and prints that folder (it must hold all three,
 # as envtest's assets do).
 #
@@ -61,10 +63,17 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=mod GO111MODULE=on CGO_ENABLED=0
 APISERVER_STAMP="kube-apiserver $K8S_VERSION $(go env GOVERSION)"
 KUBECTL_STAMP="kubectl $K8S_VERSION $(go env GOVERSION)"
 ETCD_STAMP="etcd $ETCD_VERSION $(go env GOVERSION)"
+NODE_BINARIES=()
+[[ "${SWITCHYARD_K8S_NODE:-0}" != 1 ]] || NODE_BINARIES=(kubelet kube-scheduler kube-controller-manager kube-proxy)
+node_stamp() { printf '%s %s %s' "$1" "$K8S_VERSION" "$(go env GOVERSION)"; }
 is_built() { [[ -x "$OUT/$1" && -f "$OUT/$1.stamp" && "$(cat "$OUT/$1.stamp")" == "$2" ]]; }
+node_built() {
+  local b
+  for b in "${NODE_BINARIES[@]}"; do is_built "$b" "$(node_stamp "$b")" || return 1; done
+}
 
 if is_built kube-apiserver "$APISERVER_STAMP" && is_built kubectl "$KUBECTL_STAMP" &&
-  is_built etcd "$ETCD_STAMP"; then
+  is_built etcd "$ETCD_STAMP" && node_built; then
   printf '%s\n' "$OUT"
   exit 0
 fi
@@ -122,7 +131,11 @@ prepare_k8s_module() {
     done
     echo ")"
   } >"$dir/go.mod"
-  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' >"$dir/tools.go"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for m in kube-apiserver kubectl "${NODE_BINARIES[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$m"; done
+    printf ')\n'
+  } >"$dir/tools.go"
   log "kubernetes $K8S_VERSION: go mod tidy (downloads modules on a cold module cache)"
   (cd "$dir" && go mod tidy) >&2
   ldflags="-s -w"
@@ -176,4 +189,7 @@ build_etcd() {
 is_built etcd "$ETCD_STAMP" || build_etcd
 is_built kube-apiserver "$APISERVER_STAMP" || build_k8s kube-apiserver "$APISERVER_STAMP" --version
 is_built kubectl "$KUBECTL_STAMP" || build_k8s kubectl "$KUBECTL_STAMP" version --client
+for b in "${NODE_BINARIES[@]}"; do
+  is_built "$b" "$(node_stamp "$b")" || build_k8s "$b" "$(node_stamp "$b")" --version
+done
 printf '%s\n' "$OUT"

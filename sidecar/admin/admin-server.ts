@@ -1,4 +1,5 @@
-import http from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
+import { http } from '../../lib/node-http.ts';
 import type { SidecarMetrics } from '../proxy/metrics.ts';
 import type { ActivePool } from '../config/active-pool.ts';
 
@@ -6,9 +7,11 @@ export interface AdminOptions {
   pool: () => ActivePool | undefined;
   metrics: SidecarMetrics;
   isDraining: () => boolean;
+  /** Why the sidecar counts as started (`/startupz`), or undefined while it does not yet. */
+  startup?: () => 'configured' | 'grace over' | undefined;
 }
 
-function json(res: http.ServerResponse, status: number, value: unknown): void {
+function json(res: ServerResponse, status: number, value: unknown): void {
   const body = JSON.stringify(value, null, 2);
   res.writeHead(status, {
     'content-type': 'application/json',
@@ -31,6 +34,9 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
       url: s.url,
       tier: s.tier,
       inFlight: s.inFlight,
+      // The load the balancer uses: in-flight here, corrected by what the server last reported.
+      load: s.load,
+      reported: s.reported ?? null,
       ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
       ewmaSeeded: s.ewmaSeeded,
       breaker: s.breaker,
@@ -50,9 +56,12 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
 /**
  * The admin port (127.0.0.1:9090 by default): metrics, probes and a JSON view of the balancer.
  * `/readyz` fails while no configuration is applied and while draining, so Kubernetes stops
- * routing to a pod whose sidecar cannot route.
+ * routing to a pod whose sidecar cannot route. `/startupz` (the injected sidecar's startup probe)
+ * fails until a configuration was first applied or the startup grace is over: the kubelet starts
+ * the app container only after it passes, so the app's first request finds a sidecar that can
+ * route; it never fails again after passing.
  */
-export function createAdminServer(options: AdminOptions): http.Server {
+export function createAdminServer(options: AdminOptions): Server {
   return http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET') {
@@ -69,6 +78,13 @@ export function createAdminServer(options: AdminOptions): http.Server {
       case '/healthz':
         json(res, 200, { status: 'ok' });
         return;
+      case '/startupz': {
+        // Without a `startup` callback (no controller to wait for), started from the first moment.
+        const started = options.startup === undefined ? 'configured' : options.startup();
+        if (started === undefined) json(res, 503, { status: 'no configuration applied yet' });
+        else json(res, 200, { status: 'started', reason: started });
+        return;
+      }
       case '/readyz': {
         const pool = options.pool();
         if (options.isDraining()) json(res, 503, { status: 'draining' });
@@ -94,7 +110,8 @@ export function createAdminServer(options: AdminOptions): http.Server {
       default:
         json(res, 404, {
           error: {
-            message: 'Unknown admin path; try /metrics, /healthz, /readyz or /debug/backends.',
+            message:
+              'Unknown admin path; try /metrics, /healthz, /startupz, /readyz or /debug/backends.',
             type: 'invalid_request_error',
             code: 'unknown_url',
           },

@@ -8,7 +8,8 @@ export type ControllerSourceOptions = Omit<
 
 /** Where the pool configuration comes from. */
 export type ConfigSource =
-  { kind: 'file'; poolFile: string } | ({ kind: 'controller' } & ControllerSourceOptions);
+  | { kind: 'file'; poolFile: string; loadScrapeEveryMs?: number | undefined }
+  | ({ kind: 'controller' } & ControllerSourceOptions);
 
 /** A configuration source once started: it writes into the `ActivePoolState` until closed. */
 export interface RunningConfigSource {

@@ -29,6 +29,14 @@ export async function startControllerSource(
         snapshot.version,
       );
     },
+    // Load the controller scraped from the servers: each reading counts from when it was
+    // measured, and a fresher ORCA header from this sidecar's own responses wins.
+    onLoad: (load) => {
+      const balancer = active.current()?.balancer;
+      if (balancer === undefined) return;
+      for (const endpoint of load.endpoints)
+        balancer.reportLoad(endpoint.id, endpoint, endpoint.ageMs);
+    },
     currentEndpoints: () => endpointHealth(active.current()?.balancer.status() ?? []),
   });
   await client.ready;

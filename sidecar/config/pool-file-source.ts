@@ -2,13 +2,12 @@ import type { Logger } from 'pino';
 import type { EndpointSpec } from '../policy/index.ts';
 import type { ActivePoolState, PoolConfig } from './active-pool.ts';
 import type { RunningConfigSource } from './config-source.ts';
+import { ConfigError } from './config-error.ts';
 import { formatProblems, loadPoolFile, watchPoolFile } from './pool-file.ts';
 import { StandaloneDrift } from './standalone-drift.ts';
+import { LoadMonitor } from '../../lib/load-scrape/monitor.ts';
 
-/** The pool file a standalone sidecar starts with is not valid (the message lists every problem). */
-export class ConfigError extends Error {
-  readonly code = 'SY_INVALID_POOL_FILE';
-}
+export { ConfigError };
 
 /** Reads the pool file a standalone sidecar starts with; throws `ConfigError` when it is invalid. */
 export async function readPoolFile(
@@ -29,6 +28,11 @@ export interface PoolFileSourceOptions {
   logger: Logger;
   /** A change of the file was invalid (and is not applied). */
   onRejected(): void;
+  /**
+   * How often each endpoint's `/metrics` is scraped for the load its server reports (in
+   * Kubernetes the controller does this for every sidecar); 0 or absent: never.
+   */
+  loadScrapeEveryMs?: number | undefined;
 }
 
 /**
@@ -40,6 +44,7 @@ export class PoolFileSource implements RunningConfigSource {
   readonly #options: PoolFileSourceOptions;
   readonly #drift: StandaloneDrift;
   readonly #watcher: { close(): void };
+  readonly #load: LoadMonitor | undefined;
   /** The file's endpoints before the drift verdicts were applied to them. */
   #fileEndpoints: readonly EndpointSpec[] = [];
 
@@ -51,6 +56,21 @@ export class PoolFileSource implements RunningConfigSource {
     });
     this.#apply(options.first);
     this.#watcher = watchPoolFile(options.file, () => void this.reload());
+    const period = options.loadScrapeEveryMs ?? 0;
+    if (period > 0) {
+      const { active } = options;
+      this.#load = new LoadMonitor({
+        periodMs: period,
+        logger: options.logger,
+        pools: () => new Map([['pool', active.current()?.endpoints ?? []]]),
+        // Each reading counts from when it was scraped; a fresher ORCA header wins.
+        publish: (_pool, load) => {
+          const balancer = active.current()?.balancer;
+          for (const e of load.endpoints) balancer?.reportLoad(e.id, e, e.ageMs);
+        },
+      });
+      this.#load.start();
+    }
   }
 
   /** Re-reads the file now (the watcher does this on change); false when it was rejected. */
@@ -71,6 +91,7 @@ export class PoolFileSource implements RunningConfigSource {
 
   close(): Promise<void> {
     this.#watcher.close();
+    this.#load?.stop();
     this.#drift.stop();
     return Promise.resolve();
   }

@@ -35,6 +35,11 @@ export interface AffinityInput {
   affinityKey?: string | undefined;
   /** `Prefix`: the prompt's blocks. */
   prompt?: PromptBlocks | undefined;
+  /**
+   * The endpoint that holds the state this request refers to (a stored response): it goes there
+   * or nowhere, ahead of every other rule. Set by the shell, never from a header.
+   */
+  pinnedEndpointId?: string | undefined;
 }
 
 /**

@@ -1,5 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './affinity.ts';
 import { idHash, keyNumber, rendezvousOrder } from './bounded-load.ts';
 import {
   AFFINITY_MAX_SLOWDOWN,
@@ -344,8 +345,9 @@ describe('affinity', () => {
     const specs = five();
     const { balancer, statusOf } = setup({ endpoints: specs, policy: withKey() });
     const [home, second] = orderOf('session-1', specs);
-    // Idle pool: the home takes two (the second within maxExtraInFlight 1 of the least busy).
-    for (let i = 0; i < 2; i++) {
+    // Idle pool: the home takes maxExtraInFlight + 1 (the last at maxExtraInFlight above the
+    // least busy).
+    for (let i = 0; i <= AFFINITY_MAX_EXTRA_IN_FLIGHT; i++) {
       const result = picked(balancer.pick({ affinityKey: 'session-1' }));
       assert.equal(result.affinity, 'hit');
       assert.equal(result.attempt.endpoint.id, home);
@@ -353,7 +355,7 @@ describe('affinity', () => {
     const next = picked(balancer.pick({ affinityKey: 'session-1' }));
     assert.equal(next.affinity, 'spill');
     assert.equal(next.attempt.endpoint.id, second, 'the same second home from every sidecar');
-    assert.equal(statusOf(home!).inFlight, 2);
+    assert.equal(statusOf(home!).inFlight, AFFINITY_MAX_EXTRA_IN_FLIGHT + 1);
   });
 
   test('under load the bound is loadFactor × the average, not the least busy + maxExtraInFlight', () => {
@@ -581,7 +583,7 @@ describe('prefix affinity', () => {
     const { balancer, pickOn } = setup({ endpoints: specs, policy: PREFIX });
     const [home, second] = order(12, specs);
     // The home is busy when the first turn arrives.
-    const busy = [pickOn(home!), pickOn(home!)];
+    const busy = Array.from({ length: AFFINITY_MAX_EXTRA_IN_FLIGHT + 1 }, () => pickOn(home!));
     const turn1 = picked(balancer.pick({ prompt: PROMPT }));
     assert.equal(turn1.affinity, 'spill');
     assert.equal(turn1.attempt.endpoint.id, second);
@@ -609,9 +611,7 @@ describe('prefix affinity', () => {
     const turn1 = picked(balancer.pick({ prompt: PROMPT }));
     balancer.finish(turn1.attempt, OK);
     const holder = turn1.attempt.endpoint.id;
-    pickOn(holder);
-    pickOn(holder);
-    pickOn(holder);
+    for (let i = 0; i <= AFFINITY_MAX_EXTRA_IN_FLIGHT; i++) pickOn(holder);
     const turn2 = picked(balancer.pick({ prompt: nextTurn(PROMPT, 13) }));
     assert.equal(turn2.affinity, 'spill');
     assert.equal(
@@ -673,6 +673,23 @@ describe('server-reported load', () => {
     assert.equal(balancer.status()[0]!.load, 9);
     clock.advance(101);
     assert.equal(balancer.status()[0]!.load, 0);
+  });
+
+  test('a relayed report counts from when it was measured, and never undoes a fresher one', () => {
+    const clock = fakeClock();
+    const balancer = new Balancer(testPolicy(), [endpoint('a')], {
+      clock,
+      rng: seededRng(1),
+      reportMaxAgeMs: 100,
+    });
+    clock.advance(1000);
+    balancer.reportLoad('a', { waiting: 9 }, 60);
+    assert.equal(balancer.status()[0]!.reported?.ageMs, 60);
+    clock.advance(41);
+    assert.equal(balancer.status()[0]!.load, 0, 'measured 101 ms ago: too old');
+    balancer.reportLoad('a', { waiting: 2 });
+    balancer.reportLoad('a', { waiting: 7 }, 30);
+    assert.equal(balancer.status()[0]!.load, 2, 'the older relayed scrape is dropped');
   });
 
   test('ignores reports for endpoints it does not know', () => {
@@ -1110,6 +1127,44 @@ describe('Retry-After cooldown', () => {
     repeat(19, 'a', ERROR);
     serve('a', { kind: 'rate-limited', retryAfterMs: 45_000 }); // 20th: opens for 30 s
     assert.equal(shedAfter(balancer.pick({})), 45_000);
+  });
+});
+
+describe('pinned requests (stored responses)', () => {
+  test('go to the pinned endpoint whatever affinity and load say', () => {
+    const { balancer, pickOn } = setup();
+    pickOn('b');
+    pickOn('b'); // b is the busiest
+    for (let i = 0; i < 5; i++) {
+      const result = picked(balancer.pick({ pinnedEndpointId: 'b', affinityKey: 'k' }));
+      assert.equal(result.attempt.endpoint.id, 'b');
+      assert.equal(result.affinity, 'hit');
+    }
+  });
+
+  test('shed rather than go elsewhere: an unknown, drifted, excluded or cooling endpoint', () => {
+    const { balancer, serve, update } = setup();
+    assert.equal(
+      shedAfter(balancer.pick({ pinnedEndpointId: 'gone' })),
+      DEFAULT_SHED_RETRY_AFTER_MS,
+    );
+    assert.equal(
+      shedAfter(balancer.pick({ pinnedEndpointId: 'a', exclude: new Set(['a']) })),
+      DEFAULT_SHED_RETRY_AFTER_MS,
+    );
+    serve('c', { kind: 'rate-limited', retryAfterMs: 5_000 });
+    assert.equal(shedAfter(balancer.pick({ pinnedEndpointId: 'c' })), 5_000);
+    update({}, [endpoint('a'), endpoint('b', { drifted: true }), endpoint('c')]);
+    assert.equal(shedAfter(balancer.pick({ pinnedEndpointId: 'b' })), DEFAULT_SHED_RETRY_AFTER_MS);
+  });
+
+  test('shed until an open breaker lets a probe through, then take the probe slot', () => {
+    const { balancer, repeat, clock } = setup({ endpoints: [endpoint('a')], rng: middleRng() });
+    repeat(20, 'a', ERROR); // opens for 30 s
+    assert.equal(shedAfter(balancer.pick({ pinnedEndpointId: 'a' })), 30_000);
+    clock.advance(30_000);
+    const result = picked(balancer.pick({ pinnedEndpointId: 'a' }));
+    assert.equal(result.attempt.halfOpenProbe, true);
   });
 });
 

@@ -195,6 +195,9 @@ export class Balancer implements PoolBalancer {
       candidates = pool.filter(isCandidate);
       if (candidates.length > 0) break;
     }
+    if (request.pinnedEndpointId !== undefined) {
+      return this.#pickPinned(request.pinnedEndpointId, isCandidate, now, request.requestBytes);
+    }
     if (candidates.length === 0) {
       return { kind: 'shed', retryAfterMs: this.#retryAfterMs(now, exclude) };
     }
@@ -233,10 +236,36 @@ export class Balancer implements PoolBalancer {
     };
   }
 
-  reportLoad(endpointId: string, report: ServerLoadReport): void {
+  /**
+   * A request that must reach one endpoint (it holds the stored response the request refers to):
+   * that endpoint if it is a candidate, else a shed with the time it comes back. Never another
+   * endpoint, which would only answer 404; a drifted or departed one sheds too (the shell says
+   * why before it asks).
+   */
+  #pickPinned(
+    endpointId: string,
+    isCandidate: (s: EndpointState) => boolean,
+    now: number,
+    requestBytes: number | undefined,
+  ): PickResult {
+    const state = this.#states.get(endpointId);
+    if (state === undefined || state.spec.drifted === true || !isCandidate(state)) {
+      const readyAt =
+        state === undefined
+          ? now
+          : Math.max(state.breaker.availableAtMs(now), state.cooldownUntilMs);
+      return {
+        kind: 'shed',
+        retryAfterMs: readyAt > now ? readyAt - now : DEFAULT_SHED_RETRY_AFTER_MS,
+      };
+    }
+    return { kind: 'picked', attempt: this.#start(state, now, requestBytes), affinity: 'hit' };
+  }
+
+  reportLoad(endpointId: string, report: ServerLoadReport, ageMs = 0): void {
     const state = this.#states.get(endpointId);
     if (state === undefined) return;
-    state.reported.update(report, state.inFlight, this.#now());
+    state.reported.update(report, state.inFlight, this.#now() - Math.max(0, ageMs));
   }
 
   firstByte(attempt: Attempt): void {

@@ -14,6 +14,11 @@ export {
 } from './affinity.ts';
 export { DEFAULT_LOAD_FACTOR, loadCapacity, rendezvousOrder } from './bounded-load.ts';
 export { PrefixIndex } from './prefix-index.ts';
+export {
+  DEFAULT_RESPONSE_HOMES_MAX_AGE_MS,
+  DEFAULT_RESPONSE_HOMES_MAX_ENTRIES,
+  ResponseHomes,
+} from './response-homes.ts';
 export { promptBlocks } from './prompt-blocks.ts';
 export { ReportedLoad } from './server-load.ts';
 export {

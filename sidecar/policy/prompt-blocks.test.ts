@@ -144,6 +144,36 @@ describe('promptBlocks', () => {
     assert.ok(blocksSystem.hashes.length > 0);
   });
 
+  test("reads Anthropic tool blocks: a tool_use's name and input, a tool_result's content", () => {
+    const turn = (input: unknown, result: unknown) =>
+      blocks({
+        system: SYSTEM,
+        messages: [
+          { role: 'user', content: 'what is the weather?' },
+          { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'weather', input }] },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: result }] },
+        ],
+      });
+    const base = turn({ city: 'Paris' }, 'sunny');
+    assert.notDeepEqual(turn({ city: 'Rome' }, 'sunny').hashes, base.hashes);
+    assert.notDeepEqual(turn({ city: 'Paris' }, 'rain').hashes, base.hashes);
+    assert.notDeepEqual(
+      turn({ city: 'Paris' }, [{ type: 'text', text: 'rain' }]).hashes,
+      base.hashes,
+    );
+    assert.deepEqual(turn({ city: 'Paris' }, 'sunny').hashes, base.hashes);
+    // A tool_use without a name or input, and a tool_result without an id, still hash.
+    const bare = blocks({
+      messages: [{ role: 'user', content: [{ type: 'tool_use' }, { type: 'tool_result' }] }],
+    });
+    assert.ok(bare.hashes.length > 0);
+  });
+
+  test('a Responses request continuing a stored response hashes only what it sends', () => {
+    const next = blocks({ previous_response_id: 'resp_1', input: 'and then?' });
+    assert.deepEqual(next.hashes, blocks({ input: 'and then?' }).hashes);
+  });
+
   test('reads Responses: instructions, then a string input or input items', () => {
     const asString = blocks({ instructions: SYSTEM, input: 'what is a pod?' });
     const asChat = blocks(

@@ -269,7 +269,10 @@ function messageBody(hasher: BlockHasher, m: Record<string, unknown>): void {
   if (typeof m['output'] === 'string') hasher.text(m['output']);
 }
 
-/** Text content: a string, or parts (`text`, `input_text`, `output_text`, Anthropic blocks). */
+/**
+ * Text content: a string, or parts (`text`, `input_text`, `output_text`, Anthropic blocks
+ * including `tool_use` and `tool_result`).
+ */
 function content(hasher: BlockHasher, value: unknown): void {
   if (typeof value === 'string') {
     hasher.text(value);
@@ -281,6 +284,20 @@ function content(hasher: BlockHasher, value: unknown): void {
     const text = part['text'];
     if (typeof text === 'string') {
       hasher.text(text);
+      hasher.code(FIELD_SEP);
+      continue;
+    }
+    // Anthropic's tool blocks carry a conversation's turns as much as text does: a tool_use's
+    // name and input, a tool_result's id and its own content (text or further blocks).
+    if (part['type'] === 'tool_use') {
+      if (typeof part['name'] === 'string') hasher.text(part['name']);
+      hasher.text(JSON.stringify(part['input']) ?? '');
+      hasher.code(FIELD_SEP);
+      continue;
+    }
+    if (part['type'] === 'tool_result') {
+      if (typeof part['tool_use_id'] === 'string') hasher.text(part['tool_use_id']);
+      content(hasher, part['content']);
       hasher.code(FIELD_SEP);
       continue;
     }

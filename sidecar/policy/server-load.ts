@@ -42,18 +42,22 @@ export class ReportedLoad {
   #reading: Reading | undefined;
 
   /**
-   * Takes a report measured now, when this sidecar had `local` requests in flight there. Missing
+   * Takes a report measured at `measuredAtMs` (now for an ORCA header; a scrape relayed by the
+   * controller is `ageMs` older), when this sidecar had `local` requests in flight there. Missing
    * fields keep their previous value (an ORCA header without `running` after a scrape with it).
+   * A report measured before the one held is dropped: a relayed scrape must not undo a fresher
+   * header.
    */
-  update(report: ServerLoadReport, local: number, nowMs: number): void {
+  update(report: ServerLoadReport, local: number, measuredAtMs: number): void {
     const previous = this.#reading;
+    if (previous !== undefined && measuredAtMs < previous.atMs) return;
     const running = finiteCount(report.running) ?? previous?.running;
     const waiting = finiteCount(report.waiting) ?? previous?.waiting;
     const usage = report.kvCacheUsage;
     const kvCacheUsage =
       typeof usage === 'number' && usage >= 0 && usage <= 1 ? usage : previous?.kvCacheUsage;
     if (running === undefined && waiting === undefined && kvCacheUsage === undefined) return;
-    this.#reading = { running, waiting, kvCacheUsage, atMs: nowMs, localAtReport: local };
+    this.#reading = { running, waiting, kvCacheUsage, atMs: measuredAtMs, localAtReport: local };
   }
 
   /** The load estimate (see the module comment). */

@@ -63,6 +63,11 @@ export interface PickRequest {
   affinityKey?: string | undefined;
   /** The prompt's blocks (`affinity.key: Prefix`, see prompt-blocks.ts), or undefined for none. */
   prompt?: PromptBlocks | undefined;
+  /**
+   * The one endpoint this request may go to (it holds a stored response the request refers to):
+   * picked when it is a candidate, else shed; never another endpoint, never by affinity.
+   */
+  pinnedEndpointId?: string | undefined;
   /** Endpoints already tried for this client request: a retry never goes back to them. */
   exclude?: ReadonlySet<string> | undefined;
   /** Size of the request body in bytes: TTFT samples are normalised by it (docs/policy.md). */
@@ -132,8 +137,11 @@ export interface PoolBalancer {
   update(policy: PoolPolicy, endpoints: readonly EndpointSpec[]): void;
   /** Choose an endpoint and start an attempt on it (in-flight +1), or shed. */
   pick(request: PickRequest): PickResult;
-  /** The server reported its load (an ORCA header, a /metrics scrape). */
-  reportLoad(endpointId: string, report: ServerLoadReport): void;
+  /**
+   * The server reported its load (an ORCA header, a /metrics scrape), measured `ageMs` ago
+   * (default 0: just now).
+   */
+  reportLoad(endpointId: string, report: ServerLoadReport, ageMs?: number): void;
   /** The first response body byte of this attempt arrived now: its TTFT sample. */
   firstByte(attempt: Attempt): void;
   /** The response contradicted the endpoint's drift probe (the passive check): counted. */

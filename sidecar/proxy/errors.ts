@@ -11,6 +11,7 @@ export type SidecarErrorCode =
   | 'unknown_url'
   | 'method_not_allowed'
   | 'model_not_found'
+  | 'response_endpoint_gone'
   | 'body_too_large'
   | 'no_configuration'
   | 'no_healthy_backend'
@@ -28,6 +29,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   404: 'invalid_request_error',
   405: 'invalid_request_error',
   408: 'invalid_request_error',
+  409: 'invalid_request_error',
   413: 'invalid_request_error',
   431: 'invalid_request_error',
   502: 'upstream_error',

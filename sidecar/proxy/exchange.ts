@@ -13,7 +13,13 @@ import type {
   OutgoingHttpHeaders,
   ServerResponse,
 } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
+import {
+  ORCA_REQUEST_HEADER,
+  ORCA_RESPONSE_HEADER,
+  parseOrcaHeader,
+} from '../../lib/model-server-load.ts';
 import type { ActivePool } from '../config/active-pool.ts';
 import type { AffinityInput, AffinityResult, Attempt, EndpointSpec } from '../policy/index.ts';
 import type { AttemptTrace, RequestTrace } from '../telemetry/types.ts';
@@ -27,8 +33,10 @@ import {
   type Effect,
   type Failure,
 } from './attempt-state.ts';
+import { applyBackendKey } from './backend-key.ts';
 import { PassiveDriftCheck } from './drift-check.ts';
 import { sendError } from './errors.ts';
+import { upstreamUrl } from './inference-routes.ts';
 import type { EndpointMetrics, SidecarMetrics } from './metrics.ts';
 import { parseRetryAfterMs } from './retry-after.ts';
 import {
@@ -89,7 +97,20 @@ export interface ExchangeInit {
   affinity: AffinityInput;
   /** The request's server span, when tracing is on. */
   trace?: RequestTrace | undefined;
+  /**
+   * A body passed through as it arrives instead of `raw` (multipart uploads): it can be sent
+   * once only, so such a request is never retried.
+   */
+  bodyStream?: Readable | undefined;
+  /** Sees the first bytes of a successful answer (the stored-response id, for instance). */
+  tap?: ResponseTap | undefined;
 }
+
+/** Called on a 2xx head; returns what each body chunk of that answer is fed to, if anything. */
+export type ResponseTap = (
+  endpoint: EndpointSpec,
+  status: number,
+) => ((chunk: Buffer) => void) | undefined;
 
 const DATA: AttemptEvent = { kind: 'data' };
 const END: AttemptEvent = { kind: 'end' };
@@ -112,12 +133,19 @@ export class Exchange {
   readonly #raw: Buffer;
   readonly #fields: Record<string, unknown> | undefined;
   readonly #affinity: AffinityInput;
+  readonly #bodyStream: Readable | undefined;
+  readonly tap: ResponseTap | undefined;
   readonly #tried = new Set<string>();
   /** Every attempt sent, the last one current: a client that leaves ends them all. */
   readonly #sent: ExchangeAttempt[] = [];
   #clientGone = false;
   /** The client's end-to-end headers, forwarded to every attempt. */
   #forwarded: IncomingHttpHeaders = {};
+  /**
+   * The client asked for the servers' ORCA load report itself: it gets the header. Otherwise the
+   * sidecar asks for it (the balancer's server-reported load) and keeps it out of the answer.
+   */
+  clientAskedForLoad = false;
   readonly #bodyByModel = new Map<string, Buffer>();
 
   constructor(deps: ExchangeDeps, init: ExchangeInit) {
@@ -132,6 +160,14 @@ export class Exchange {
     this.#raw = init.raw;
     this.#fields = init.fields;
     this.#affinity = init.affinity;
+    this.#bodyStream = init.bodyStream;
+    this.tap = init.tap;
+  }
+
+  /** The sidecar answered the client itself (a streamed body over the limit): end every attempt. */
+  abandon(): void {
+    this.#clientGone = true;
+    for (const attempt of this.#sent) attempt.clientGone();
   }
 
   start(): void {
@@ -144,6 +180,7 @@ export class Exchange {
         forwarded[name] = headers[name];
     }
     this.#forwarded = forwarded;
+    this.clientAskedForLoad = forwarded[ORCA_REQUEST_HEADER] !== undefined;
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.#clientGone = true;
@@ -169,11 +206,14 @@ export class Exchange {
       metrics.shed.inc();
       this.trace?.shed();
       const seconds = Math.max(1, Math.ceil(pick.retryAfterMs / 1000));
+      const pinned = this.#affinity.pinnedEndpointId;
       sendError(
         this.res,
         503,
         'no_healthy_backend',
-        `Every endpoint of pool ${this.pool.name} is unavailable (circuit breakers open); retry after ${seconds}s.`,
+        pinned === undefined
+          ? `Every endpoint of pool ${this.pool.name} is unavailable (circuit breakers open); retry after ${seconds}s.`
+          : `Endpoint ${pinned}, which holds the stored response this request refers to, is unavailable (circuit breaker open or rate-limited); retry after ${seconds}s.`,
         { 'retry-after': String(seconds), 'x-switchyard-attempts': '0' },
       );
       return;
@@ -188,6 +228,8 @@ export class Exchange {
    */
   retry(): boolean {
     if (this.#clientGone || this.res.headersSent) return false;
+    // A passed-through body went to the first attempt and is gone.
+    if (this.#bodyStream !== undefined) return false;
     const { metrics, logger } = this.deps;
     const decision = this.pool.balancer.tryRetry(this.attempts);
     if (decision.kind !== 'retry') {
@@ -216,6 +258,7 @@ export class Exchange {
 
   /** Answers the client with a 502, or a 504 for a timeout. */
   fail(failure: Failure, endpointId: string): void {
+    if (this.res.writableEnded) return; // already answered (a streamed body over the limit)
     const headers = { 'x-switchyard-attempts': String(this.attempts) };
     const detail = describeFailure(failure, endpointId, this.pool.timeouts.firstByteMs);
     if (failure.timeout) {
@@ -255,10 +298,15 @@ export class Exchange {
     }
     this.attempts++;
     this.#tried.add(endpoint.id);
-    const headers: OutgoingHttpHeaders = { ...this.#forwarded, 'content-length': body.length };
-    if (endpoint.apiKey !== undefined) headers.authorization = `Bearer ${endpoint.apiKey}`;
-    // The client asked for /v1/<route>; the endpoint URL already ends in its API prefix.
-    const url = endpoint.url + this.#path.slice(3);
+    const stream = this.#bodyStream;
+    const headers: OutgoingHttpHeaders = { ...this.#forwarded };
+    if (stream === undefined) headers['content-length'] = body.length;
+    else if (this.req.headers['content-length'] !== undefined)
+      headers['content-length'] = this.req.headers['content-length'];
+    // vLLM answers with its queue and KV-cache use (on non-streamed responses) when asked.
+    if (!this.clientAskedForLoad) headers[ORCA_REQUEST_HEADER] = 'TEXT';
+    applyBackendKey(headers, endpoint);
+    const url = upstreamUrl(endpoint.url, this.#path);
     const target =
       this.#query === '' ? cachedUpstreamTarget(url) : upstreamTarget(url + this.#query);
     const attemptTrace = this.trace?.startAttempt(
@@ -273,7 +321,9 @@ export class Exchange {
       headers,
     );
     try {
-      this.#sent.push(new ExchangeAttempt(this, attempt, target, headers, body, attemptTrace));
+      this.#sent.push(
+        new ExchangeAttempt(this, attempt, target, headers, stream ?? body, attemptTrace),
+      );
     } catch (err) {
       attemptTrace?.end();
       // Node refused to send these headers: a bug of ours or a header it cannot forward.
@@ -291,7 +341,12 @@ export class Exchange {
    * model name; undefined when the body cannot be re-serialised.
    */
   #bodyFor(endpoint: EndpointSpec): Buffer | undefined {
-    if (endpoint.model === undefined || this.#fields === undefined) return this.#raw;
+    if (
+      endpoint.model === undefined ||
+      this.#bodyStream !== undefined ||
+      this.#fields === undefined
+    )
+      return this.#raw;
     let body = this.#bodyByModel.get(endpoint.model);
     if (body === undefined) {
       try {
@@ -320,6 +375,7 @@ class ExchangeAttempt implements UpstreamHandler {
   #status = 0;
   #headers: IncomingHttpHeaders = {};
   #driftCheck: PassiveDriftCheck | undefined;
+  #tap: ((chunk: Buffer) => void) | undefined;
   #resumeUpstream: (() => void) | undefined;
   /** This attempt's span while it is open (when tracing is on and it is sampled). */
   #trace: AttemptTrace | undefined;
@@ -329,7 +385,7 @@ class ExchangeAttempt implements UpstreamHandler {
     attempt: Attempt,
     target: UpstreamTarget,
     headers: OutgoingHttpHeaders,
-    body: Buffer,
+    body: Buffer | Readable,
     trace: AttemptTrace | undefined,
   ) {
     const { deps, pool } = exchange;
@@ -361,6 +417,12 @@ class ExchangeAttempt implements UpstreamHandler {
     const retryAfterMs =
       status === 429 ? parseRetryAfterMs(headers['retry-after'], Date.now()) : undefined;
     this.#step({ kind: 'head', status, retryAfterMs });
+    const orca = headers[ORCA_RESPONSE_HEADER];
+    if (typeof orca === 'string') {
+      const load = parseOrcaHeader(orca);
+      if (load !== undefined)
+        this.#exchange.pool.balancer.reportLoad(this.attempt.endpoint.id, load);
+    }
     const probe = this.attempt.endpoint.probe;
     if (
       this.#state.kind === 'awaiting-first-byte' &&
@@ -369,6 +431,8 @@ class ExchangeAttempt implements UpstreamHandler {
       probe !== undefined
     )
       this.#driftCheck = new PassiveDriftCheck(probe);
+    if (status >= 200 && status < 300)
+      this.#tap = this.#exchange.tap?.(this.attempt.endpoint, status);
   }
 
   onData(chunk: Buffer): void {
@@ -377,6 +441,7 @@ class ExchangeAttempt implements UpstreamHandler {
       this.#exchange.pool.balancer.noteDriftMismatch(this.attempt);
       this.#metrics.driftMismatches.inc();
     }
+    this.#tap?.(chunk);
     this.#step(DATA);
     const kind = this.#state.kind;
     if (kind !== 'streaming' && kind !== 'streaming-error') return;
@@ -474,6 +539,7 @@ class ExchangeAttempt implements UpstreamHandler {
       const value = upstreamHeaders[name];
       if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) headers[name] = value;
     }
+    if (!exchange.clientAskedForLoad) delete headers[ORCA_RESPONSE_HEADER];
     headers['x-switchyard-backend'] = this.attempt.endpoint.id;
     headers['x-switchyard-attempts'] = String(exchange.attempts);
     exchange.res.writeHead(this.#status, headers);

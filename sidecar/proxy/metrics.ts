@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from './prom.ts';
 import type { AffinityResult, EndpointSpec, EndpointStatus } from '../policy/index.ts';
 
 /** How an attempt ended, as the `code` label of `switchyard_requests_total`: a bounded set. */

@@ -1,23 +1,21 @@
-import http from 'node:http';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
 import { affinityFor } from '../policy/index.ts';
 import { readBody, type BodyResult } from './body.ts';
 import { sendError, sendRawError } from './errors.ts';
-import { Exchange, type ExchangeDeps } from './exchange.ts';
+import { Exchange, type ExchangeDeps, type ResponseTap } from './exchange.ts';
+import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
+import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
+import { StoredResponses } from './stored-responses.ts';
 import type { ProxyTracer, RequestTrace } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 
-/** The OpenAI routes the sidecar serves, and the method each accepts. */
-const ROUTES: ReadonlyMap<string, 'GET' | 'POST'> = new Map([
-  ['/v1/chat/completions', 'POST'],
-  ['/v1/completions', 'POST'],
-  ['/v1/embeddings', 'POST'],
-  ['/v1/models', 'GET'],
-]);
+/** A matched route and what its path says about stored responses (inference-routes.ts). */
+type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
 
 /**
  * Slow clients (slow-loris). The app is on the same pod and sends a request in microseconds, so
@@ -52,10 +50,12 @@ export interface ProxyOptions {
  * sends it upstream through `Upstream` (upstream.ts).
  */
 export class SidecarProxy {
-  readonly server: http.Server;
+  readonly server: Server;
   private readonly upstream: UpstreamClient;
   /** Shared by every exchange: built once, not per request. */
   private readonly exchangeDeps: ExchangeDeps;
+  /** Which endpoint holds which stored response (Responses API). */
+  private readonly storedResponses: StoredResponses;
   /** The response in progress on each client connection, for `onClientError`. */
   private readonly responsesBySocket = new WeakMap<Socket, ServerResponse>();
   private activeExchanges = 0;
@@ -72,6 +72,7 @@ export class SidecarProxy {
       logger: options.logger,
       nowMs: options.nowMs,
     };
+    this.storedResponses = new StoredResponses(options.nowMs);
     this.server = http.createServer(
       {
         keepAliveTimeout: CLIENT_KEEP_ALIVE_TIMEOUT_MS,
@@ -152,11 +153,11 @@ export class SidecarProxy {
     const rawUrl = req.url ?? '/';
     const q = rawUrl.indexOf('?');
     const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
-    const method = ROUTES.get(path);
+    const match = matchRoute(req.method ?? 'GET', path);
     const trace = this.options.tracer?.startRequest(
       req.method ?? 'GET',
       path,
-      method === undefined ? undefined : path,
+      spanRoute(match, path),
       req.headers,
     );
     // One listener per response: in-progress accounting, and the status the client saw.
@@ -170,19 +171,23 @@ export class SidecarProxy {
         for (const w of waiters) w();
       }
     });
-    if (method === undefined) {
+    if (match.kind === 'unknown') {
       sendError(
         res,
         404,
         'unknown_url',
-        `Unknown path ${JSON.stringify(path.slice(0, 200))}: the sidecar serves ${[...ROUTES.keys()].join(', ')}.`,
+        `Unknown path ${JSON.stringify(path.slice(0, 200))}: the sidecar serves ${knownPaths().join(', ')}.`,
       );
       return;
     }
-    if (req.method !== method) {
-      sendError(res, 405, 'method_not_allowed', `${path} accepts ${method} only.`, {
-        allow: method,
-      });
+    if (match.kind === 'wrong-method') {
+      sendError(
+        res,
+        405,
+        'method_not_allowed',
+        `${path.slice(0, 200)} accepts ${match.allow} only.`,
+        { allow: match.allow },
+      );
       return;
     }
     if (this.options.isDraining()) {
@@ -210,14 +215,19 @@ export class SidecarProxy {
       );
       return;
     }
-    if (method === 'GET') {
-      this.serveModels(req, res, pool, path, rawUrl.slice(path.length), trace);
+    const query = rawUrl.slice(path.length);
+    if (match.route.body === 'models') {
+      this.serveModels(req, res, pool, path, query, trace);
+      return;
+    }
+    if (match.route.body === 'stream' && !this.declaredTooLarge(req)) {
+      this.streamThrough(req, res, pool, path, query, trace);
       return;
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
         try {
-          this.onBody(req, res, pool, path, rawUrl.slice(path.length), result, trace);
+          this.onBody(req, res, pool, path, query, match, result, trace);
         } catch (err) {
           this.internalError(res, err);
         }
@@ -232,6 +242,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    match: Matched,
     result: BodyResult,
     trace: RequestTrace | undefined,
   ): void {
@@ -246,7 +257,121 @@ export class SidecarProxy {
       );
       return;
     }
-    this.serveGeneration(req, res, pool, path, query, result.body, trace);
+    if (match.route.body === 'stream') {
+      // Only a declared Content-Length over the limit is read here; a shorter body than declared
+      // never completes, so this is not reached otherwise.
+      sendError(res, 413, 'body_too_large', 'Request body is larger than the limit.');
+      return;
+    }
+    if (match.route.body === 'json') {
+      this.serveGeneration(req, res, pool, path, query, match.route, result.body, trace);
+      return;
+    }
+    this.serveStoredResponse(req, res, pool, path, query, match, result.body, trace);
+  }
+
+  /** A Content-Length over the limit: read (and dropped) by readBody, then a 413. */
+  private declaredTooLarge(req: IncomingMessage): boolean {
+    const declared = Number(req.headers['content-length']);
+    return Number.isFinite(declared) && declared > this.options.maxBodyBytes;
+  }
+
+  /**
+   * A body passed through as it arrives (multipart audio): no parsing, no holding it whole, no
+   * affinity, no model rewrite; counted against the body limit on the way (413 past it).
+   */
+  private streamThrough(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+    trace: RequestTrace | undefined,
+  ): void {
+    const body = new LimitedBody(this.options.maxBodyBytes, () => {
+      req.unpipe(body);
+      req.resume(); // read and drop the rest, so the client sees the 413 rather than a reset
+      sendError(
+        res,
+        413,
+        'body_too_large',
+        `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
+        { connection: 'close' },
+      );
+      exchange.abandon(); // called on a later body chunk, when `exchange` is set
+      body.end();
+    });
+    req.pipe(body);
+    // Answered before the body was all sent (shed, an early upstream error): read and drop the
+    // rest, or the connection would hang on a paused request.
+    res.once('finish', () => {
+      if (req.complete) return;
+      req.unpipe(body);
+      req.resume();
+    });
+    pool.balancer.recordRequest();
+    const exchange = new Exchange(this.exchangeDeps, {
+      req,
+      res,
+      pool,
+      path,
+      query,
+      raw: Buffer.alloc(0),
+      fields: undefined,
+      streamed: false,
+      affinity: {},
+      bodyStream: body,
+      trace,
+    });
+    exchange.start();
+  }
+
+  /** `GET/DELETE /v1/responses/{id}`, `POST …/cancel`: to the endpoint that stores the response. */
+  private serveStoredResponse(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+    match: Matched,
+    raw: Buffer,
+    trace: RequestTrace | undefined,
+  ): void {
+    const responseId = match.responseId as string;
+    const pinned = this.pinnedFor(res, pool, responseId);
+    if (pinned === false) return;
+    const tap =
+      match.deletesResponse === true ? this.storedResponses.forgetOnSuccess(responseId) : undefined;
+    pool.balancer.recordRequest();
+    new Exchange(this.exchangeDeps, {
+      req,
+      res,
+      pool,
+      path,
+      query,
+      raw,
+      fields: undefined,
+      streamed: false,
+      affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
+      tap,
+      trace,
+    }).start();
+  }
+
+  /**
+   * The endpoint a request about a stored response must go to (undefined: unknown id, anywhere),
+   * or false when it was answered here because that endpoint is gone.
+   */
+  private pinnedFor(
+    res: ServerResponse,
+    pool: ActivePool,
+    responseId: string,
+  ): string | undefined | false {
+    const routing = this.storedResponses.routing(pool, responseId);
+    if (routing.kind === 'anywhere') return undefined;
+    if (routing.kind === 'pinned') return routing.endpointId;
+    sendError(res, 409, 'response_endpoint_gone', routing.message);
+    return false;
   }
 
   private serveModels(
@@ -297,6 +422,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    route: InferenceRoute,
     raw: Buffer,
     trace: RequestTrace | undefined,
   ): void {
@@ -313,7 +439,7 @@ export class SidecarProxy {
     }
     const fields = body as Record<string, unknown>;
     const models = pool.policy.models;
-    if (models.length > 0) {
+    if (models.length > 0 && !(route.modelOptional === true && fields.model === undefined)) {
       const model = fields.model;
       if (typeof model !== 'string' || !models.includes(model)) {
         sendError(
@@ -325,7 +451,18 @@ export class SidecarProxy {
         return;
       }
     }
-    const affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
+    let affinity = affinityFor({ headers: req.headers, body }, pool.policy.affinity);
+    let tap: ResponseTap | undefined;
+    if (route.createsResponse === true) {
+      tap = this.storedResponses.rememberCreated;
+      const previous = fields.previous_response_id;
+      if (typeof previous === 'string') {
+        // The conversation so far lives on one server only: ahead of every other rule.
+        const pinned = this.pinnedFor(res, pool, previous);
+        if (pinned === false) return;
+        if (pinned !== undefined) affinity = { pinnedEndpointId: pinned };
+      }
+    }
     const streamed = fields.stream === true;
     trace?.generation(fields.model, streamed);
     pool.balancer.recordRequest();
@@ -339,7 +476,17 @@ export class SidecarProxy {
       fields,
       streamed,
       affinity,
+      tap,
       trace,
     }).start();
   }
+}
+
+/**
+ * The span's route: the path of a route the sidecar serves, with a stored response's id as a
+ * template (span names must stay few); undefined for an unknown path.
+ */
+function spanRoute(match: ReturnType<typeof matchRoute>, path: string): string | undefined {
+  if (match.kind !== 'route') return undefined;
+  return match.responseId === undefined ? path : path.replace(match.responseId, '{response_id}');
 }

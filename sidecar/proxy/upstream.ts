@@ -15,10 +15,17 @@
  * sockets under http-proxy 1.18 is the exchange's `destroy-upstream` effect (tested by counting
  * sockets in /proc).
  */
-import http from 'node:http';
-import https from 'node:https';
-import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type {
+  Agent,
+  ClientRequest,
+  IncomingHttpHeaders,
+  IncomingMessage,
+  OutgoingHttpHeaders,
+  RequestOptions,
+} from 'node:http';
+import { http, https } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
+import type { Readable } from 'node:stream';
 
 /** What an upstream request reports, once each at most (`onData` per chunk). */
 export interface UpstreamHandler {
@@ -66,7 +73,8 @@ export interface UpstreamRequestInit {
   method: string;
   /** Every header to send but `host`, which comes from the target. */
   headers: OutgoingHttpHeaders;
-  body: Buffer;
+  /** The whole body, or a stream passed through as it arrives (multipart uploads). */
+  body: Buffer | Readable;
   connectTimeoutMs: number;
 }
 
@@ -119,7 +127,7 @@ export class Upstream implements UpstreamClient {
  */
 export class UpstreamRequest implements UpstreamCall {
   readonly #handler: UpstreamHandler;
-  readonly #req: http.ClientRequest;
+  readonly #req: ClientRequest;
   readonly #connectTimeoutMs: number;
   #res: IncomingMessage | undefined;
   /** Set once the handler was told the end or an error, or must hear nothing more. */
@@ -127,12 +135,12 @@ export class UpstreamRequest implements UpstreamCall {
   /** Aborted before it had a socket: destroy the socket as soon as it has one. */
   #abortOnSocket = false;
 
-  constructor(init: UpstreamRequestInit, agent: http.Agent, handler: UpstreamHandler) {
+  constructor(init: UpstreamRequestInit, agent: Agent, handler: UpstreamHandler) {
     this.#handler = handler;
     this.#connectTimeoutMs = init.connectTimeoutMs;
     const { target } = init;
     init.headers.host = target.host;
-    const options: http.RequestOptions = {
+    const options: RequestOptions = {
       hostname: target.hostname,
       port: target.port,
       path: target.path,
@@ -144,7 +152,8 @@ export class UpstreamRequest implements UpstreamCall {
     this.#req.on('socket', this.#onSocket);
     this.#req.on('response', this.#onResponse);
     this.#req.on('error', this.#onError);
-    this.#req.end(init.body);
+    if (Buffer.isBuffer(init.body)) this.#req.end(init.body);
+    else init.body.pipe(this.#req);
   }
 
   /** Stops reading the response (the client is slow); `resume()` goes on. */

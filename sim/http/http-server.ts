@@ -17,7 +17,7 @@ import {
   unknownUrl,
 } from './api-error.ts';
 import { sendError } from './respond.ts';
-import type { ActionRoute, Exchange, JsonRoute, ReadRoute, Route } from './route.ts';
+import type { ActionRoute, Exchange, JsonRoute, ReadRoute, Route, UploadRoute } from './route.ts';
 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 /**
@@ -31,7 +31,8 @@ export class SimHttpServer {
   readonly #server: Server;
   readonly #reads = new Map<string, ReadRoute>();
   readonly #readPrefixes: ReadRoute[] = [];
-  readonly #posts = new Map<string, JsonRoute | ActionRoute>();
+  readonly #posts = new Map<string, JsonRoute | ActionRoute | UploadRoute>();
+  readonly #postPrefixes: ActionRoute[] = [];
   /** Paths some route serves exactly: a request with another method gets 405, not 404. */
   readonly #knownPaths = new Set<string>();
   #closing = false;
@@ -41,6 +42,10 @@ export class SimHttpServer {
     for (const route of routes) {
       if (route.kind === 'read' && route.prefix === true) {
         this.#readPrefixes.push(route);
+        continue;
+      }
+      if (route.kind === 'action' && route.prefix === true) {
+        this.#postPrefixes.push(route);
         continue;
       }
       if (route.kind === 'read') this.#reads.set(route.path, route);
@@ -97,9 +102,21 @@ export class SimHttpServer {
     if (method === 'POST') {
       const route = this.#posts.get(path);
       if (route?.kind === 'json') return this.#withJson(ex, route);
-      if (route?.kind === 'action') {
+      if (route?.kind === 'upload') {
+        return this.#withBody(ex, (body) => {
+          this.#sim.countRequest(traceparentOf(req));
+          route.handle(ex, body);
+        });
+      }
+      const action =
+        route?.kind === 'action'
+          ? route
+          : route === undefined
+            ? this.#postPrefixes.find((r) => path.startsWith(r.path))
+            : undefined;
+      if (action !== undefined) {
         req.resume();
-        return route.handle(ex);
+        return action.handle(ex);
       }
     } else if (method === 'GET' || method === 'HEAD') {
       const route =
@@ -116,6 +133,23 @@ export class SimHttpServer {
   }
 
   #withJson(ex: Exchange, route: JsonRoute): void {
+    this.#withBody(ex, (raw) => {
+      const { res } = ex;
+      if (route.inference) this.#sim.countRequest(traceparentOf(ex.req));
+      let body: unknown;
+      try {
+        body = JSON.parse(raw.toString('utf8'));
+      } catch {
+        if (route.inference) this.#sim.countBadRequest();
+        sendError(res, invalidJson());
+        return;
+      }
+      route.handle(ex, body);
+    });
+  }
+
+  /** Reads the whole body (413 past MAX_BODY_BYTES), then hands it to `handle`. */
+  #withBody(ex: Exchange, handle: (body: Buffer) => void): void {
     const { req, res } = ex;
     const chunks: Buffer[] = [];
     let size = 0;
@@ -133,23 +167,18 @@ export class SimHttpServer {
     });
     req.on('end', () => {
       if (tooBig || ex.closed || this.#closing) return;
-      const { traceparent } = req.headers;
-      if (route.inference)
-        this.#sim.countRequest(typeof traceparent === 'string' ? traceparent : undefined);
-      let body: unknown;
       try {
-        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-      } catch {
-        if (route.inference) this.#sim.countBadRequest();
-        sendError(res, invalidJson());
-        return;
-      }
-      try {
-        route.handle(ex, body);
+        handle(Buffer.concat(chunks));
       } catch (err) {
         this.#sim.log.warn({ err }, 'request handler failed');
         sendError(res, simulatorBug());
       }
     });
   }
+}
+
+/** The W3C trace context the request carried, for /admin/stats (the tracing tests read it). */
+function traceparentOf(req: { headers: Record<string, string | string[] | undefined> }) {
+  const { traceparent } = req.headers;
+  return typeof traceparent === 'string' ? traceparent : undefined;
 }

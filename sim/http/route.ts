@@ -19,7 +19,7 @@ export interface Exchange {
   job: JobHandle | undefined;
 }
 
-export type Route = ReadRoute | JsonRoute | ActionRoute;
+export type Route = ReadRoute | JsonRoute | ActionRoute | UploadRoute;
 
 /** GET (and HEAD): answers from state, reads no body. */
 export interface ReadRoute {
@@ -45,6 +45,15 @@ export interface JsonRoute {
 /** POST whose body is ignored. */
 export interface ActionRoute {
   readonly kind: 'action';
+  /** The exact path; with `prefix`, the start of the path (the rest is the route's parameter). */
   readonly path: string;
+  readonly prefix?: boolean;
   handle(ex: Exchange): void;
+}
+
+/** POST with a body the route reads itself (multipart uploads), read in full before `handle`. */
+export interface UploadRoute {
+  readonly kind: 'upload';
+  readonly path: string;
+  handle(ex: Exchange, body: Buffer): void;
 }

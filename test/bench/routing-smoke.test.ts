@@ -17,9 +17,29 @@ const run = promisify(execFile);
 const FIXTURES = fileURLToPath(new URL('../fixtures/', import.meta.url));
 const out = mkdtempSync(join(tmpdir(), 'switchyard-bench-smoke-'));
 
+interface Figures {
+  seed: number;
+  ttftMs: { p50: number; p90: number; p99: number };
+  cacheHitRate: number;
+  errorRate: number;
+}
+
+interface Affinity {
+  conversations: number;
+  laterTurns: number;
+  laterTurnsHome: number;
+  maxHomeShare: number;
+  unknownBackend: number;
+}
+
 interface Results {
-  settings: { routers: number; backends: number };
-  trace: { format: string; requestsReplayed: number; idealHitRate: number | null };
+  settings: { routers: number; backends: number; seeds: number };
+  trace: {
+    format: string;
+    requestsReplayed: number;
+    idealHitRate: number | null;
+    laterTurns: number | null;
+  };
   scenarios: Record<
     string,
     Record<
@@ -34,6 +54,8 @@ interface Results {
         throughputRps: number;
         costPer1k: number;
         share: Record<string, number>;
+        seeds: Figures[];
+        conversations?: Affinity;
       }
     >
   >;
@@ -53,7 +75,7 @@ const bench = (args: string[]) =>
 describe('switchyard bench (smoke)', () => {
   after(() => rmSync(out, { recursive: true, force: true }));
 
-  it('replays a Mooncake excerpt through two policies and writes results, report and plots', async () => {
+  it('replays a Mooncake excerpt through two policies, twice, and writes results, report and plots', async () => {
     const dir = join(out, 'mooncake');
     await bench([
       '--trace',
@@ -68,6 +90,8 @@ describe('switchyard bench (smoke)', () => {
       '0.002',
       '--speed',
       '50',
+      '--seeds',
+      '2',
       '--out',
       dir,
     ]);
@@ -75,6 +99,9 @@ describe('switchyard bench (smoke)', () => {
     assert.equal(results.trace.format, 'jsonl');
     assert.equal(results.trace.requestsReplayed, 30);
     assert.ok(results.trace.idealHitRate !== null);
+    // Chat-shaped by default: the excerpt's hash-id chains make some requests later turns.
+    assert.ok((results.trace.laterTurns ?? 0) > 0);
+    assert.equal(results.settings.seeds, 2);
     for (const policy of ['switchyard', 'round-robin']) {
       const r = results.scenarios['steady']?.[policy];
       assert.ok(r !== undefined, policy);
@@ -86,12 +113,29 @@ describe('switchyard bench (smoke)', () => {
       assert.ok(r.costPer1k > 0);
       assert.ok(Math.abs(Object.values(r.share).reduce((a, b) => a + b, 0) - 1) < 1e-9);
       assert.deepEqual(Object.keys(r.share), ['b0', 'b1', 'b2']);
+      // The medians of the two runs, each run's own figures beside them.
+      assert.deepEqual(
+        r.seeds.map((s) => s.seed),
+        [1, 2],
+      );
+      const [a, b] = r.seeds.map((s) => s.ttftMs.p99) as [number, number];
+      assert.equal(r.ttftMs.p99, (a + b) / 2);
+      // Every response named its backend, so every later turn is counted.
+      assert.ok(r.conversations !== undefined, policy);
+      assert.equal(r.conversations.unknownBackend, 0);
+      assert.ok(r.conversations.laterTurnsHome >= 0 && r.conversations.laterTurnsHome <= 1);
     }
     assert.ok(results.targets.checks.length > 0);
     const report = readFileSync(join(dir, 'report.md'), 'utf8');
     assert.match(report, /^# Routing benchmark report/);
-    assert.match(report, /\| switchyard \|/);
-    for (const plot of ['steady-ttft-cdf', 'steady-ttft-p99', 'steady-hit-rate']) {
+    assert.match(report, /\| switchyard \| [\d,]+ \([\d,]+–[\d,]+\) \|/);
+    assert.match(report, /later turns at home/);
+    for (const plot of [
+      'steady-ttft-cdf',
+      'steady-ttft-p99',
+      'steady-hit-rate',
+      'steady-share-over-time',
+    ]) {
       assert.ok(existsSync(join(dir, `${plot}.svg`)), `${plot}.svg`);
       const png = readFileSync(join(dir, `${plot}.png`));
       assert.equal(png.subarray(1, 4).toString('latin1'), 'PNG');
@@ -110,7 +154,7 @@ describe('switchyard bench (smoke)', () => {
       '--out',
       dir,
     ]);
-    assert.match(stderr, /wrote .*report\.md and 6 plots/);
+    assert.match(stderr, /wrote .*report\.md and 8 plots/);
     assert.equal(readFileSync(png).subarray(1, 4).toString('latin1'), 'PNG');
     assert.match(readFileSync(join(dir, 'report.md'), 'utf8'), /\| switchyard \|/);
     await assert.rejects(
@@ -118,6 +162,37 @@ describe('switchyard bench (smoke)', () => {
       (err: { stderr?: string; code?: number }) =>
         err.code === 2 && /--replot needs a directory an earlier run wrote/.test(err.stderr ?? ''),
     );
+  });
+
+  it('runs the conversations scenario and reports how many later turns stayed home', async () => {
+    const dir = join(out, 'conversations');
+    await bench([
+      '--trace',
+      join(FIXTURES, 'mooncake-sample.jsonl'),
+      '--policies',
+      'switchyard,oracle',
+      '--scenario',
+      'conversations',
+      '--seeds',
+      '1',
+      '--speed',
+      '50',
+      '--no-plots',
+      '--out',
+      dir,
+    ]);
+    const results = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as Results;
+    for (const policy of ['switchyard', 'oracle']) {
+      const r = results.scenarios['conversations']?.[policy];
+      assert.ok(r !== undefined, policy);
+      // 12 conversations of 6 turns per backend.
+      assert.equal(r.requests, 3 * 12 * 6);
+      assert.equal(r.errors, 0, policy);
+      assert.equal(r.conversations?.conversations, 3 * 12);
+      assert.equal(r.conversations.laterTurns, 3 * 12 * 5);
+      assert.ok(r.conversations.maxHomeShare >= 1 / 3 && r.conversations.maxHomeShare <= 1);
+    }
+    assert.match(readFileSync(join(dir, 'report.md'), 'utf8'), /\| switchyard \| [\d.]+ % \|/);
   });
 
   it('reads an Azure CSV excerpt by its content', async () => {
@@ -135,12 +210,16 @@ describe('switchyard bench (smoke)', () => {
       '0.005',
       '--speed',
       '50',
+      '--seeds',
+      '1',
       '--no-plots',
       '--out',
       dir,
     ]);
     const results = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as Results;
     assert.equal(results.trace.format, 'azure-csv');
+    // No hash ids: nothing to chain, each prompt one message.
+    assert.equal(results.trace.laterTurns, null);
     assert.equal(results.trace.idealHitRate, null);
     assert.equal(results.scenarios['steady']?.['least-connections']?.errors, 0);
   });

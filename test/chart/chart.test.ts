@@ -420,6 +420,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       'switchyard-controller',
       '--identity',
       '$(POD_NAME)',
+      '--pod-uid',
+      '$(POD_UID)',
       '--heartbeat',
       '10s',
       '--load-scrape-every',
@@ -432,6 +434,7 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       [
         ['POD_NAME', 'metadata.name'],
         ['POD_NAMESPACE', 'metadata.namespace'],
+        ['POD_UID', 'metadata.uid'],
       ],
     );
     assert.deepEqual(c.livenessProbe?.httpGet, { path: '/healthz', port: 'metrics' });

@@ -503,10 +503,10 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
       todo: 'the sidecar asks one live endpoint today (docs/sidecar.md)',
     });
     test('POST /v1/responses, streamed and not, and previous_response_id through the sidecar', {
-      todo: 'the sidecar answers 404 unknown_url today (issue 12)',
+      todo: 'the sidecar serves it (test/sidecar/inference-api.test.ts, against the simulator); not yet checked against vLLM, whose servers here would need VLLM_ENABLE_RESPONSES_API_STORE=1',
     });
     test('POST /v1/messages, streamed and not, through the sidecar', {
-      todo: 'the sidecar answers 404 unknown_url today (issue 12)',
+      todo: 'the sidecar serves it (test/sidecar/inference-api.test.ts, against the simulator); not yet checked against vLLM',
     });
     test('the sidecar balances on the ORCA endpoint-load-metrics header vLLM sends', {
       todo: 'the sidecar does not ask for it or read it yet (issue 15)',

@@ -1,15 +1,18 @@
 /**
- * No container engine runs here, so the Dockerfile cannot be built in CI. This test runs what it
- * runs, outside a container: it reads the Dockerfile, copies the files its COPY lines name (minus
- * .dockerignore), runs its `npm ci` line, and starts the entrypoint from that copy: the CLI, a
- * simulator and a sidecar serving a request through it.
+ * Replays the Dockerfile outside a container, stage by stage: each stage gets a folder that stands
+ * for its /app, its COPY lines copy from the checkout (minus .dockerignore) or from an earlier
+ * stage's folder, its RUN lines run there. The one departure: the build stage's full `npm ci`
+ * links the checkout's node_modules instead (the same lock file; it only needs typescript), so
+ * this stays cheap. Then the runtime stage's entrypoint starts from its folder: the CLI, a
+ * simulator and a sidecar serving a request through it. The image itself is built with podman by
+ * scripts/image/build.sh (test/node/).
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -17,71 +20,141 @@ import { spawnAndWait, type Spawned } from './spawn.ts';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const WORKDIR = '/app';
 
-async function dockerfile(): Promise<{ npmCi: string[]; copies: string[]; entrypoint: string[] }> {
-  const text = await readFile(join(ROOT, 'Dockerfile'), 'utf8');
-  const npmCi = /^RUN (npm ci [^&\n]+)/m.exec(text)?.[1]?.trim().split(/\s+/);
-  const copies = [...text.matchAll(/^COPY (?!--from)(\S+) \S+$/gm)]
-    .map((m) => m[1]!)
-    .filter((src) => !src.includes('*'));
-  const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(text)?.[1] ?? '[]') as string[];
-  assert.ok(
-    npmCi !== undefined && copies.length > 0 && entrypoint.length > 0,
-    'the Dockerfile has the expected shape',
-  );
-  return { npmCi, copies, entrypoint };
+type Step =
+  | { kind: 'copy'; from: string | undefined; src: string; dest: string }
+  | { kind: 'run'; command: string };
+
+interface Stage {
+  name: string | undefined;
+  base: string;
+  steps: Step[];
+  entrypoint: string[] | undefined;
 }
 
+function parseDockerfile(text: string): Stage[] {
+  const stages: Stage[] = [];
+  for (const line of text.split('\n')) {
+    const from = /^FROM (\S+)(?: AS (\S+))?$/.exec(line);
+    if (from !== null) {
+      stages.push({ base: from[1]!, name: from[2], steps: [], entrypoint: undefined });
+      continue;
+    }
+    const stage = stages.at(-1);
+    if (stage === undefined) continue;
+    const copy = /^COPY (?:--from=(\S+) )?(.+)$/.exec(line);
+    if (copy !== null) {
+      const paths = copy[2]!.split(/\s+/);
+      const dest = paths.pop()!;
+      for (const src of paths) stage.steps.push({ kind: 'copy', from: copy[1], src, dest });
+    }
+    const runLine = /^RUN (.+)$/.exec(line);
+    if (runLine !== null) stage.steps.push({ kind: 'run', command: runLine[1]! });
+    const entry = /^ENTRYPOINT (\[.*\])$/.exec(line);
+    if (entry !== null) stage.entrypoint = JSON.parse(entry[1]!) as string[];
+    if (/^WORKDIR /.test(line)) assert.equal(line, `WORKDIR ${WORKDIR}`, 'one WORKDIR, /app');
+  }
+  return stages;
+}
+
+/** A path of the image (absolute, or relative to WORKDIR) inside a stage's folder. */
+const inStage = (dir: string, path: string): string =>
+  join(dir, path.startsWith('/') ? path.slice(WORKDIR.length) : path);
+
 describe('the image’s commands, run outside a container', () => {
-  let dir: string;
+  let stages: Stage[];
+  let app: string;
   let node: string;
   let entry: string[];
   const spawned: Spawned[] = [];
+  let tmp: string;
 
   before(async () => {
-    const { npmCi, copies, entrypoint } = await dockerfile();
-    dir = await mkdtemp(join(tmpdir(), 'switchyard-image-'));
+    stages = parseDockerfile(await readFile(join(ROOT, 'Dockerfile'), 'utf8'));
+    assert.ok(stages.length >= 2, 'the Dockerfile has a build stage and a runtime stage');
+    tmp = await mkdtemp(join(tmpdir(), 'switchyard-image-'));
     const ignored = (await readFile(join(ROOT, '.dockerignore'), 'utf8'))
       .split('\n')
       .filter(Boolean);
-    for (const src of ['package.json', 'package-lock.json', ...copies]) {
-      await cp(join(ROOT, src), join(dir, src), {
-        recursive: true,
-        filter: (path) =>
-          !path.endsWith('.test.ts') &&
-          !ignored.some((i) => !i.includes('*') && path.startsWith(join(ROOT, i))),
-      });
+    const dirs = new Map<string, string>();
+    for (const [i, stage] of stages.entries()) {
+      const dir = join(tmp, stage.name ?? `stage-${i}`);
+      await mkdir(dir);
+      for (const step of stage.steps) {
+        if (step.kind === 'copy') {
+          const source =
+            step.from === undefined ? ROOT : (dirs.get(step.from) ?? assert.fail(step.from));
+          const srcPath =
+            step.from === undefined ? join(ROOT, step.src) : inStage(source, step.src);
+          // `COPY a b ./`: into a folder; `COPY bin ./bin`: to that path.
+          const target = step.dest.endsWith('/')
+            ? join(inStage(dir, step.dest), step.src.split('/').pop()!)
+            : inStage(dir, step.dest);
+          await mkdir(dirname(target), { recursive: true });
+          await cp(srcPath, target, {
+            recursive: true,
+            filter: (path) =>
+              step.from !== undefined ||
+              (!ignored.some((i) => !i.includes('*') && path.startsWith(join(ROOT, i))) &&
+                !path.endsWith('.test.ts')),
+          });
+        } else if (/^npm ci --ignore-scripts$/.test(step.command)) {
+          await symlink(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+        } else {
+          await run('sh', ['-c', step.command], { cwd: dir, timeout: 300_000 });
+        }
+      }
+      if (stage.name !== undefined) dirs.set(stage.name, dir);
+      app = dir;
     }
-    await run(npmCi[0]!, npmCi.slice(1), { cwd: dir, timeout: 300_000 });
-    // The image's entrypoint is `node /app/bin/switchyard.js`: here /app is the copy.
+    const entrypoint = stages.at(-1)!.entrypoint;
+    assert.ok(entrypoint !== undefined && entrypoint[0] === 'node', 'ENTRYPOINT ["node", ...]');
     node = process.execPath;
-    entry = entrypoint.slice(1).map((a) => a.replace('/app', dir));
+    entry = entrypoint.slice(1).map((a) => inStage(app, a));
   });
 
   after(async () => {
     await Promise.all(spawned.map((s) => s.stop()));
-    await rm(dir, { recursive: true, force: true });
+    await rm(tmp, { recursive: true, force: true });
   });
 
-  it('installs production dependencies only', () => {
-    assert.ok(existsSync(join(dir, 'node_modules/http-proxy-3')));
-    assert.ok(existsSync(join(dir, 'node_modules/@kubernetes/client-node')));
+  it('ships production dependencies and compiled JavaScript only', async () => {
+    assert.ok(existsSync(join(app, 'node_modules/http-proxy-3')));
+    assert.ok(existsSync(join(app, 'node_modules/@kubernetes/client-node')));
     for (const dev of ['typescript', 'eslint', 'prettier', 'openai', 'fast-check']) {
       assert.ok(
-        !existsSync(join(dir, 'node_modules', dev)),
+        !existsSync(join(app, 'node_modules', dev)),
         `${dev} is a dev dependency and must not be in the image`,
       );
     }
-    assert.ok(
-      !existsSync(join(dir, 'test')) && !existsSync(join(dir, 'bench')),
-      'tests and benchmarks stay out',
+    const { stdout } = await run('find', [
+      app,
+      '-path',
+      join(app, 'node_modules'),
+      '-prune',
+      '-o',
+      '-type',
+      'f',
+      '-print',
+    ]);
+    const files = stdout
+      .trim()
+      .split('\n')
+      .map((f) => f.slice(app.length + 1));
+    assert.deepEqual(
+      files.filter((f) => f !== 'package.json' && !/^dist\/.*\.js$/.test(f)),
+      [],
+      'only package.json and dist/**/*.js besides node_modules',
     );
+    for (const left of ['dist/bench', 'dist/demo', 'dist/harness', 'dist/test'])
+      assert.ok(!existsSync(join(app, left)), `${left} stays out`);
   });
 
   it('runs the CLI: --help of the sidecar and the controller', async () => {
-    const { stdout } = await run(node, [...entry, '--help'], { cwd: dir });
+    const { stdout } = await run(node, [...entry, '--help'], { cwd: app });
     assert.match(stdout, /sidecar/);
-    const controller = await run(node, [...entry, 'controller', '--help'], { cwd: dir });
+    const controller = await run(node, [...entry, 'controller', '--help'], { cwd: app });
     assert.match(controller.stdout, /--tls-cert-file/);
   });
 
@@ -90,10 +163,10 @@ describe('the image’s commands, run outside a container', () => {
       node,
       [...entry, 'sim', '--port', '0', '--name', 'image'],
       /^http:\/\/\S+$/,
-      dir,
+      app,
     );
     spawned.push(sim);
-    const pool = join(dir, 'pool.yaml');
+    const pool = join(tmp, 'pool.yaml');
     await writeFile(
       pool,
       `apiVersion: switchyard.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: image}\nspec:\n  backends: [{name: a, url: '${sim.line}/v1'}]\n`,
@@ -111,7 +184,7 @@ describe('the image’s commands, run outside a container', () => {
         '127.0.0.1:0',
       ],
       /"msg":"sidecar listening"/,
-      dir,
+      app,
     );
     spawned.push(sidecar);
     const url = (JSON.parse(sidecar.line) as { url: string }).url;

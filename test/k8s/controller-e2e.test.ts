@@ -592,7 +592,11 @@ spec:
       const counts = await Promise.all(traffic.map((x) => x.stop()));
       const sent = counts.reduce((n, c) => n + c.sent, 0);
       const failed = counts.reduce((n, c) => n + c.failed, 0);
-      assert.equal(failed, 0, `${failed} of ${sent} requests failed`);
+      assert.equal(
+        failed,
+        0,
+        `${failed} of ${sent} requests failed: ${counts.map((c) => c.firstFailure).join(' ')}`,
+      );
       recordFigure(t, {
         fault: 'control plane: API server restart',
         load: '2 sidecars, 1 request at a time each',

@@ -4,9 +4,9 @@
  * rewrites, one answering 404 like an external provider — and two controller replicas. A stream
  * reader on each replica (whichever leads) must see `load` events with the server's values, and
  * no snapshot because of them; the 404 server is asked once per replica and then left alone, with
- * nothing logged; a current sidecar on the same stream ignores the new events.
+ * nothing logged; a sidecar on the same stream counts the server's queue in its balancer.
  *
- * The servers are tiny static HTTP servers (`switchyard sim` does not serve /metrics yet).
+ * The servers are tiny static HTTP servers, so the test sets the exact values they report.
  *
  * SWITCHYARD_K8S_TESTS=0 skips it.
  */
@@ -290,7 +290,7 @@ spec:
       }
     });
 
-    it('a sidecar of today ignores the load events and stays in sync', async () => {
+    it("a sidecar applies the load events: its balancer counts the server's queue", async () => {
       const tokenFile = join(dir, 'token');
       writeFileSync(tokenFile, token);
       sidecar = await startSwitchyard(
@@ -312,6 +312,15 @@ spec:
         timeoutMs: 15_000,
       });
       assert.equal((await fetch(`${sidecar.adminUrl}/readyz`)).status, 200);
+      const [vllm, provider] = [hosts[0]!, hosts[1]!];
+      const debug = (await (await fetch(`${sidecar.adminUrl}/debug/backends`)).json()) as {
+        endpoints: { id: string; load: number; reported: Record<string, number> | null }[];
+      };
+      const seen = debug.endpoints.find((e) => e.id === id(vllm))!;
+      const { ageMs: _, ...reported } = seen.reported ?? {};
+      assert.deepEqual(reported, { running: 7, waiting: 0, kvCacheUsage: 0.9 });
+      assert.equal(seen.load, 7, "the server's running requests, none of them this sidecar's");
+      assert.equal(debug.endpoints.find((e) => e.id === id(provider))!.reported, null);
       const complaints = sidecar
         .output()
         .split('\n')

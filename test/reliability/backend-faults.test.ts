@@ -43,6 +43,12 @@ describe('backend faults through a real sidecar', () => {
     await healthy.stop();
   });
 
+  /**
+   * The fault backends count every connection and request they get, and play their fault to
+   * each: the sidecar's load scrape (GET /metrics) would be counted as an attempt. Off here.
+   */
+  const NO_SCRAPE = ['--load-scrape-every', '0'];
+
   /** A sidecar routing to `faultyUrl` first and the healthy simulator second. */
   const failoverTo = (faultyUrl: string): Promise<SidecarOnPool> =>
     sidecarOn(
@@ -50,6 +56,7 @@ describe('backend faults through a real sidecar', () => {
         [`{name: faulty, url: '${faultyUrl}/v1'}`, `{name: healthy, url: '${healthy.url}/v1'}`],
         POLICY,
       ),
+      NO_SCRAPE,
     );
 
   /**
@@ -63,7 +70,9 @@ describe('backend faults through a real sidecar', () => {
   ): Promise<void> {
     const faulty = await startFaultBackend(fault);
     const { sidecar, stop } =
-      yaml === undefined ? await failoverTo(faulty.url) : await sidecarOn(yaml(faulty.url));
+      yaml === undefined
+        ? await failoverTo(faulty.url)
+        : await sidecarOn(yaml(faulty.url), NO_SCRAPE);
     try {
       await body(faulty, sidecar);
     } finally {

@@ -25,6 +25,11 @@ export interface Recorder {
 export async function recorder(): Promise<Recorder> {
   const seen: Seen[] = [];
   const server = http.createServer((req, res) => {
+    if (req.method === 'GET' && req.url === '/metrics') {
+      // The sidecar's load scrape, not a request a client sent: no metrics here, not recorded.
+      res.writeHead(404).end();
+      return;
+    }
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {

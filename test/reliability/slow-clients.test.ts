@@ -28,7 +28,11 @@ describe('slow-loris clients', () => {
 
   before(async () => {
     sim = await startSim('a', ['--slots', '64']);
-    fixture = await sidecarOn(poolYaml([`{name: a, url: '${sim.url}/v1'}`]));
+    // No load scrape: its keep-alive connection would blur the file-handle count.
+    fixture = await sidecarOn(poolYaml([`{name: a, url: '${sim.url}/v1'}`]), [
+      '--load-scrape-every',
+      '0',
+    ]);
   });
   after(async () => {
     await fixture?.stop();

@@ -126,6 +126,8 @@ describe('random malformed upstream responses', () => {
           'timeouts: {connect: 200ms, firstByte: 300ms, idle: 300ms}',
         ],
       ),
+      // The fault backend plays its current fault to every request, a load scrape included.
+      ['--load-scrape-every', '0'],
     );
   });
   after(async () => {

@@ -21,6 +21,11 @@ async function recordingBackend(
 ): Promise<{ url: string; seen: Seen[]; close(): Promise<void> }> {
   const seen: Seen[] = [];
   const server = http.createServer((req, res) => {
+    if (req.method !== 'POST') {
+      // The sidecar's load scrape (GET /metrics): no metrics here, like an external provider.
+      res.writeHead(404).end();
+      return;
+    }
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {

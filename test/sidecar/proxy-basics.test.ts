@@ -155,5 +155,11 @@ describe('sidecar proxy, through real simulators with the openai client', () => 
   test('reports health and readiness', async () => {
     assert.equal((await fetch(`${pool.sidecar.adminUrl}/healthz`)).status, 200);
     assert.equal((await fetch(`${pool.sidecar.adminUrl}/readyz`)).status, 200);
+    // A pool file is a configuration from the first moment: started at once.
+    const startupz = await fetch(`${pool.sidecar.adminUrl}/startupz`);
+    assert.deepEqual(
+      [startupz.status, await startupz.json()],
+      [200, { status: 'started', reason: 'configured' }],
+    );
   });
 });

@@ -16,6 +16,7 @@ import {
   reportPath,
   snapshotStreamPath,
   type EndpointHealthReport,
+  type PoolLoad,
   type PoolSnapshot,
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
@@ -557,6 +558,23 @@ describe('controller client', () => {
     assert.match(rejected[1]!.msg, /not valid JSON/);
     assert.match(JSON.stringify(rejected[2]!.errors), /duplicate endpoint id/);
     assert.match(rejected[3]!.msg, /another pool/);
+    assert.equal(fc.connections.length, 1, 'the stream stays open');
+  });
+
+  test('load events reach onLoad between snapshots; a bad one is dropped quietly', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    const loads: PoolLoad[] = [];
+    const h = await client(t, fc, { onLoad: (load) => loads.push(load) });
+    await eventually(() => h.applied.length === 1, 'the snapshot');
+    fc.broadcast(sseEvent('{"endpoints": [', 'load'));
+    fc.broadcast(sseEvent({ endpoints: [{ id: 'a', waiting: -1, ageMs: 0 }] }, 'load'));
+    fc.broadcast(sseEvent({ endpoints: [{ id: 'a', running: 3, waiting: 1, ageMs: 40 }] }, 'load'));
+    await eventually(() => loads.length === 1, 'the good load event');
+    assert.deepEqual(loads[0], { endpoints: [{ id: 'a', running: 3, waiting: 1, ageMs: 40 }] });
+    assert.equal(h.applied.length, 1, 'load changes no snapshot');
+    assert.equal(logged(h, 'debug', /load event ignored/).length, 2);
+    assert.equal(logged(h, 'error', /./).length, 0, 'nothing above debug');
     assert.equal(fc.connections.length, 1, 'the stream stays open');
   });
 

@@ -13,13 +13,13 @@
  * endpoint may carry an `apiKey`). JSON syntax errors are logged without their message, which
  * quotes the offending text.
  */
-import http from 'node:http';
-import https from 'node:https';
+import { http, https } from '../../../lib/node-http.ts';
 import type { Logger } from 'pino';
 import {
   reportPath,
   snapshotStreamPath,
   type EndpointHealthReport,
+  type PoolLoad,
   type PoolSnapshot,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
@@ -60,6 +60,11 @@ export interface ControllerClientOptions {
    * as not applied (logged; the same snapshot is offered again after the next reconnect).
    */
   onSnapshot(snapshot: PoolSnapshot, source: SnapshotSource): void;
+  /**
+   * The load the pool's servers reported, as the controller scraped it (a `load` event, about
+   * once a second). Optional: without it load events are ignored, as by sidecars before them.
+   */
+  onLoad?: ((load: PoolLoad) => void) | undefined;
   /** Per-endpoint health for reports (see `endpointHealth` in endpoint-health.ts). */
   currentEndpoints(): EndpointHealthReport[];
   /** Randomness for the jitter, in [0, 1); injectable for tests. */
@@ -207,6 +212,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
     onSnapshot: (snapshot) => {
       if (applier.accept(snapshot, 'stream')) reporter.sendNow();
     },
+    onLoad: (load) => options.onLoad?.(load),
   });
 
   let closing: Promise<void> | undefined;

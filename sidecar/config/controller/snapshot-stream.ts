@@ -4,8 +4,11 @@ import type https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import {
+  LOAD_EVENT,
   SNAPSHOT_PROTOCOL_VERSION,
+  parseLoad,
   parseSnapshot,
+  type PoolLoad,
   type PoolSnapshot,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
@@ -70,6 +73,8 @@ export interface SnapshotStreamOptions {
   onDisconnected(): void;
   /** A valid snapshot of our pool arrived. */
   onSnapshot(snapshot: PoolSnapshot): void;
+  /** A valid `load` event arrived: what the pool's servers last reported. */
+  onLoad(load: PoolLoad): void;
 }
 
 /**
@@ -279,6 +284,10 @@ export class SnapshotStream {
   #onEvent(event: SseEvent): void {
     const { log, namespace, pool } = this.#options;
     if (this.#closed) return;
+    if (event.type === LOAD_EVENT) {
+      this.#onLoad(event);
+      return;
+    }
     if (event.type !== 'snapshot') {
       log.debug({ type: event.type }, 'ignoring an event of unknown type');
       return;
@@ -311,6 +320,27 @@ export class SnapshotStream {
       return;
     }
     this.#options.onSnapshot(snapshot);
+  }
+
+  /**
+   * A `load` event: advisory, so a bad one is dropped at debug level (the next arrives within a
+   * second) and never affects the snapshot in force.
+   */
+  #onLoad(event: SseEvent): void {
+    const { log } = this.#options;
+    let value: unknown;
+    try {
+      value = JSON.parse(event.data);
+    } catch {
+      log.debug({ size: event.data.length }, 'load event ignored: not valid JSON');
+      return;
+    }
+    const parsed = parseLoad(value);
+    if (!parsed.ok) {
+      log.debug({ errors: parsed.errors }, 'load event ignored: it does not match the load schema');
+      return;
+    }
+    this.#options.onLoad(parsed.value);
   }
 
   #logRefusal(status: number, code: string | undefined): void {

@@ -15,7 +15,7 @@ function harness(
   t: TestContext,
   pools: Map<string, { id: string; url: string }[]>,
   answers: Map<string, ScrapeOutcome>,
-  extra: Partial<LoadMonitorOptions> = {},
+  extra: Partial<LoadMonitorOptions<string>> = {},
 ) {
   t.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
   let clock = 0;

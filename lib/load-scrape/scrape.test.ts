@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { MAX_REPORT_CHARS } from '../../lib/model-server-load.ts';
+import { MAX_REPORT_CHARS } from '../model-server-load.ts';
 import { scrapeLoad } from './scrape.ts';
 
 const VLLM = `# HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -1,8 +1,9 @@
 /**
- * Server-reported load (docs/controller.md, "Server-reported load"): every replica scrapes the
- * `/metrics` of the endpoints of the pools that have sidecars subscribed to it, and streams each
- * pool's load to them as `load` events once a period. The schedule and the back-offs are decided
- * in load/scrape-schedule.ts (pure); this shell runs the timers, at most `concurrency` scrapes at
+ * Server-reported load (docs/controller.md, "Server-reported load"): scrapes the `/metrics` of the
+ * endpoints of a set of pools and publishes each pool's load once a period. The controller runs
+ * one per replica over the pools its sidecars subscribe to (publishing `load` events); a
+ * standalone sidecar runs one over its own pool (publishing into its balancer). The schedule and the back-offs are decided
+ * in scrape-schedule.ts (pure); this shell runs the timers, at most `concurrency` scrapes at
  * once, and logs only when a server changes between reporting, failing and having no metrics.
  *
  * Targets come only from the snapshots being served (`pools`): nothing else is ever scraped. A
@@ -10,8 +11,7 @@
  */
 import type { Logger } from 'pino';
 import { metricsUrl, type PoolLoad } from '../../crds/snapshot.ts';
-import type { RandomFn } from '../../lib/rng.ts';
-import type { PoolKey } from '../core/pool-index.ts';
+import type { RandomFn } from '../rng.ts';
 import { scrapeLoad, type ScrapeOptions } from './scrape.ts';
 import {
   ScrapeSchedule,
@@ -23,7 +23,7 @@ import {
 /** How a scrape ended, as the metric labels it. */
 export type ScrapeResult = 'ok' | 'no_metrics' | 'timeout' | 'error';
 
-export interface LoadMonitorOptions {
+export interface LoadMonitorOptions<K> {
   /** How often each endpoint is scraped and each pool's load is sent. */
   periodMs: number;
   /** Scrapes at once. Default 16. */
@@ -33,10 +33,10 @@ export interface LoadMonitorOptions {
   /** How long a server without load metrics is left alone. Default 10 min. */
   noMetricsBackoffMs?: number;
   logger: Logger;
-  /** The pools with subscribers on this replica, with the endpoints of the snapshot they have. */
-  pools: () => ReadonlyMap<PoolKey, readonly { id: string; url: string }[]>;
-  /** Sends a pool's load to its subscribers on this replica. */
-  publish: (key: PoolKey, load: PoolLoad) => void;
+  /** The pools to watch (keyed by anything), with the endpoints of each. */
+  pools: () => ReadonlyMap<K, readonly { id: string; url: string }[]>;
+  /** Hands on a pool's load (to its subscribers, or to the balancer). */
+  publish: (key: K, load: PoolLoad) => void;
   onScrape?: (result: ScrapeResult, seconds: number) => void;
   /** Replaces the HTTP scrape (tests). */
   scrape?: (url: string, options: ScrapeOptions) => Promise<ScrapeOutcome>;
@@ -55,20 +55,20 @@ function resultOf(outcome: ScrapeOutcome): ScrapeResult {
   }
 }
 
-export class LoadMonitor {
-  readonly #options: LoadMonitorOptions;
+export class LoadMonitor<K = string> {
+  readonly #options: LoadMonitorOptions<K>;
   readonly #schedule: ScrapeSchedule;
   readonly #concurrency: number;
   readonly #timeoutMs: number;
   readonly #now: () => number;
   readonly #stopping = new AbortController();
   /** How many endpoints each pool's last message listed: an empty one is sent once, to clear. */
-  readonly #sent = new Map<PoolKey, number>();
+  readonly #sent = new Map<K, number>();
   #tickTimer: NodeJS.Timeout | undefined;
   #pumpTimer: NodeJS.Timeout | undefined;
   #inFlight = 0;
 
-  constructor(options: LoadMonitorOptions) {
+  constructor(options: LoadMonitorOptions<K>) {
     this.#options = options;
     this.#now = options.now ?? (() => performance.now());
     this.#schedule = new ScrapeSchedule(
@@ -99,7 +99,7 @@ export class LoadMonitor {
   /** Follows the pools being served, then sends each one's load. */
   #tick(): void {
     const now = this.#now();
-    const pools = new Map<PoolKey, { id: string; target: string }[]>();
+    const pools = new Map<K, { id: string; target: string }[]>();
     const targets = new Set<string>();
     for (const [key, endpoints] of this.#options.pools()) {
       const list: { id: string; target: string }[] = [];

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { mulberry32 } from '../../lib/rng.ts';
+import { mulberry32 } from '../rng.ts';
 import { SCRAPE_SCHEDULE_DEFAULTS, ScrapeSchedule, type ScrapeOutcome } from './scrape-schedule.ts';
 
 const A = 'http://10.0.0.1:8000/metrics';

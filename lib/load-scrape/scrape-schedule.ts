@@ -1,6 +1,6 @@
 /**
  * When to scrape each model server's `/metrics` for its load, and what the last scrape said
- * (docs/controller.md, "Server-reported load"). The shell (load/monitor.ts) asks which targets
+ * (docs/controller.md, "Server-reported load"). The shell (monitor.ts) asks which targets
  * are due, scrapes them, and records each outcome here; it then builds each pool's `load` message
  * from the samples with `poolLoad`.
  *
@@ -21,8 +21,8 @@
  * Pure: time comes in as `nowMs`, randomness as an `Rng`; nothing is scheduled here.
  */
 import type { PoolLoad } from '../../crds/snapshot.ts';
-import type { ModelServerLoad } from '../../lib/model-server-load.ts';
-import type { RandomFn } from '../../lib/rng.ts';
+import type { ModelServerLoad } from '../model-server-load.ts';
+import type { RandomFn } from '../rng.ts';
 
 export interface ScrapeScheduleOptions {
   /** How often each target is scraped. */
