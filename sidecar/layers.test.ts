@@ -1,5 +1,6 @@
 /**
- * The sidecar is a one-way stack: sidecar.ts (wiring) → admin → proxy → config → policy. A layer
+ * The sidecar is a one-way stack: sidecar.ts (wiring) → admin → proxy → telemetry → config →
+ * policy. A layer
  * may import its own and the layers below it, never one above; the shells reach the pure policy
  * core only through its public API, policy/index.ts; and the sidecar never imports the controller.
  */
@@ -13,7 +14,7 @@ const SIDECAR = dirname(fileURLToPath(import.meta.url));
 const ROOT = dirname(SIDECAR);
 
 /** Lowest first. */
-const LAYERS = ['policy', 'config', 'proxy', 'admin', 'sidecar'] as const;
+const LAYERS = ['policy', 'config', 'telemetry', 'proxy', 'admin', 'sidecar'] as const;
 type Layer = (typeof LAYERS)[number];
 
 function layerOf(file: string): Layer | undefined {

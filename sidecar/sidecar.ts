@@ -12,6 +12,7 @@ import { startControllerSource } from './config/controller-source.ts';
 import type { Clock, Picker, Rng } from './policy/index.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy } from './proxy/proxy-server.ts';
+import { startProxyTracing } from './telemetry/start-proxy-tracing.ts';
 
 export type { ConfigSource, HostPort };
 export { ConfigError } from './config/config-error.ts';
@@ -88,6 +89,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     config = await startControllerSource({ ...clientOptions, active, logger });
   }
 
+  const tracer = await startProxyTracing(options.env, poolName, logger);
   let draining = false;
   const startedAtMs = performance.now();
   const startupGraceMs = options.startupGraceMs ?? 30_000;
@@ -111,6 +113,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     maxBodyBytes: options.maxBodyBytes,
     nowMs: () => performance.now(),
     isDraining: () => draining,
+    tracer,
   });
   const admin = createAdminServer({
     pool: () => active.current(),
@@ -146,6 +149,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
         logger.warn({ cut: proxy.inProgress }, 'grace period over: closing the remaining streams');
       proxy.server.closeAllConnections();
       proxy.close();
+      // The last spans (those of the drained requests) are exported before the process exits.
+      await tracer?.shutdown();
       admin.closeAllConnections();
       await new Promise<void>((r) => admin.close(() => r()));
       logger.info('sidecar stopped');

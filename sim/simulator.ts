@@ -40,6 +40,11 @@ export interface SimStats {
   promptTokens: number;
   cachedPromptTokens: number;
   completionTokens: number;
+  /**
+   * The W3C `traceparent` header of the last inference request, null when it had none: what a
+   * tracing proxy in front propagated (its attempt span's context).
+   */
+  lastTraceparent: string | null;
 }
 
 /** The subset of a pino logger the simulator uses. */
@@ -66,6 +71,7 @@ export class Simulator {
   #badRequests = 0;
   /** Numbers the responses of admitted requests (their ids); never reset. */
   #seq = 0;
+  #lastTraceparent: string | null = null;
 
   constructor(opts: SimOptions, deps: SimulatorDeps) {
     this.#opts = opts;
@@ -122,6 +128,7 @@ export class Simulator {
       promptTokens: c.promptTokens,
       cachedPromptTokens: c.cachedPromptTokens,
       completionTokens: c.completionTokens,
+      lastTraceparent: this.#lastTraceparent,
     };
   }
 
@@ -143,11 +150,14 @@ export class Simulator {
   reset(): void {
     this.#requests = 0;
     this.#badRequests = 0;
+    this.#lastTraceparent = null;
     this.engine.reset();
   }
 
-  countRequest(): void {
+  /** An inference request arrived, with this `traceparent` header (or none). */
+  countRequest(traceparent?: string): void {
     this.#requests++;
+    this.#lastTraceparent = traceparent ?? null;
   }
 
   countBadRequest(): void {

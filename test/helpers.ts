@@ -83,6 +83,7 @@ export interface SimStats {
   rateLimited: number;
   stalled: number;
   completed: number;
+  lastTraceparent: string | null;
 }
 
 export const simStats = (sim: RunningProcess): Promise<SimStats> =>

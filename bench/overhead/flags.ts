@@ -6,7 +6,15 @@ import { numberFlag, numberListFlag, readFlags, usageError } from '../common/fla
 import { REPO } from '../common/repo.ts';
 import type { Pacer } from './load.ts';
 
-export const ALL_TARGETS = ['direct', 'sidecar', 'bare', 'haproxy', 'nginx'] as const;
+export const ALL_TARGETS = [
+  'direct',
+  'sidecar',
+  'sidecar-traced',
+  'sidecar-traced-1pct',
+  'bare',
+  'haproxy',
+  'nginx',
+] as const;
 /**
  * The memory what-if: with V8's default limits on a machine with a lot of RAM, the old space
  * grows under load and is not given back; a capped heap keeps RSS down at the same CPU cost.
@@ -39,7 +47,9 @@ const HELP = `npm run bench:overhead -- [flags]
   --profile-seconds <s>     CPU-profiled closed-loop pass, 0 to skip (default 8; quick 2)
   --profile-concurrency <n> its concurrency (default 64)
   --no-pin                  do not pin the profiled proxy to a core of its own (taskset)
-  --targets <list>          subset of direct,sidecar,bare,haproxy,nginx (default all; absent peers skip)
+  --targets <list>          subset of direct,sidecar,sidecar-traced,sidecar-traced-1pct,bare,haproxy,
+                            nginx (default all; absent peers skip); the traced sidecars export
+                            OpenTelemetry spans of 100 % and 1 % of requests to a local sink
   --sidecar-variant <flags> also measure memory and c=64 throughput of a sidecar started with
                             these node flags (default "--max-old-space-size=96
                             --max-semi-space-size=4"; "" to skip)

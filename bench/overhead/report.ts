@@ -136,6 +136,8 @@ const signed = (x: number | undefined): string =>
 const LABEL: Record<string, string> = {
   direct: 'direct (no proxy)',
   sidecar: 'switchyard sidecar',
+  'sidecar-traced': 'sidecar, tracing 100 %',
+  'sidecar-traced-1pct': 'sidecar, tracing 1 %',
   bare: 'bare http-proxy-3',
   haproxy: 'HAProxy',
   nginx: 'nginx',

@@ -9,6 +9,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { startOtlpReceiver, type OtlpReceiver } from '../../harness/otlp-receiver.ts';
 import { rssMb } from '../../harness/proc.ts';
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
 import { stderrLog } from '../common/log.ts';
@@ -45,6 +46,8 @@ export interface OverheadRun {
   /** `direct` first, then every proxy that started and answered. */
   targets: Target[];
   proxies: Target[];
+  /** Where the traced sidecars export their spans: a receiver that only counts them. */
+  traceSink: OtlpReceiver;
   /** Each proxy's RSS right after start, and after the warm-up. */
   rssAfterStart: Map<string, number | undefined>;
   rssAfterWarmUp: Map<string, number | undefined>;
@@ -173,11 +176,27 @@ function poolYaml(backendUrl: string): string {
   ].join('\n');
 }
 
-export function startSidecar(poolFile: string, nodeArgs: string[] = []): Promise<RunningProcess> {
+export function startSidecar(
+  poolFile: string,
+  nodeArgs: string[] = [],
+  env: Record<string, string> = {},
+): Promise<RunningProcess> {
   return startSwitchyard(
     ['sidecar', '--pool-file', poolFile, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'],
-    { nodeArgs, timeoutMs: 20_000 },
+    { nodeArgs, env, timeoutMs: 20_000 },
   );
+}
+
+/**
+ * A sidecar tracing `ratio` of its requests (the bench's requests carry no traceparent, so the
+ * ratio decides) to `sink`, with the SDK's default batching: what a deployment would run.
+ */
+function tracingEnv(sink: OtlpReceiver, ratio: number): Record<string, string> {
+  return {
+    OTEL_EXPORTER_OTLP_ENDPOINT: sink.url,
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: String(ratio),
+  };
 }
 
 /** The first line of an error, plus the line that says what went wrong when that is later. */
@@ -205,6 +224,7 @@ export async function startTargets(
   const poolDir = tempDir('pool');
   const poolFile = join(poolDir, 'pool.yaml');
   writeFileSync(poolFile, poolYaml(backend.url));
+  const traceSink = await startOtlpReceiver({ keepSpans: false });
 
   const addPeer = async (
     name: string,
@@ -226,6 +246,18 @@ export async function startTargets(
       'sidecar',
       () => startSidecar(poolFile),
       'switchyard sidecar, default settings, pool of one backend',
+    );
+  if (wants(flags, 'sidecar-traced'))
+    await addPeer(
+      'sidecar-traced',
+      () => startSidecar(poolFile, [], tracingEnv(traceSink, 1)),
+      'the sidecar exporting a server and an attempt span of every request (OTLP/HTTP to a local sink)',
+    );
+  if (wants(flags, 'sidecar-traced-1pct'))
+    await addPeer(
+      'sidecar-traced-1pct',
+      () => startSidecar(poolFile, [], tracingEnv(traceSink, 0.01)),
+      'the sidecar exporting the spans of 1 % of requests (trace-id ratio) to a local sink',
     );
   if (wants(flags, 'bare'))
     await addPeer(
@@ -279,6 +311,7 @@ export async function startTargets(
     poolFile,
     targets,
     proxies,
+    traceSink,
     rssAfterStart: new Map(
       proxies.map((t) => [t.name, t.pid === undefined ? undefined : rssMb(t.pid)]),
     ),
@@ -298,4 +331,11 @@ export async function warmUp(run: OverheadRun): Promise<void> {
 /** The proxies are done with once memory is measured (the variant and profiles start their own). */
 export async function stopProxies(run: OverheadRun): Promise<void> {
   for (const t of run.proxies) await t.stop?.();
+  // After the stops: a stopping sidecar exports its last spans.
+  const sink = run.traceSink.stats();
+  if (sink.requests > 0)
+    run.results.notes.push(
+      `The traced sidecars sent ${sink.requests.toLocaleString('en-US')} OTLP export requests (${(sink.bytes / 1e6).toFixed(1)} MB) to the local sink.`,
+    );
+  await run.traceSink.close();
 }

@@ -54,6 +54,24 @@ export const InjectionConfigSchema = Type.Object(
     setOpenaiBaseUrl: Type.Boolean({ default: true }),
     /** Namespaces whose pods are never injected (the webhook's namespaceSelector says the same). */
     excludeNamespaces: Type.Array(Type.String({ minLength: 1 }), { default: [] }),
+    /**
+     * OpenTelemetry for the injected sidecars: set as the standard OTEL_* variables in the
+     * sidecar container. Absent: no tracing (the sidecar loads no OpenTelemetry code).
+     */
+    tracing: Type.Optional(
+      Type.Object(
+        {
+          /** The collector's OTLP/HTTP base URL (OTEL_EXPORTER_OTLP_ENDPOINT). */
+          otlpEndpoint: Type.String({ pattern: '^https?://[^\\s/]+(/.*)?$' }),
+          /** OTEL_SERVICE_NAME of the sidecars. */
+          serviceName: Type.String({ minLength: 1, default: 'switchyard-sidecar' }),
+          /** OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (docs/tracing.md). */
+          sampler: Type.String({ minLength: 1, default: 'parentbased_always_on' }),
+          samplerArg: Type.Optional(Type.String({ minLength: 1 })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
     probes: Type.Object(
       {
         startup: ProbeTimingSchema,

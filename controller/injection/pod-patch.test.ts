@@ -294,6 +294,48 @@ describe('decideInjection', () => {
     assert.equal(out.spec.containers[0]?.env?.[0]?.value, 'http://127.0.0.1:18080/v1');
   });
 
+  it('gives the sidecar the OTEL_* variables of a tracing configuration, and none without', () => {
+    type EnvVar = { name: string; value?: string };
+    const sidecarEnv = (c: InjectionConfig): EnvVar[] =>
+      (apply(pod(), decide(pod(), c)) as Pod).spec.initContainers?.[0]?.['env'] as EnvVar[];
+    assert.deepEqual(
+      sidecarEnv(config()).map((e) => e.name),
+      ['POD_NAME', 'POD_NAMESPACE'],
+    );
+    const resource = {
+      name: 'OTEL_RESOURCE_ATTRIBUTES',
+      value: 'k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE)',
+    };
+    const endpoint = 'http://otel-collector.observability:4318';
+    assert.deepEqual(sidecarEnv(config({ tracing: { otlpEndpoint: endpoint } })).slice(2), [
+      { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: endpoint },
+      { name: 'OTEL_SERVICE_NAME', value: 'switchyard-sidecar' },
+      { name: 'OTEL_TRACES_SAMPLER', value: 'parentbased_always_on' },
+      resource,
+    ]);
+    const sampled = config({
+      tracing: {
+        otlpEndpoint: endpoint,
+        serviceName: 'chat-sidecar',
+        sampler: 'parentbased_traceidratio',
+        samplerArg: '0.05',
+      },
+    });
+    assert.deepEqual(sidecarEnv(sampled).slice(2), [
+      { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: endpoint },
+      { name: 'OTEL_SERVICE_NAME', value: 'chat-sidecar' },
+      { name: 'OTEL_TRACES_SAMPLER', value: 'parentbased_traceidratio' },
+      { name: 'OTEL_TRACES_SAMPLER_ARG', value: '0.05' },
+      resource,
+    ]);
+    const bad = parseInjectionConfig({
+      controllerUrl: 'https://c:8443',
+      image: 'i',
+      tracing: { otlpEndpoint: 'collector:4318' },
+    });
+    assert.equal(bad.ok, false);
+  });
+
   it('never throws, and its patch always applies, on arbitrary pod shapes', () => {
     const container = fc.record(
       {

@@ -118,6 +118,7 @@ export function sidecarContainer(config: InjectionConfig, pool: string): Record<
     env: [
       { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
       { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+      ...tracingEnv(config.tracing),
     ],
     ports: [{ name: 'sy-admin', containerPort: config.adminPort, protocol: 'TCP' }],
     resources: config.resources,
@@ -275,4 +276,26 @@ export function decideInjection(input: InjectionInput): InjectionDecision {
   }
   if (patch.length === 0) return { kind: 'unchanged' };
   return { kind: 'injected', patch, warnings };
+}
+
+/**
+ * The OTEL_* variables that turn the sidecar's tracing on (docs/tracing.md); none without a
+ * tracing configuration. The pod's name and namespace become resource attributes, so a trace
+ * names the pod whose sidecar routed it.
+ */
+function tracingEnv(tracing: InjectionConfig['tracing']): { name: string; value: string }[] {
+  if (tracing === undefined) return [];
+  return [
+    { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: tracing.otlpEndpoint },
+    { name: 'OTEL_SERVICE_NAME', value: tracing.serviceName },
+    { name: 'OTEL_TRACES_SAMPLER', value: tracing.sampler },
+    ...(tracing.samplerArg === undefined
+      ? []
+      : [{ name: 'OTEL_TRACES_SAMPLER_ARG', value: tracing.samplerArg }]),
+    // $(VAR) expands variables defined earlier in the same env list (POD_NAME, POD_NAMESPACE).
+    {
+      name: 'OTEL_RESOURCE_ATTRIBUTES',
+      value: 'k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE)',
+    },
+  ];
 }

@@ -41,6 +41,7 @@ import type {
   AffinityResult,
   Attempt,
   Clock,
+  EndpointReading,
   EndpointSpec,
   EndpointStatus,
   Outcome,
@@ -380,6 +381,18 @@ export class Balancer implements PoolBalancer {
         costPerMTok: s.spec.costPerMTok,
       };
     });
+  }
+
+  endpointReading(endpointId: string): EndpointReading | undefined {
+    const state = this.#states.get(endpointId);
+    if (state === undefined) return undefined;
+    return {
+      breaker: state.breaker.state,
+      ewmaTtftMs: this.#ewma.valueMs(state.id),
+      ewmaSeeded: !this.#ewma.hasSamples(state.id),
+      load: this.#load(state, this.#now()),
+      inFlight: state.inFlight,
+    };
   }
 
   #reportedStatus(

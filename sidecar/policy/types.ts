@@ -156,6 +156,19 @@ export interface PoolBalancer {
    */
   tryRetry(attemptsSoFar: number): RetryDecision;
   status(): EndpointStatus[];
+  /** One endpoint's standing now, for a trace of why it was picked; undefined when unknown. */
+  endpointReading(endpointId: string): EndpointReading | undefined;
+}
+
+/** The part of an endpoint's status a pick weighed, read cheaply for one endpoint. */
+export interface EndpointReading {
+  breaker: BreakerState;
+  ewmaTtftMs: number;
+  /** Still the seeded EWMA: no TTFT sample of its own yet. */
+  ewmaSeeded: boolean;
+  /** `inFlight` corrected by the server's load report (what least-loaded compares). */
+  load: number;
+  inFlight: number;
 }
 
 export type RetryDecision =

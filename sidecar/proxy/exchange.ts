@@ -21,7 +21,8 @@ import {
   parseOrcaHeader,
 } from '../../lib/model-server-load.ts';
 import type { ActivePool } from '../config/active-pool.ts';
-import type { AffinityInput, Attempt, EndpointSpec } from '../policy/index.ts';
+import type { AffinityInput, AffinityResult, Attempt, EndpointSpec } from '../policy/index.ts';
+import type { AttemptTrace, RequestTrace } from '../telemetry/types.ts';
 import {
   INITIAL_STATE,
   awaitsFirstByte,
@@ -77,6 +78,8 @@ export interface ExchangeInit {
   streamed: boolean;
   /** What affinity hashes on: the prompt's blocks (`Prefix`) or the header's value (`Header`). */
   affinity: AffinityInput;
+  /** The request's server span, when tracing is on. */
+  trace?: RequestTrace | undefined;
   /**
    * A body passed through as it arrives instead of `raw` (multipart uploads): it can be sent
    * once only, so such a request is never retried.
@@ -105,6 +108,7 @@ export class Exchange {
   readonly res: ServerResponse;
   readonly pool: ActivePool;
   readonly streamed: boolean;
+  readonly trace: RequestTrace | undefined;
   /** Attempts sent so far (the `x-switchyard-attempts` header). */
   attempts = 0;
   readonly #path: string;
@@ -133,6 +137,7 @@ export class Exchange {
     this.res = init.res;
     this.pool = init.pool;
     this.streamed = init.streamed;
+    this.trace = init.trace;
     this.#path = init.path;
     this.#query = init.query;
     this.#raw = init.raw;
@@ -174,6 +179,7 @@ export class Exchange {
     });
     if (pick.kind === 'shed') {
       metrics.shed.inc();
+      this.trace?.shed();
       const seconds = Math.max(1, Math.ceil(pick.retryAfterMs / 1000));
       const pinned = this.#affinity.pinnedEndpointId;
       sendError(
@@ -188,7 +194,7 @@ export class Exchange {
       return;
     }
     metrics.affinityResult(pick.affinity);
-    this.#send(pick.attempt);
+    this.#send(pick.attempt, pick.affinity);
   }
 
   /**
@@ -202,6 +208,7 @@ export class Exchange {
     const { metrics, logger } = this.deps;
     const decision = this.pool.balancer.tryRetry(this.attempts);
     if (decision.kind !== 'retry') {
+      this.trace?.retryVerdict(decision.kind);
       if (decision.kind === 'budget-exhausted') metrics.retryBudgetExhausted.inc();
       return false;
     }
@@ -210,13 +217,17 @@ export class Exchange {
       exclude: this.#tried,
       requestBytes: this.#raw.length,
     });
-    if (pick.kind === 'shed') return false;
+    if (pick.kind === 'shed') {
+      this.trace?.retryVerdict('no-endpoint');
+      return false;
+    }
+    this.trace?.retryVerdict('retry');
     metrics.retries.inc();
     logger.debug(
       { from: this.#sent.at(-1)?.attempt.endpoint.id, to: pick.attempt.endpoint.id },
       'retrying on another endpoint',
     );
-    this.#send(pick.attempt);
+    this.#send(pick.attempt, pick.affinity);
     return true;
   }
 
@@ -244,7 +255,7 @@ export class Exchange {
     }
   }
 
-  #send(attempt: Attempt): void {
+  #send(attempt: Attempt, affinity: AffinityResult): void {
     const endpoint = attempt.endpoint;
     const body = this.#bodyFor(endpoint);
     if (body === undefined) {
@@ -273,9 +284,23 @@ export class Exchange {
     const url = upstreamUrl(endpoint.url, this.#path);
     const target =
       this.#query === '' ? cachedUpstreamTarget(url) : upstreamTarget(url + this.#query);
+    const attemptTrace = this.trace?.startAttempt(
+      {
+        attempt,
+        number: this.attempts,
+        affinity,
+        balancer: this.pool.balancer,
+        host: target.hostname,
+        port: target.port,
+      },
+      headers,
+    );
     try {
-      this.#sent.push(new ExchangeAttempt(this, attempt, target, headers, stream ?? body));
+      this.#sent.push(
+        new ExchangeAttempt(this, attempt, target, headers, stream ?? body, attemptTrace),
+      );
     } catch (err) {
+      attemptTrace?.end();
       // Node refused to send these headers: a bug of ours or a header it cannot forward.
       this.pool.balancer.finish(attempt, { kind: 'neutral' });
       this.deps.logger.error(
@@ -328,6 +353,8 @@ class ExchangeAttempt implements UpstreamHandler {
   #tap: ((chunk: Buffer) => void) | undefined;
   #resumeUpstream: (() => void) | undefined;
   #trailers: Readonly<Record<string, string>> | undefined;
+  /** This attempt's span while it is open (when tracing is on and it is sampled). */
+  #trace: AttemptTrace | undefined;
 
   constructor(
     exchange: Exchange,
@@ -335,8 +362,10 @@ class ExchangeAttempt implements UpstreamHandler {
     target: UpstreamTarget,
     headers: OutgoingHttpHeaders,
     body: Buffer | Readable,
+    trace: AttemptTrace | undefined,
   ) {
     const { deps, pool } = exchange;
+    this.#trace = trace;
     this.#exchange = exchange;
     this.attempt = attempt;
     this.#metrics = deps.metrics.forEndpoint(attempt.endpoint);
@@ -383,6 +412,7 @@ class ExchangeAttempt implements UpstreamHandler {
   }
 
   onData(chunk: Buffer): void {
+    this.#trace?.data(chunk);
     if (this.#driftCheck?.feed(chunk) === true) {
       this.#exchange.pool.balancer.noteDriftMismatch(this.attempt);
       this.#metrics.driftMismatches.inc();
@@ -404,6 +434,7 @@ class ExchangeAttempt implements UpstreamHandler {
   }
 
   onError(code: string): void {
+    this.#trace?.upstreamError(code);
     this.#step({ kind: 'upstream-error', code });
   }
 
@@ -426,6 +457,12 @@ class ExchangeAttempt implements UpstreamHandler {
       this.#deadline = undefined;
     }
     for (const effect of next.effects) this.#perform(effect);
+    // A drained attempt hears nothing more from its upstream, so its span ends here too.
+    const kind = this.#state.kind;
+    if (this.#trace !== undefined && (kind === 'done' || kind === 'draining')) {
+      this.#trace.end();
+      this.#trace = undefined;
+    }
   }
 
   #perform(effect: Effect): void {
@@ -433,6 +470,7 @@ class ExchangeAttempt implements UpstreamHandler {
     const { pool, res } = exchange;
     switch (effect.kind) {
       case 'report':
+        this.#trace?.report(effect.code, this.#status);
         this.#metrics.requests[effect.code].inc();
         pool.balancer.finish(
           this.attempt,
@@ -440,6 +478,7 @@ class ExchangeAttempt implements UpstreamHandler {
         );
         return;
       case 'first-byte':
+        this.#trace?.firstByte();
         pool.balancer.firstByte(this.attempt);
         if (exchange.streamed)
           this.#metrics.ttft.observe((exchange.deps.nowMs() - this.#sentAtMs) / 1000);

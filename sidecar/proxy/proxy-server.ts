@@ -12,6 +12,7 @@ import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.
 import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
 import { StoredResponses } from './stored-responses.ts';
+import type { ProxyTracer, RequestTrace } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 
 /** A matched route and what its path says about stored responses (inference-routes.ts). */
@@ -40,6 +41,8 @@ export interface ProxyOptions {
   isDraining: () => boolean;
   /** Sends the upstream requests; a keep-alive `Upstream` unless a test scripts one. */
   upstream?: UpstreamClient | undefined;
+  /** Set when tracing is configured (OTEL_* variables); undefined costs nothing per request. */
+  tracer?: ProxyTracer | undefined;
 }
 
 /**
@@ -166,8 +169,19 @@ export class SidecarProxy {
     const { metrics } = this.options;
     this.activeExchanges++;
     this.responsesBySocket.set(req.socket, res);
+    const rawUrl = req.url ?? '/';
+    const q = rawUrl.indexOf('?');
+    const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
+    const match = matchRoute(req.method ?? 'GET', path);
+    const trace = this.options.tracer?.startRequest(
+      req.method ?? 'GET',
+      path,
+      spanRoute(match, path),
+      req.headers,
+    );
     // One listener per response: in-progress accounting, and the status the client saw.
     res.once('close', () => {
+      trace?.end(res.statusCode, res.writableFinished);
       if (res.writableFinished) metrics.response(res.statusCode);
       this.activeExchanges--;
       if (this.activeExchanges === 0) {
@@ -176,10 +190,6 @@ export class SidecarProxy {
         for (const w of waiters) w();
       }
     });
-    const rawUrl = req.url ?? '/';
-    const q = rawUrl.indexOf('?');
-    const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
-    const match = matchRoute(req.method ?? 'GET', path);
     if (match.kind === 'unknown') {
       sendError(
         res,
@@ -226,17 +236,17 @@ export class SidecarProxy {
     }
     const query = rawUrl.slice(path.length);
     if (match.route.body === 'models') {
-      this.serveModels(req, res, pool, path, query);
+      this.serveModels(req, res, pool, path, query, trace);
       return;
     }
     if (match.route.body === 'stream' && !this.declaredTooLarge(req)) {
-      this.streamThrough(req, res, pool, path, query);
+      this.streamThrough(req, res, pool, path, query, trace);
       return;
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
         try {
-          this.onBody(req, res, pool, path, query, match, result);
+          this.onBody(req, res, pool, path, query, match, result, trace);
         } catch (err) {
           this.internalError(res, err);
         }
@@ -253,6 +263,7 @@ export class SidecarProxy {
     query: string,
     match: Matched,
     result: BodyResult,
+    trace: RequestTrace | undefined,
   ): void {
     if (result.kind === 'aborted') return;
     if (result.kind === 'too-large') {
@@ -272,10 +283,10 @@ export class SidecarProxy {
       return;
     }
     if (match.route.body === 'json') {
-      this.serveDecoded(req, res, pool, path, query, match.route, result.body);
+      this.serveDecoded(req, res, pool, path, query, match.route, result.body, trace);
       return;
     }
-    this.serveStoredResponse(req, res, pool, path, query, match, result.body);
+    this.serveStoredResponse(req, res, pool, path, query, match, result.body, trace);
   }
 
   /**
@@ -290,17 +301,18 @@ export class SidecarProxy {
     query: string,
     route: InferenceRoute,
     body: Buffer,
+    trace: RequestTrace | undefined,
   ): void {
     const encoding = req.headers['content-encoding'];
     if (encoding === undefined) {
-      this.serveGeneration(req, res, pool, path, query, route, withoutBom(body));
+      this.serveGeneration(req, res, pool, path, query, route, withoutBom(body), trace);
       return;
     }
     const limit = this.options.maxBodyBytes;
     void decodeBody(body, encoding, limit).then((decoded) => {
       try {
         if (decoded.kind === 'ok') {
-          this.serveGeneration(req, res, pool, path, query, route, decoded.body);
+          this.serveGeneration(req, res, pool, path, query, route, decoded.body, trace);
         } else if (decoded.kind === 'too-large') {
           sendError(
             res,
@@ -346,6 +358,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    trace: RequestTrace | undefined,
   ): void {
     const body = new LimitedBody(this.options.maxBodyBytes, () => {
       req.unpipe(body);
@@ -380,6 +393,7 @@ export class SidecarProxy {
       streamed: false,
       affinity: {},
       bodyStream: body,
+      trace,
     });
     exchange.start();
   }
@@ -393,6 +407,7 @@ export class SidecarProxy {
     query: string,
     match: Matched,
     raw: Buffer,
+    trace: RequestTrace | undefined,
   ): void {
     const responseId = match.responseId as string;
     const pinned = this.pinnedFor(res, pool, responseId);
@@ -411,6 +426,7 @@ export class SidecarProxy {
       streamed: false,
       affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
       tap,
+      trace,
     }).start();
   }
 
@@ -436,6 +452,7 @@ export class SidecarProxy {
     pool: ActivePool,
     path: string,
     query: string,
+    trace: RequestTrace | undefined,
   ): void {
     const models = pool.policy.models;
     if (models.length > 0) {
@@ -467,6 +484,7 @@ export class SidecarProxy {
       fields: undefined,
       streamed: false,
       affinity: {},
+      trace,
     }).start();
   }
 
@@ -478,6 +496,7 @@ export class SidecarProxy {
     query: string,
     route: InferenceRoute,
     raw: Buffer,
+    trace: RequestTrace | undefined,
   ): void {
     let body: unknown;
     try {
@@ -517,6 +536,7 @@ export class SidecarProxy {
       }
     }
     const streamed = fields.stream === true;
+    trace?.generation(fields.model, streamed);
     pool.balancer.recordRequest();
     new Exchange(this.exchangeDeps, {
       req,
@@ -529,6 +549,16 @@ export class SidecarProxy {
       streamed,
       affinity,
       tap,
+      trace,
     }).start();
   }
+}
+
+/**
+ * The span's route: the path of a route the sidecar serves, with a stored response's id as a
+ * template (span names must stay few); undefined for an unknown path.
+ */
+function spanRoute(match: ReturnType<typeof matchRoute>, path: string): string | undefined {
+  if (match.kind !== 'route') return undefined;
+  return match.responseId === undefined ? path : path.replace(match.responseId, '{response_id}');
 }

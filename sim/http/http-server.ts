@@ -104,7 +104,7 @@ export class SimHttpServer {
       if (route?.kind === 'json') return this.#withJson(ex, route);
       if (route?.kind === 'upload') {
         return this.#withBody(ex, (body) => {
-          this.#sim.countRequest();
+          this.#sim.countRequest(traceparentOf(req));
           route.handle(ex, body);
         });
       }
@@ -135,7 +135,7 @@ export class SimHttpServer {
   #withJson(ex: Exchange, route: JsonRoute): void {
     this.#withBody(ex, (raw) => {
       const { res } = ex;
-      if (route.inference) this.#sim.countRequest();
+      if (route.inference) this.#sim.countRequest(traceparentOf(ex.req));
       let body: unknown;
       try {
         body = JSON.parse(raw.toString('utf8'));
@@ -175,4 +175,10 @@ export class SimHttpServer {
       }
     });
   }
+}
+
+/** The W3C trace context the request carried, for /admin/stats (the tracing tests read it). */
+function traceparentOf(req: { headers: Record<string, string | string[] | undefined> }) {
+  const { traceparent } = req.headers;
+  return typeof traceparent === 'string' ? traceparent : undefined;
 }

@@ -314,6 +314,44 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
     assert.match(annotations['checksum/injection-config'] ?? '', /^[0-9a-f]{64}$/);
   });
 
+  it('tracing values reach the controller’s environment and the injected sidecars’ configuration', async () => {
+    const objects = await template([
+      '--set',
+      'tracing.otlpEndpoint=http://otel-collector.observability:4318',
+      '--set',
+      'tracing.sampler=parentbased_traceidratio',
+      '--set-string',
+      'tracing.samplerArg=0.05',
+    ]);
+    const configMap = one<Obj & { data: Record<string, string> }>(objects, 'ConfigMap');
+    const parsed = parseInjectionConfig(JSON.parse(configMap.data['injection.json'] ?? ''));
+    assert.ok(parsed.ok, parsed.ok ? '' : parsed.errors.join('; '));
+    assert.deepEqual(parsed.config.tracing, {
+      otlpEndpoint: 'http://otel-collector.observability:4318',
+      serviceName: 'switchyard-sidecar',
+      sampler: 'parentbased_traceidratio',
+      samplerArg: '0.05',
+    });
+    const deployment = one<Deployment>(objects, 'Deployment');
+    const env = JSON.stringify(deployment.spec.template);
+    for (const name of [
+      'OTEL_EXPORTER_OTLP_ENDPOINT',
+      'OTEL_SERVICE_NAME',
+      'OTEL_TRACES_SAMPLER',
+      'OTEL_TRACES_SAMPLER_ARG',
+    ])
+      assert.ok(env.includes(`"${name}"`), name);
+    assert.ok(env.includes('"switchyard-controller"'));
+
+    const off = await template([]);
+    const offConfig = one<Obj & { data: Record<string, string> }>(off, 'ConfigMap');
+    assert.equal(
+      (JSON.parse(offConfig.data['injection.json'] ?? '{}') as Obj)['tracing'],
+      undefined,
+    );
+    assert.ok(!JSON.stringify(one<Deployment>(off, 'Deployment')).includes('OTEL_'));
+  });
+
   it('the webhook: by Service, no caBundle (the controller keeps it), labelled pods only', async () => {
     const webhook = one<Obj & { webhooks: Record<string, unknown>[] }>(
       await template(),

@@ -77,5 +77,12 @@ app.kubernetes.io/part-of: switchyard
   "excludeNamespaces" (concat .Values.injection.excludeNamespaces (list .Release.Namespace) | uniq)
   "probes" .Values.sidecar.probes
 -}}
+{{- with .Values.tracing }}
+{{- if .otlpEndpoint }}
+{{- $tracing := dict "otlpEndpoint" .otlpEndpoint "serviceName" .serviceNames.sidecar "sampler" .sampler }}
+{{- if .samplerArg }}{{- $_ := set $tracing "samplerArg" (toString .samplerArg) }}{{- end }}
+{{- $_ := set $config "tracing" $tracing }}
+{{- end }}
+{{- end }}
 {{- toPrettyJson $config -}}
 {{- end -}}
