@@ -179,6 +179,20 @@ export function addSidecarCommand(program: Command): void {
         };
         process.once('SIGTERM', () => stop('SIGTERM'));
         process.once('SIGINT', () => stop('SIGINT'));
+        // SIGHUP means "re-read your configuration" to daemons (nginx, HAProxy); Node's default
+        // would kill the sidecar and cut every stream. A controller-fed sidecar has no file to
+        // re-read: it logs and carries on (docs/sidecar.md, Signals).
+        process.on('SIGHUP', () => {
+          if (source.kind !== 'file') {
+            logger.info(
+              { signal: 'SIGHUP' },
+              'SIGHUP ignored: the configuration comes from the controller',
+            );
+            return;
+          }
+          logger.info({ signal: 'SIGHUP', file: source.poolFile }, 'reloading the pool file');
+          void sidecar.reload();
+        });
       } catch (err) {
         if (err instanceof ConfigError) {
           process.stderr.write(`switchyard sidecar: ${err.message}\n`);

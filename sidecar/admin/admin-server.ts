@@ -1,6 +1,7 @@
 import type { Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { SidecarMetrics } from '../proxy/metrics.ts';
+import { CachedMetricsText } from './metrics-cache.ts';
 import type { ActivePool } from '../config/active-pool.ts';
 
 export interface AdminOptions {
@@ -62,6 +63,7 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
  * route; it never fails again after passing.
  */
 export function createAdminServer(options: AdminOptions): Server {
+  const metricsText = new CachedMetricsText(options.metrics.registry);
   return http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET') {
@@ -96,7 +98,7 @@ export function createAdminServer(options: AdminOptions): Server {
         json(res, 200, describeBackends(options.pool()));
         return;
       case '/metrics':
-        options.metrics.registry.metrics().then(
+        metricsText.get().then(
           (text) => {
             res.writeHead(200, { 'content-type': options.metrics.registry.contentType });
             res.end(text);

@@ -4,6 +4,7 @@ import type { ActivePoolState, PoolConfig } from './active-pool.ts';
 import type { RunningConfigSource } from './config-source.ts';
 import { ConfigError } from './config-error.ts';
 import { formatProblems, loadPoolFile, watchPoolFile } from './pool-file.ts';
+import { PoolFileParser } from './pool-file-parser.ts';
 import { StandaloneDrift } from './standalone-drift.ts';
 import { LoadMonitor } from '../../lib/load-scrape/monitor.ts';
 
@@ -44,12 +45,17 @@ export class PoolFileSource implements RunningConfigSource {
   readonly #options: PoolFileSourceOptions;
   readonly #drift: StandaloneDrift;
   readonly #watcher: { close(): void };
+  readonly #parser: PoolFileParser;
+  #running: Promise<boolean> | undefined;
+  #next: Promise<boolean> | undefined;
   readonly #load: LoadMonitor | undefined;
   /** The file's endpoints before the drift verdicts were applied to them. */
   #fileEndpoints: readonly EndpointSpec[] = [];
 
   constructor(options: PoolFileSourceOptions) {
     this.#options = options;
+    this.#parser = new PoolFileParser(options.file);
+    this.#parser.warm();
     this.#drift = new StandaloneDrift({
       logger: options.logger,
       onChange: () => options.active.replaceEndpoints(this.#drift.mark(this.#fileEndpoints)),
@@ -73,10 +79,26 @@ export class PoolFileSource implements RunningConfigSource {
     }
   }
 
-  /** Re-reads the file now (the watcher does this on change); false when it was rejected. */
-  async reload(): Promise<boolean> {
+  /**
+   * Re-reads the file now (the watcher does this on change, SIGHUP too); false when it was
+   * rejected. Reloads run one at a time, and one asked for while another runs reads the file
+   * again after it, so the last write is always the one applied.
+   */
+  reload(): Promise<boolean> {
+    if (this.#running === undefined) {
+      this.#running = this.#reloadNow().finally(() => (this.#running = undefined));
+      return this.#running;
+    }
+    this.#next ??= this.#running.then(() => {
+      this.#next = undefined;
+      return this.reload();
+    });
+    return this.#next;
+  }
+
+  async #reloadNow(): Promise<boolean> {
     const { file, env, logger } = this.#options;
-    const next = await loadPoolFile(file, env);
+    const next = await loadPoolFile(file, env, (text) => this.#parser.parse(text, env));
     if (!next.ok) {
       this.#options.onRejected();
       logger.error(
@@ -93,6 +115,7 @@ export class PoolFileSource implements RunningConfigSource {
     this.#watcher.close();
     this.#load?.stop();
     this.#drift.stop();
+    this.#parser.close();
     return Promise.resolve();
   }
 

@@ -6,9 +6,10 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { Balancer } from './balancer.ts';
+import { median } from './median.ts';
 import { seededRng } from './rng.ts';
 import { endpoint, fakeClock, testPolicy } from './testing.ts';
-import type { Attempt, EndpointSpec, Mode, Outcome } from './types.ts';
+import type { Attempt, EndpointSpec, EndpointStatus, Mode, Outcome } from './types.ts';
 
 const IDS = ['e0', 'e1', 'e2', 'e3', 'e4', 'e5'];
 
@@ -182,10 +183,13 @@ describe('Balancer properties', () => {
             });
           }
 
-          for (const e of balancer.status()) {
-            const open = attempts.filter(
-              (a) => !a.finished && current(a) && a.attempt.endpoint.id === e.id,
-            );
+          const statuses = balancer.status();
+          for (const e of statuses) {
+            // status() computes every `slow` at once: the same verdict as one endpoint at a time.
+            assert.equal(e.slow, slowByDefinition(e, statuses, s.mode), `slow of ${e.id}`);
+            // Every unfinished attempt of the id, earlier generations' included: an endpoint
+            // that left and came back is still loaded by the streams it had.
+            const open = attempts.filter((a) => !a.finished && a.attempt.endpoint.id === e.id);
             assert.equal(e.inFlight, open.length, `inFlight of ${e.id}`);
             assert.ok(e.inFlight >= 0);
             assert.ok(e.window.requests >= e.window.errors + e.window.rateLimited);
@@ -219,3 +223,21 @@ describe('Balancer properties', () => {
     );
   });
 });
+
+/**
+ * docs/policy.md's slow rule, endpoint by endpoint (maxTtftSlowdown 2): its EWMA over twice the
+ * median of its serving, non-drifted peers with samples (of its tier in Failover); never the last
+ * closed one.
+ */
+function slowByDefinition(e: EndpointStatus, all: EndpointStatus[], mode: Mode): boolean {
+  if (e.ewmaSeeded) return false;
+  const serving = all.filter(
+    (p) => !p.drifted && p.breaker !== 'open' && (mode !== 'Failover' || p.tier === e.tier),
+  );
+  if (e.breaker === 'closed' && !serving.some((p) => p !== e && p.breaker === 'closed'))
+    return false;
+  const reference = median(
+    serving.filter((p) => p !== e && !p.ewmaSeeded).map((p) => p.ewmaTtftMs),
+  );
+  return reference !== undefined && e.ewmaTtftMs > 2 * reference;
+}

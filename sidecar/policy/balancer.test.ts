@@ -922,6 +922,28 @@ describe('breaker', () => {
     assert.equal(breakerEvents()[0]!.reason, 'slow');
   });
 
+  test('judges every endpoint against the median of the others, equal EWMAs and even counts included', () => {
+    const ids = ['a', 'b', 'c', 'd', 'e'];
+    const { repeat, statusOf } = setup({
+      endpoints: ids.map((id) => endpoint(id)),
+      policy: { health: { minRequests: 1_000 } },
+    });
+    // a, b, c at ~10 ms, d at ~25, e at ~21: the others' median is 10 for d and e (slow at 3×
+    // only past 30), 10 or 15.5 for a, b and c.
+    for (const [id, ms] of [
+      ['a', 10],
+      ['b', 10],
+      ['c', 10],
+      ['d', 25],
+      ['e', 21],
+    ] as const)
+      repeat(30, id, OK, ms);
+    for (const id of ids) assert.equal(statusOf(id).slow, false, id);
+    repeat(30, 'd', OK, 60); // now above 3 × 10
+    assert.equal(statusOf('d').slow, true);
+    for (const id of ['a', 'b', 'c', 'e']) assert.equal(statusOf(id).slow, false, id);
+  });
+
   test('never calls an endpoint slow when no other endpoint has data', () => {
     const { repeat, statusOf } = setup();
     repeat(30, 'a', OK, 5_000);
@@ -1241,6 +1263,25 @@ describe('update', () => {
     update({}, [endpoint('a'), endpoint('b'), endpoint('c')]);
     assert.equal(statusOf('c').errors, 0);
     assert.equal(statusOf('c').ewmaSeeded, true);
+  });
+
+  test('counts the in-flight attempts of an endpoint that left and came back', () => {
+    const { balancer, pickOn, statusOf, update } = setup({ rng: middleRng() });
+    const earlier = [pickOn('c'), pickOn('c')];
+    update({}, [endpoint('a'), endpoint('b')]);
+    update({}, [endpoint('a'), endpoint('b'), endpoint('c')]);
+    assert.equal(statusOf('c').inFlight, 2, 'its earlier streams still load it');
+    // Gone and back once more while they run: still counted.
+    update({}, [endpoint('a'), endpoint('b')]);
+    update({}, [endpoint('a'), endpoint('b'), endpoint('c')]);
+    const later = pickOn('c');
+    assert.equal(statusOf('c').inFlight, 3);
+    balancer.finish(earlier[0]!, ERROR);
+    assert.equal(statusOf('c').inFlight, 2);
+    assert.equal(statusOf('c').errors, 0, 'an earlier life says nothing about health');
+    balancer.finish(earlier[1]!, OK);
+    balancer.finish(later, OK);
+    assert.equal(statusOf('c').inFlight, 0);
   });
 
   test('drops a removed endpoint from the pool median', () => {

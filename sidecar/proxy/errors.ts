@@ -13,6 +13,7 @@ export type SidecarErrorCode =
   | 'model_not_found'
   | 'response_endpoint_gone'
   | 'body_too_large'
+  | 'unsupported_encoding'
   | 'no_configuration'
   | 'no_healthy_backend'
   | 'upstream_unreachable'
@@ -31,6 +32,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   408: 'invalid_request_error',
   409: 'invalid_request_error',
   413: 'invalid_request_error',
+  415: 'invalid_request_error',
   431: 'invalid_request_error',
   502: 'upstream_error',
   503: 'service_unavailable',

@@ -33,6 +33,7 @@ import {
   type Effect,
   type Failure,
 } from './attempt-state.ts';
+import { forwardedHeaders } from './client-request.ts';
 import { applyBackendKey } from './backend-key.ts';
 import { PassiveDriftCheck } from './drift-check.ts';
 import { sendError } from './errors.ts';
@@ -47,24 +48,6 @@ import {
   type UpstreamHandler,
   type UpstreamTarget,
 } from './upstream.ts';
-
-/**
- * Request headers not forwarded: those that describe this hop only (RFC 9110 §7.6.1), those we
- * set ourselves, and `expect` (the sidecar answered the client's 100-continue and holds the body).
- */
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'content-length',
-  'host',
-  'expect',
-]);
 
 /** Response headers not copied from the upstream: Node frames the client response itself. */
 const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'trailer']);
@@ -171,16 +154,8 @@ export class Exchange {
   }
 
   start(): void {
-    // Hop-by-hop headers and any x-switchyard-* the client sent are dropped once, into a fresh
-    // object (deleting keys would turn the original into a slow dictionary).
-    const forwarded: IncomingHttpHeaders = {};
-    const headers = this.req.headers;
-    for (const name in headers) {
-      if (!HOP_BY_HOP.has(name) && !name.startsWith('x-switchyard-'))
-        forwarded[name] = headers[name];
-    }
-    this.#forwarded = forwarded;
-    this.clientAskedForLoad = forwarded[ORCA_REQUEST_HEADER] !== undefined;
+    this.#forwarded = forwardedHeaders(this.req.headers);
+    this.clientAskedForLoad = this.#forwarded[ORCA_REQUEST_HEADER] !== undefined;
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.#clientGone = true;
@@ -377,6 +352,7 @@ class ExchangeAttempt implements UpstreamHandler {
   #driftCheck: PassiveDriftCheck | undefined;
   #tap: ((chunk: Buffer) => void) | undefined;
   #resumeUpstream: (() => void) | undefined;
+  #trailers: Readonly<Record<string, string>> | undefined;
   /** This attempt's span while it is open (when tracing is on and it is sampled). */
   #trace: AttemptTrace | undefined;
 
@@ -452,7 +428,8 @@ class ExchangeAttempt implements UpstreamHandler {
     }
   }
 
-  onEnd(): void {
+  onEnd(trailers?: Readonly<Record<string, string>>): void {
+    this.#trailers = trailers;
     this.#step(END);
   }
 
@@ -462,8 +439,13 @@ class ExchangeAttempt implements UpstreamHandler {
   }
 
   readonly #onDeadline = (): void => {
-    this.#deadline = undefined;
-    this.#step(DEADLINE);
+    // Timers run before the loop polls sockets: after a stall of our own (docs/policy.md, "Whose
+    // fault an attempt is") the answer may be waiting unread. setImmediate runs after that poll;
+    // a deadline that comes once the attempt moved on changes nothing.
+    setImmediate(() => {
+      this.#deadline = undefined;
+      this.#step(DEADLINE);
+    });
   };
 
   #step(event: AttemptEvent): void {
@@ -508,6 +490,9 @@ class ExchangeAttempt implements UpstreamHandler {
         this.#writeHead();
         return;
       case 'end-client':
+        // Trailers go out only on a chunked response (Node drops them otherwise), which is what
+        // a response that had them upstream becomes: the upstream's framing is not copied.
+        if (this.#trailers !== undefined) res.addTrailers(this.#trailers);
         res.end();
         return;
       case 'break-client':

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
 import { affinityFor } from '../policy/index.ts';
 import { readBody, type BodyResult } from './body.ts';
+import { ConnectionQueue, decodeBody, SUPPORTED_ENCODINGS, withoutBom } from './client-request.ts';
 import { sendError, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps, type ResponseTap } from './exchange.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
@@ -59,6 +60,7 @@ export class SidecarProxy {
   /** The response in progress on each client connection, for `onClientError`. */
   private readonly responsesBySocket = new WeakMap<Socket, ServerResponse>();
   private activeExchanges = 0;
+  private readonly inOrder = new ConnectionQueue();
   private idleWaiters: (() => void)[] = [];
 
   private readonly options: ProxyOptions;
@@ -80,14 +82,15 @@ export class SidecarProxy {
         requestTimeout: CLIENT_REQUEST_TIMEOUT_MS,
         connectionsCheckingInterval: CLIENT_TIMEOUT_CHECK_EVERY_MS,
       },
-      (req, res) => {
-        try {
-          this.handle(req, res);
-        } catch (err) {
-          this.internalError(res, err);
-        }
-      },
+      (req, res) => this.inOrder.enqueue(req.socket, () => this.run(req, res)),
     );
+    // A client may half-close (send FIN) once its request is out and still read the answer;
+    // Node's default aborts the request and closes the connection, so the client got nothing.
+    (this.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+    // TCP cannot tell that half-close from a client that left (both send FIN), and guessing by
+    // timing cut half-closing clients' streams under load (the client probe found it). A client
+    // that left is seen when a write to it fails: at the next chunk of a stream.
+
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) =>
       this.onClientError(err, socket),
     );
@@ -130,6 +133,22 @@ export class SidecarProxy {
       'internal error while handling a request',
     );
     sendError(res, 500, 'internal_error', 'The sidecar failed to handle this request.');
+  }
+
+  /** One connection's requests, one at a time (pipelining; see `ConnectionQueue`). */
+  private run(req: IncomingMessage, res: ServerResponse): void {
+    const socket = req.socket;
+    if (socket.destroyed) {
+      // A pipelined request whose client left while it waited: nothing to answer.
+      this.inOrder.done(socket);
+      return;
+    }
+    res.once('close', () => this.inOrder.done(socket));
+    try {
+      this.handle(req, res);
+    } catch (err) {
+      this.internalError(res, err);
+    }
   }
 
   /** Resolves when no client request is in progress (for graceful shutdown). */
@@ -264,10 +283,63 @@ export class SidecarProxy {
       return;
     }
     if (match.route.body === 'json') {
-      this.serveGeneration(req, res, pool, path, query, match.route, result.body, trace);
+      this.serveDecoded(req, res, pool, path, query, match.route, result.body, trace);
       return;
     }
     this.serveStoredResponse(req, res, pool, path, query, match, result.body, trace);
+  }
+
+  /**
+   * A JSON body as sent, or decoded first when the client compressed it (gzip, deflate; the body
+   * limit applies to the decoded size); a leading UTF-8 byte-order mark is dropped.
+   */
+  private serveDecoded(
+    req: IncomingMessage,
+    res: ServerResponse,
+    pool: ActivePool,
+    path: string,
+    query: string,
+    route: InferenceRoute,
+    body: Buffer,
+    trace: RequestTrace | undefined,
+  ): void {
+    const encoding = req.headers['content-encoding'];
+    if (encoding === undefined) {
+      this.serveGeneration(req, res, pool, path, query, route, withoutBom(body), trace);
+      return;
+    }
+    const limit = this.options.maxBodyBytes;
+    void decodeBody(body, encoding, limit).then((decoded) => {
+      try {
+        if (decoded.kind === 'ok') {
+          this.serveGeneration(req, res, pool, path, query, route, decoded.body, trace);
+        } else if (decoded.kind === 'too-large') {
+          sendError(
+            res,
+            413,
+            'body_too_large',
+            `Request body, decoded, is larger than the sidecar's limit of ${limit} bytes (--max-body-bytes).`,
+          );
+        } else if (decoded.kind === 'unsupported') {
+          sendError(
+            res,
+            415,
+            'unsupported_encoding',
+            `Content-Encoding ${JSON.stringify(decoded.encoding.slice(0, 40))} is not supported: send the body uncompressed or as ${SUPPORTED_ENCODINGS.join(' or ')}.`,
+            { 'accept-encoding': SUPPORTED_ENCODINGS.join(', ') },
+          );
+        } else {
+          sendError(
+            res,
+            400,
+            'invalid_request',
+            `The request body is not valid ${decoded.encoding} data (Content-Encoding).`,
+          );
+        }
+      } catch (err) {
+        this.internalError(res, err);
+      }
+    });
   }
 
   /** A Content-Length over the limit: read (and dropped) by readBody, then a 413. */

@@ -31,7 +31,8 @@ import type { Readable } from 'node:stream';
 export interface UpstreamHandler {
   onResponseHead(status: number, headers: IncomingHttpHeaders): void;
   onData(chunk: Buffer): void;
-  onEnd(): void;
+  /** `trailers`: the upstream's trailer fields, when it sent any (passed on to the client). */
+  onEnd(trailers?: Readonly<Record<string, string>>): void;
   /**
    * The request failed, or the response broke off before its end: `code` is the error's code
    * (ECONNREFUSED, ECONNRESET, ECONNECT_TIMEOUT, ETIMEDOUT for the idle timeout) or its message.
@@ -134,6 +135,11 @@ export class UpstreamRequest implements UpstreamCall {
   #quiet = false;
   /** Aborted before it had a socket: destroy the socket as soon as it has one. */
   #abortOnSocket = false;
+  /** `watchIdle`'s limit (0: not watching); the timer is off while paused. */
+  #idleMs = 0;
+  #paused = false;
+  /** Body chunks received so far (the idle timer's check that nothing came). */
+  #chunks = 0;
 
   constructor(init: UpstreamRequestInit, agent: Agent, handler: UpstreamHandler) {
     this.#handler = handler;
@@ -156,18 +162,29 @@ export class UpstreamRequest implements UpstreamCall {
     else init.body.pipe(this.#req);
   }
 
-  /** Stops reading the response (the client is slow); `resume()` goes on. */
+  /**
+   * Stops reading the response (the client is slow); `resume()` goes on. The idle timer stops
+   * too: the upstream is silent because we stopped reading, which is the client's doing, not the
+   * endpoint's (docs/policy.md, "Whose fault an attempt is").
+   */
   pause(): void {
+    this.#paused = true;
+    if (this.#idleMs > 0) this.#req.setTimeout(0);
     this.#res?.pause();
   }
 
   resume(): void {
+    this.#paused = false;
+    if (this.#idleMs > 0) this.#req.setTimeout(this.#idleMs);
     this.#res?.resume();
   }
 
   /** From now on, a silence of `ms` between body chunks fails the request with ETIMEDOUT. */
   watchIdle(ms: number): void {
-    this.#req.setTimeout(ms, this.#onIdle);
+    // One listener for the request's life: pause/resume only re-arm the socket's timer.
+    if (this.#idleMs === 0) this.#req.on('timeout', this.#onIdle);
+    this.#idleMs = ms;
+    if (!this.#paused) this.#req.setTimeout(ms);
   }
 
   /** Destroys request and response; the handler hears nothing more. */
@@ -237,13 +254,17 @@ export class UpstreamRequest implements UpstreamCall {
   };
 
   readonly #onData = (chunk: Buffer): void => {
+    this.#chunks++;
     if (!this.#quiet) this.#handler.onData(chunk);
   };
 
   readonly #onEnd = (): void => {
     if (this.#quiet) return;
     this.#quiet = true;
-    this.#handler.onEnd();
+    const res = this.#res;
+    this.#handler.onEnd(
+      res !== undefined && res.rawTrailers.length > 0 ? trailersOf(res) : undefined,
+    );
   };
 
   readonly #onError = (err: NodeJS.ErrnoException): void => {
@@ -255,7 +276,13 @@ export class UpstreamRequest implements UpstreamCall {
   };
 
   readonly #onIdle = (): void => {
-    this.#req.destroy(Object.assign(new Error('upstream idle timeout'), { code: 'ETIMEDOUT' }));
+    // Timers run before the loop polls sockets: after a stall of our own, chunks that came in
+    // meanwhile are still unread. Judge only after one more poll (setImmediate runs after it).
+    const seen = this.#chunks;
+    setImmediate(() => {
+      if (this.#chunks !== seen || this.#paused || this.#quiet) return;
+      this.#req.destroy(Object.assign(new Error('upstream idle timeout'), { code: 'ETIMEDOUT' }));
+    });
   };
 
   #fail(code: string): void {
@@ -263,6 +290,15 @@ export class UpstreamRequest implements UpstreamCall {
     this.#quiet = true;
     this.#handler.onError(code);
   }
+}
+
+/** The response's trailer fields, as Node parsed them (repeated fields joined by Node). */
+function trailersOf(res: IncomingMessage): Record<string, string> {
+  const trailers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(res.trailers)) {
+    if (value !== undefined) trailers[name] = value;
+  }
+  return trailers;
 }
 
 /**

@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { ask, STREAM_BODY, type Answer } from '../../harness/ask.ts';
 import { scratchDir, sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
 import { SWITCHYARD_BIN } from '../../harness/processes.ts';
+import { eventually } from '../helpers.ts';
 import { assertTestAddress, createTestHost, type TestHost } from '../k8s/test-hosts.ts';
 import { pool } from './client.ts';
 import { FAULTS, startFaultBackend, type FaultBackend } from './fault-backend.ts';
@@ -132,7 +133,11 @@ describe('API keys given to a sidecar', () => {
     // A valid reload and a rejected one, then a shutdown: all logged.
     await writeFile(poolFile, `${await readFile(poolFile, 'utf8')}\n`);
     await writeFile(poolFile, 'spec: {backends: 1}\n');
-    await new Promise((r) => setTimeout(r, 300));
+    await eventually(
+      () => sidecar.output().includes('pool file change rejected'),
+      10_000,
+      'the rejected reload to be logged',
+    );
 
     const admin = async (path: string): Promise<string> =>
       (await fetch(`${sidecar.adminUrl}${path}`)).text();
