@@ -17,7 +17,7 @@ const PURE_CORE = [
   'controller/tls/plan.ts',
   'controller/drift/events.ts',
   'sim/engine/**/*.ts',
-  'controller/load/scrape-schedule.ts',
+  'lib/load-scrape/scrape-schedule.ts',
 ];
 
 export default tseslint.config(
