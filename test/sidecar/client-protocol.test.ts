@@ -36,6 +36,11 @@ async function recordingBackend(): Promise<{
   let concurrent = 0;
   let maxConcurrent = 0;
   const server = http.createServer((req, res) => {
+    if (req.method === 'GET' && req.url === '/metrics') {
+      // The sidecar's load scrape, not a client's request: no metrics here, not recorded.
+      res.writeHead(404).end();
+      return;
+    }
     concurrent++;
     maxConcurrent = Math.max(maxConcurrent, concurrent);
     const chunks: Buffer[] = [];

@@ -341,6 +341,11 @@ describe('a backend that reads its key from x-api-key', () => {
   test('gets the key there, and neither of the client credentials', async () => {
     const seen: http.IncomingHttpHeaders[] = [];
     const backend = http.createServer((req, res) => {
+      if (req.method === 'GET' && req.url === '/metrics') {
+        // The sidecar's load scrape: no metrics here, like a provider; not a request to check.
+        res.writeHead(404).end();
+        return;
+      }
       seen.push(req.headers);
       req.resume();
       req.on('end', () => {
