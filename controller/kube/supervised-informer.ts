@@ -38,7 +38,14 @@ export interface SupervisedInformerOptions<T extends KubernetesObject> {
  * for `idleRestartMs` (the watch reconnects every ~30 s when healthy, so silence means trouble).
  */
 export class SupervisedInformer<T extends KubernetesObject> {
+  /** The informer reads are served from: the last one whose list completed. */
   private informer: ListWatch<T>;
+  /**
+   * A restarted informer still listing. Reads stay on the previous one until its list is in:
+   * a fresh informer's cache is empty, and a reconcile in that window would publish a pool with
+   * no endpoints (every sidecar then sheds).
+   */
+  private pending: ListWatch<T> | undefined;
   private readonly options: SupervisedInformerOptions<T>;
   private failures = 0;
   private lastHeardMs = performance.now();
@@ -83,7 +90,7 @@ export class SupervisedInformer<T extends KubernetesObject> {
       this.failures = 0;
     });
     informer.on('error', (err: unknown) => {
-      if (this.informer !== informer || this.stopped) return;
+      if ((this.informer !== informer && this.pending !== informer) || this.stopped) return;
       this.scheduleRestart('error', err);
     });
     return informer;
@@ -91,7 +98,7 @@ export class SupervisedInformer<T extends KubernetesObject> {
 
   async start(): Promise<void> {
     this.stopped = false;
-    this.launch();
+    this.launch(this.informer);
     const idle = this.options.idleRestartMs ?? 5 * 60_000;
     this.watchdog = setInterval(
       () => {
@@ -104,17 +111,28 @@ export class SupervisedInformer<T extends KubernetesObject> {
     return Promise.resolve();
   }
 
-  private launch(): void {
+  private launch(informer: ListWatch<T>): void {
     this.lastHeardMs = performance.now();
-    this.informer.start().then(
+    informer.start().then(
       () => {
+        if (this.stopped || (informer !== this.informer && informer !== this.pending)) return;
+        if (informer === this.pending) {
+          // Its list is in: serve from it now, and let the previous one go.
+          const previous = this.informer;
+          this.informer = informer;
+          this.pending = undefined;
+          void previous.stop().catch(() => undefined);
+        }
         if (!this.synced) {
           this.synced = true;
           for (const w of this.syncWaiters.splice(0)) w();
         }
         this.options.onSynced?.();
       },
-      (err: unknown) => this.scheduleRestart('error', err),
+      (err: unknown) => {
+        if (informer === this.informer || informer === this.pending)
+          this.scheduleRestart('error', err);
+      },
     );
   }
 
@@ -138,11 +156,11 @@ export class SupervisedInformer<T extends KubernetesObject> {
     this.restartTimer = setTimeout(() => {
       this.restartTimer = undefined;
       if (this.stopped) return;
-      const old = this.informer;
-      void old.stop().catch(() => undefined);
-      // A fresh ListWatch re-lists; its first list replaces the cache and reports deletions.
-      this.informer = this.create();
-      this.launch();
+      // A fresh ListWatch re-lists; reads move to it once that list is in (launch). A pending
+      // one that failed is replaced; the one serving reads keeps its last good cache meanwhile.
+      if (this.pending !== undefined) void this.pending.stop().catch(() => undefined);
+      this.pending = this.create();
+      this.launch(this.pending);
     }, delayMs);
   }
 
@@ -168,6 +186,7 @@ export class SupervisedInformer<T extends KubernetesObject> {
     this.stopped = true;
     if (this.restartTimer !== undefined) clearTimeout(this.restartTimer);
     if (this.watchdog !== undefined) clearInterval(this.watchdog);
+    if (this.pending !== undefined) await this.pending.stop().catch(() => undefined);
     await this.informer.stop();
   }
 }
