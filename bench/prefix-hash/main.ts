@@ -99,6 +99,20 @@ async function main(): Promise<void> {
         index.record(blocks.hashes, `e${now % 8}`, now);
         now += 1;
       }),
+      // The steady state of a busy sidecar: every request a new prompt (its blocks new to the
+      // index past a shared system prompt), the index full, so each record also evicts.
+      indexNewPromptFullIndex: ((): Timing => {
+        const variants = Array.from({ length: 4096 }, (_, v) =>
+          blocks.hashes.map((h, i) => (i < 4 ? h : (h + (v + 1) * 0x9e3779b1) % 2 ** 52)),
+        );
+        let v = 0;
+        return time(4000, () => {
+          const hashes = variants[v++ % variants.length]!;
+          index.longestMatch(hashes, () => true, now);
+          index.record(hashes, `e${now % 8}`, now);
+          now += 1;
+        });
+      })(),
     });
   }
   const result = {
@@ -111,7 +125,7 @@ async function main(): Promise<void> {
   writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');
   for (const r of rows) {
     console.log(
-      `${r.prompt.padEnd(56)} blocks ${String(r.blocks).padStart(3)}  promptBlocks p50 ${r.promptBlocks.p50Us} µs p99 ${r.promptBlocks.p99Us} µs  index ${r.indexMatchAndRecord.p50Us} µs  (JSON.parse ${r.jsonParse.p50Us} µs)`,
+      `${r.prompt.padEnd(56)} blocks ${String(r.blocks).padStart(3)}  promptBlocks p50 ${r.promptBlocks.p50Us} µs p99 ${r.promptBlocks.p99Us} µs  index ${r.indexMatchAndRecord.p50Us} µs, new prompt in a full index ${r.indexNewPromptFullIndex.p50Us} µs p99 ${r.indexNewPromptFullIndex.p99Us} µs  (JSON.parse ${r.jsonParse.p50Us} µs)`,
     );
   }
   console.log(`wrote ${OUT}`);

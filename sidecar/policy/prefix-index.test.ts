@@ -61,7 +61,7 @@ describe('PrefixIndex', () => {
     assert.equal(idx.longestMatch([1, 2], any, 2000), undefined);
   });
 
-  test('bounds each endpoint by its own LRU, evicting the deepest blocks first', () => {
+  test('bounds each endpoint by its own share, evicting the deepest blocks first', () => {
     const idx = index(3);
     idx.record([1, 2, 3, 4, 5], 'a', 0);
     assert.equal(idx.size(), 3);
@@ -71,6 +71,31 @@ describe('PrefixIndex', () => {
     assert.equal(idx.size(), 6, "one endpoint's traffic does not evict another's");
     idx.record([20], 'a', 2);
     assert.deepEqual(idx.longestMatch([1, 2, 3], any, 3), { depth: 2, holders: ['a'] });
+  });
+
+  test('kept full by new prompts, stays within its share and keeps at least the newest half', () => {
+    const idx = index(100);
+    const prompt = (n: number) => Array.from({ length: 10 }, (_, i) => n * 100 + i + 1);
+    for (let n = 0; n < 1000; n++) {
+      idx.record(prompt(n), 'a', n);
+      assert.ok(idx.size() <= 100, `size ${idx.size()} after prompt ${n}`);
+    }
+    // The last 50 blocks (five prompts) are held whatever the generation turnover did.
+    for (let n = 995; n < 1000; n++) {
+      assert.equal(idx.longestMatch(prompt(n), any, 1000)?.depth, 10, `prompt ${n}`);
+    }
+    assert.equal(idx.longestMatch(prompt(0), any, 1000), undefined, 'the oldest are gone');
+  });
+
+  test('a refreshed entry survives the turnover that drops its unrefreshed neighbours', () => {
+    const idx = index(4);
+    idx.record([1, 2], 'a', 0); // young {2, 1}
+    idx.record([3], 'a', 1); // turnover: old {2, 1}, young {3}
+    idx.record([1], 'a', 2); // refreshed: moves to young {3, 1}
+    idx.record([4], 'a', 3); // turnover: 2 is dropped, old {3, 1}, young {4}
+    assert.equal(idx.longestMatch([1], any, 4)?.depth, 1);
+    assert.equal(idx.longestMatch([2], any, 4), undefined);
+    assert.equal(idx.size(), 3);
   });
 
   test('shares the entry cap among endpoints when the pool is large', () => {

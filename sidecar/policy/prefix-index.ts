@@ -3,14 +3,23 @@
  * pool's prefix caches. A request goes where its longest known prefix went, because that is where
  * the inference server most likely still holds the prefix's KV blocks.
  *
- * Memory is bounded the way the servers bound their caches: each endpoint has its own LRU of at
- * most `blocksPerEndpoint` block hashes (the Gateway API inference extension's prefix scorer does
- * the same, sized at a GPU's worth of 16-token blocks), so one busy endpoint cannot push out what
- * the others hold, and the index forgets roughly when the server's own cache would have. A
- * request's blocks are recorded deepest first, so that its shorter prefixes — shared by more
- * requests, worth more — are the most recently used and evicted last, as vLLM evicts a
- * sequence's tail blocks first. Entries older than `maxAgeMs` no longer count (an idle pool's
- * servers may have restarted or been refilled by other clients since).
+ * Memory is bounded the way the servers bound their caches: each endpoint holds at most
+ * `blocksPerEndpoint` block hashes (the Gateway API inference extension's prefix scorer does the
+ * same, sized at a GPU's worth of 16-token blocks), so one busy endpoint cannot push out what the
+ * others hold, and the index forgets roughly when the server's own cache would have. Entries
+ * older than `maxAgeMs` no longer count (an idle pool's servers may have restarted or been
+ * refilled by other clients since).
+ *
+ * Eviction is by two generations, not an exact LRU: an endpoint's new and refreshed hashes go
+ * into its young map; when that holds half the endpoint's share, the old map is dropped whole
+ * and the young one becomes old. So an entry lives between half and all of the share's worth of
+ * later insertions, and a request costs a few map operations per block, however full the index.
+ * (An exact LRU on a JavaScript Map evicts from the front of the map, and V8 leaves every
+ * deleted entry as a hole that each later front lookup walks over: at 256 blocks a request, that
+ * made recording cost milliseconds once the index was full.) A request's blocks are recorded
+ * deepest first, so that when a generation turns over mid-request its shorter prefixes — shared
+ * by more requests, worth more — are the ones kept longer, as vLLM evicts a sequence's tail
+ * blocks first.
  */
 
 export interface PrefixIndexOptions {
@@ -38,11 +47,19 @@ export interface PrefixMatch {
   holders: string[];
 }
 
+/** One endpoint's block hashes → when each was last sent there, in two generations. */
+interface Generations {
+  young: Map<number, number>;
+  old: Map<number, number>;
+}
+
+/** Endpoints holding a block: one id (the common case, no array), or several, most recent first. */
+type Holders = string | string[];
+
 export class PrefixIndex {
   /** block hash → endpoints that hold it (a few at most: the home and its spills). */
-  readonly #holders = new Map<number, string[]>();
-  /** endpoint → its LRU of block hash → last use (Map order is the LRU order). */
-  readonly #byEndpoint = new Map<string, Map<number, number>>();
+  readonly #holders = new Map<number, Holders>();
+  readonly #byEndpoint = new Map<string, Generations>();
   readonly #options: PrefixIndexOptions;
   #capacity: number;
 
@@ -54,7 +71,7 @@ export class PrefixIndex {
   /** The pool changed size: per-endpoint capacity shrinks so the whole index stays bounded. */
   setEndpointCount(count: number): void {
     this.#capacity = capacityFor(this.#options, count);
-    for (const id of this.#byEndpoint.keys()) this.#trim(id);
+    for (const [id, gens] of this.#byEndpoint) this.#trim(id, gens);
   }
 
   /**
@@ -69,13 +86,15 @@ export class PrefixIndex {
     const oldest = nowMs - this.#options.maxAgeMs;
     for (let i = hashes.length - 1; i >= 0; i--) {
       const hash = hashes[i] as number;
-      const ids = this.#holders.get(hash);
-      if (ids === undefined) continue;
+      const held = this.#holders.get(hash);
+      if (held === undefined) continue;
       const holders: string[] = [];
-      for (const id of ids) {
-        const usedAt = this.#byEndpoint.get(id)?.get(hash);
+      const consider = (id: string): void => {
+        const usedAt = this.#usedAt(id, hash);
         if (usedAt !== undefined && usedAt >= oldest && admissible(id)) holders.push(id);
-      }
+      };
+      if (typeof held === 'string') consider(held);
+      else for (const id of held) consider(id);
       if (holders.length > 0) return { depth: i + 1, holders };
     }
     return undefined;
@@ -83,61 +102,96 @@ export class PrefixIndex {
 
   /** The request with these blocks was sent to `endpointId`: it holds them now. */
   record(hashes: readonly number[], endpointId: string, nowMs: number): void {
-    let lru = this.#byEndpoint.get(endpointId);
-    if (lru === undefined) {
-      lru = new Map();
-      this.#byEndpoint.set(endpointId, lru);
+    let gens = this.#byEndpoint.get(endpointId);
+    if (gens === undefined) {
+      gens = { young: new Map(), old: new Map() };
+      this.#byEndpoint.set(endpointId, gens);
     }
+    const half = Math.ceil(this.#capacity / 2);
     for (let i = hashes.length - 1; i >= 0; i--) {
       const hash = hashes[i] as number;
-      if (lru.delete(hash)) {
-        // Already held: refresh, and move to the front of the holder list.
-        const ids = this.#holders.get(hash) as string[];
-        if (ids[0] !== endpointId) {
-          ids.splice(ids.indexOf(endpointId), 1);
-          ids.unshift(endpointId);
-        }
-      } else {
-        const ids = this.#holders.get(hash);
-        if (ids === undefined) this.#holders.set(hash, [endpointId]);
-        else ids.unshift(endpointId);
+      if (gens.young.has(hash)) {
+        gens.young.set(hash, nowMs);
+        this.#moveToFront(hash, endpointId);
+        continue;
       }
-      lru.set(hash, nowMs);
+      if (gens.young.size >= half) this.#turnOver(endpointId, gens);
+      if (gens.old.delete(hash)) this.#moveToFront(hash, endpointId);
+      else this.#addHolder(hash, endpointId);
+      gens.young.set(hash, nowMs);
     }
-    this.#trim(endpointId);
+    if (gens.young.size + gens.old.size > this.#capacity) this.#trim(endpointId, gens);
   }
 
   /** The endpoint left the pool (or restarted): it holds nothing any more. */
   forget(endpointId: string): void {
-    const lru = this.#byEndpoint.get(endpointId);
-    if (lru === undefined) return;
-    for (const hash of lru.keys()) this.#drop(hash, endpointId);
+    const gens = this.#byEndpoint.get(endpointId);
+    if (gens === undefined) return;
+    for (const hash of gens.young.keys()) this.#dropHolder(hash, endpointId);
+    for (const hash of gens.old.keys()) this.#dropHolder(hash, endpointId);
     this.#byEndpoint.delete(endpointId);
   }
 
   /** Entries in all (for metrics and tests). */
   size(): number {
     let n = 0;
-    for (const lru of this.#byEndpoint.values()) n += lru.size;
+    for (const gens of this.#byEndpoint.values()) n += gens.young.size + gens.old.size;
     return n;
   }
 
-  #trim(endpointId: string): void {
-    const lru = this.#byEndpoint.get(endpointId);
-    if (lru === undefined) return;
-    while (lru.size > this.#capacity) {
-      const oldest = lru.keys().next().value as number;
-      lru.delete(oldest);
-      this.#drop(oldest, endpointId);
+  #usedAt(endpointId: string, hash: number): number | undefined {
+    const gens = this.#byEndpoint.get(endpointId);
+    return gens === undefined ? undefined : (gens.young.get(hash) ?? gens.old.get(hash));
+  }
+
+  /** The old generation is forgotten; the young one becomes old. */
+  #turnOver(endpointId: string, gens: Generations): void {
+    for (const hash of gens.old.keys()) this.#dropHolder(hash, endpointId);
+    gens.old = gens.young;
+    gens.young = new Map();
+  }
+
+  /** Over capacity (a smaller share, or a tiny one): forget the oldest entries until it fits. */
+  #trim(endpointId: string, gens: Generations): void {
+    while (gens.young.size + gens.old.size > this.#capacity) {
+      if (gens.old.size === 0) {
+        gens.old = gens.young;
+        gens.young = new Map();
+      }
+      // One iterator for the whole pass: deleting behind it costs nothing more.
+      for (const hash of gens.old.keys()) {
+        if (gens.young.size + gens.old.size <= this.#capacity) break;
+        gens.old.delete(hash);
+        this.#dropHolder(hash, endpointId);
+      }
     }
   }
 
-  #drop(hash: number, endpointId: string): void {
-    const ids = this.#holders.get(hash);
-    if (ids === undefined) return;
-    const at = ids.indexOf(endpointId);
-    if (at >= 0) ids.splice(at, 1);
-    if (ids.length === 0) this.#holders.delete(hash);
+  #addHolder(hash: number, endpointId: string): void {
+    const held = this.#holders.get(hash);
+    if (held === undefined) this.#holders.set(hash, endpointId);
+    else if (typeof held === 'string') this.#holders.set(hash, [endpointId, held]);
+    else held.unshift(endpointId);
+  }
+
+  #moveToFront(hash: number, endpointId: string): void {
+    const held = this.#holders.get(hash);
+    if (held === undefined || typeof held === 'string' || held[0] === endpointId) return;
+    held.splice(held.indexOf(endpointId), 1);
+    held.unshift(endpointId);
+  }
+
+  #dropHolder(hash: number, endpointId: string): void {
+    const held = this.#holders.get(hash);
+    if (held === undefined) return;
+    if (typeof held === 'string') {
+      if (held === endpointId) this.#holders.delete(hash);
+      return;
+    }
+    const at = held.indexOf(endpointId);
+    if (at >= 0) held.splice(at, 1);
+    if (held.length === 1) this.#holders.set(hash, held[0] as string);
+    else if (held.length === 0) this.#holders.delete(hash);
   }
 }
 
