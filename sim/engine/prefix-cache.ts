@@ -92,11 +92,13 @@ export class PrefixCache {
     }
   }
 
+  // One iterator for the whole pass: V8 keeps deleted entries as holes at the front of the map,
+  // and a fresh `keys().next()` per eviction would walk all of them every time.
   #evict(): void {
-    while (this.#blocks.size > this.#capacity) {
-      const oldest = this.#blocks.keys().next();
-      if (oldest.done === true) return;
-      this.#blocks.delete(oldest.value);
+    if (this.#blocks.size <= this.#capacity) return;
+    for (const key of this.#blocks.keys()) {
+      if (this.#blocks.size <= this.#capacity) return;
+      this.#blocks.delete(key);
     }
   }
 }
