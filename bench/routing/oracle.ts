@@ -31,8 +31,10 @@ class ShadowCache {
       this.#blocks.delete(id);
       this.#blocks.set(id, true);
     }
-    while (this.#blocks.size > this.#capacity) {
-      const oldest = this.#blocks.keys().next().value as number;
+    // One iterator for the pass: a fresh keys().next() per eviction walks every deleted entry.
+    if (this.#blocks.size <= this.#capacity) return;
+    for (const oldest of this.#blocks.keys()) {
+      if (this.#blocks.size <= this.#capacity) return;
       this.#blocks.delete(oldest);
     }
   }
