@@ -66,6 +66,15 @@ const CHARS_PER_TOKEN = 4;
 const CPUS = availableParallelism();
 const WARM_UP_REQUESTS = 300;
 /**
+ * Requests sent through every router set before its measured replay, then the simulators reset:
+ * a router in production has run for days, and the first few hundred requests through a process
+ * that just started measure its JIT (a Node router's hot path runs interpreted at first), not its
+ * routing. Their prompts are another seed's, sharing no text with the measured ones, so that what
+ * a router learns in the warm-up (an index of prefixes, a radix tree) cannot help or mislead it.
+ */
+const ROUTER_WARM_UP_REQUESTS = 200;
+const ROUTER_WARM_UP_SEED = 1_000_003;
+/**
  * A client gives up on a request that sent nothing for a simulated minute (under 5 s of wall time
  * at speed 12.8) and counts it as an error: what an interactive application's timeout does, and
  * what keeps a router that cannot keep up from stretching a run without end.
@@ -401,6 +410,46 @@ async function warmUp(
   await fleet.idle();
 }
 
+/**
+ * The router warm-up (ROUTER_WARM_UP_REQUESTS), not measured. It runs on a healthy fleet — a
+ * scenario's fault (a failing or slow backend) starts with the measured replay, so every router
+ * meets it the same way, unwarned — and the simulators are reset after it.
+ */
+async function warmUpRouters(
+  urls: readonly string[],
+  run: {
+    requests: readonly TraceRequest[];
+    inputs: TraceInputs;
+    settings: BenchSettings;
+    fleet: SimFleet;
+    specs: ReturnType<Scenario['backends']>;
+    seed: number;
+  },
+  timeoutMs: number,
+): Promise<void> {
+  const { settings, fleet } = run;
+  const n = Math.min(run.requests.length, ROUTER_WARM_UP_REQUESTS);
+  await fleet.configure(
+    scenario('steady').backends(settings.backends, settings.heterogeneous),
+    settings.speed,
+    run.seed,
+    MODEL,
+  );
+  await replay(
+    { urls },
+    {
+      requests: run.requests.slice(0, n),
+      payloads: run.inputs.forSeed(ROUTER_WARM_UP_SEED).payloads.slice(0, n),
+      timeScale: settings.timeScale,
+      speed: settings.speed,
+      timeoutMs,
+    },
+  );
+  await fleet.idle();
+  await fleet.configure(run.specs, settings.speed, run.seed, MODEL);
+  await fleet.reset();
+}
+
 type Outcome =
   | { kind: 'did-not-start'; reason: string }
   | { kind: 'ran'; run: SeedRun; ttfts: number[]; shareOverTime: SharePoint[] };
@@ -454,6 +503,9 @@ async function runOnce(run: {
           }
         : { urls: routers!.urls };
     const timeoutMs = CLIENT_TIMEOUT_SIMULATED_MS / settings.speed;
+    if (routers !== undefined) {
+      await warmUpRouters(routers.urls, run, timeoutMs);
+    }
     const cpuBefore = machineCpuSeconds();
     const replayStart = performance.now();
     let results: ClientResult[];
