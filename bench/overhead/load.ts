@@ -73,6 +73,26 @@ function newAgent(): http.Agent {
   return new http.Agent({ keepAlive: true, maxSockets: Infinity, scheduling: 'lifo' });
 }
 
+/** A chat POST of `body` through `agent`; the caller listens for its errors and ends it. */
+function chatRequest(
+  agent: http.Agent,
+  url: URL,
+  body: Buffer,
+  onResponse: (res: http.IncomingMessage) => void,
+): http.ClientRequest {
+  return http.request(
+    {
+      host: url.hostname,
+      port: url.port,
+      path: CHAT_PATH,
+      method: 'POST',
+      agent,
+      headers: { 'content-type': 'application/json', 'content-length': body.length },
+    },
+    onResponse,
+  );
+}
+
 /**
  * One POST of `body`; `done(ok)` once the response has fully arrived (ok: a 200 with a body)
  * or failed. The response body is read and dropped.
@@ -89,29 +109,68 @@ function post(
     settled = true;
     done(ok, error);
   };
-  const req = http.request(
-    {
-      host: url.hostname,
-      port: url.port,
-      path: CHAT_PATH,
-      method: 'POST',
-      agent,
-      headers: { 'content-type': 'application/json', 'content-length': body.length },
-    },
-    (res) => {
-      let bytes = 0;
-      res.on('data', (chunk: Buffer) => {
-        bytes += chunk.length;
-      });
-      res.on('end', () =>
-        finish(res.statusCode === 200 && bytes > 0, `status ${res.statusCode ?? '?'}`),
-      );
-      res.on('error', (err) => finish(false, err.message));
-    },
-  );
+  const req = chatRequest(agent, url, body, (res) => {
+    let bytes = 0;
+    res.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+    });
+    res.on('end', () =>
+      finish(res.statusCode === 200 && bytes > 0, `status ${res.statusCode ?? '?'}`),
+    );
+    res.on('error', (err) => finish(false, err.message));
+  });
   req.on('error', (err) => finish(false, err.message));
   req.end(body);
   return req;
+}
+
+/** How many of a set of streams succeeded and failed, and why the first failure failed. */
+interface Tally {
+  ok: number;
+  failed: number;
+  firstError: string | undefined;
+}
+
+type Finish = (ok: boolean, error?: string) => void;
+
+/**
+ * One SSE stream of `body`, counted in `tally` once: a non-200 head or an error fails it, else
+ * `onStream` reads the answer and calls `finish` (later calls are ignored). `onRequest` sees the
+ * request before it is sent. Resolves once the stream is counted.
+ */
+function sseStream(
+  agent: http.Agent,
+  url: URL,
+  body: Buffer,
+  tally: Tally,
+  onStream: (res: http.IncomingMessage, finish: Finish) => void,
+  onRequest?: (req: http.ClientRequest, finish: Finish) => void,
+): Promise<void> {
+  return new Promise((resolve) => {
+    let done = false;
+    const finish: Finish = (ok, error) => {
+      if (done) return;
+      done = true;
+      if (ok) tally.ok++;
+      else {
+        tally.failed++;
+        tally.firstError ??= error;
+      }
+      resolve();
+    };
+    const req = chatRequest(agent, url, body, (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        finish(false, `status ${res.statusCode ?? '?'}`);
+        return;
+      }
+      onStream(res, finish);
+      res.on('error', (err) => finish(false, err.message));
+    });
+    req.on('error', (err) => finish(false, err.message));
+    onRequest?.(req, finish);
+    req.end(body);
+  });
 }
 
 export interface ClosedResult {
@@ -387,61 +446,29 @@ export function sseRun(
   );
   const delays: number[] = [];
   const firsts: number[] = [];
-  let complete = 0;
-  let errors = 0;
-  let firstError: string | undefined;
-  const one = (): Promise<void> =>
-    new Promise((resolve) => {
-      let buffer = '';
-      let seen = 0;
-      let done = false;
-      const finish = (ok: boolean, error?: string): void => {
-        if (done) return;
-        done = true;
-        if (ok) complete++;
-        else {
-          errors++;
-          firstError ??= error;
+  const tally: Tally = { ok: 0, failed: 0, firstError: undefined };
+  const one = (): Promise<void> => {
+    let buffer = '';
+    let seen = 0;
+    return sseStream(agent, url, body, tally, (res, finish) => {
+      res.setEncoding('latin1');
+      res.on('data', (text: string) => {
+        const arrival = now();
+        buffer += text;
+        let end: number;
+        while ((end = buffer.indexOf('\n\n')) !== -1) {
+          const event = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const match = SENT_NS.exec(event);
+          if (match === null) continue;
+          const delay = nsToMs(arrival - BigInt(match[1]!));
+          if (seen++ === 0) firsts.push(delay);
+          else delays.push(delay);
         }
-        resolve();
-      };
-      const req = http.request(
-        {
-          host: url.hostname,
-          port: url.port,
-          path: CHAT_PATH,
-          method: 'POST',
-          agent,
-          headers: { 'content-type': 'application/json', 'content-length': body.length },
-        },
-        (res) => {
-          if (res.statusCode !== 200) {
-            res.resume();
-            finish(false, `status ${res.statusCode ?? '?'}`);
-            return;
-          }
-          res.setEncoding('latin1');
-          res.on('data', (text: string) => {
-            const arrival = now();
-            buffer += text;
-            let end: number;
-            while ((end = buffer.indexOf('\n\n')) !== -1) {
-              const event = buffer.slice(0, end);
-              buffer = buffer.slice(end + 2);
-              const match = SENT_NS.exec(event);
-              if (match === null) continue;
-              const delay = nsToMs(arrival - BigInt(match[1]!));
-              if (seen++ === 0) firsts.push(delay);
-              else delays.push(delay);
-            }
-          });
-          res.on('end', () => finish(seen === chunks, `${seen}/${chunks} chunks`));
-          res.on('error', (err) => finish(false, err.message));
-        },
-      );
-      req.on('error', (err) => finish(false, err.message));
-      req.end(body);
+      });
+      res.on('end', () => finish(seen === chunks, `${seen}/${chunks} chunks`));
     });
+  };
   return Promise.all(Array.from({ length: streams }, one)).then(() => {
     agent.destroy();
     return {
@@ -449,9 +476,9 @@ export function sseRun(
       chunksPerStream: chunks,
       intervalMs,
       chunks: delays.length,
-      complete,
-      errors,
-      firstError,
+      complete: tally.ok,
+      errors: tally.failed,
+      firstError: tally.firstError,
       delayMs: percentiles(delays),
       firstChunkDelayMs: percentiles(firsts),
     };
@@ -492,57 +519,32 @@ export async function holdStreams(
     }),
   );
   const requests: http.ClientRequest[] = [];
-  let open = 0;
-  let failed = 0;
-  let firstError: string | undefined;
+  const tally: Tally = { ok: 0, failed: 0, firstError: undefined };
   const started = now();
   const one = (): Promise<void> =>
-    new Promise((resolve) => {
-      let settled = false;
-      const settle = (ok: boolean, error?: string): void => {
-        if (settled) return;
-        settled = true;
-        if (ok) open++;
-        else {
-          failed++;
-          firstError ??= error;
-        }
-        resolve();
-      };
-      const req = http.request(
-        {
-          host: url.hostname,
-          port: url.port,
-          path: CHAT_PATH,
-          method: 'POST',
-          agent,
-          headers: { 'content-type': 'application/json', 'content-length': body.length },
-        },
-        (res) => {
-          if (res.statusCode !== 200) {
-            res.resume();
-            settle(false, `status ${res.statusCode ?? '?'}`);
-            return;
-          }
-          res.on('data', () => settle(true));
-          res.on('end', () => settle(false, 'stream ended'));
-          res.on('error', (err) => settle(false, err.message));
-        },
-      );
-      req.on('error', (err) => settle(false, err.message));
-      req.setTimeout(timeoutMs, () => settle(false, 'timeout waiting for the first chunk'));
-      req.end(body);
-      requests.push(req);
-    });
+    sseStream(
+      agent,
+      url,
+      body,
+      tally,
+      (res, finish) => {
+        res.on('data', () => finish(true));
+        res.on('end', () => finish(false, 'stream ended'));
+      },
+      (req, finish) => {
+        req.setTimeout(timeoutMs, () => finish(false, 'timeout waiting for the first chunk'));
+        requests.push(req);
+      },
+    );
   for (let i = 0; i < count; i += batch) {
     await Promise.all(Array.from({ length: Math.min(batch, count - i) }, one));
   }
   const openSeconds = round3(Number(now() - started) / 1e9);
   return {
     requested: count,
-    open,
-    failed,
-    firstError,
+    open: tally.ok,
+    failed: tally.failed,
+    firstError: tally.firstError,
     openSeconds,
     close: () => {
       for (const req of requests) req.destroy();

@@ -109,6 +109,26 @@ const REPORT_ABORTED: Effect = { kind: 'report', code: 'aborted' };
 const RESET: Failure = { kind: 'reset-before-first-byte', timeout: false };
 const NO_FIRST_BYTE: Failure = { kind: 'no-first-byte', timeout: true };
 
+function retryOrFail(failure: Failure): Effect {
+  return { kind: 'retry-or-fail', failure };
+}
+
+function fail(failure: Failure): Effect {
+  return { kind: 'fail', failure };
+}
+
+/** The attempt ends: `effects` are the last it asks for. */
+function finished(...effects: Effect[]): Transition {
+  return { state: DONE, effects };
+}
+
+/** The client left before the outcome was reported: counted aborted, the upstream dropped. */
+const CLIENT_LEFT: Transition = finished(REPORT_ABORTED, DESTROY);
+/** The client left after the outcome was reported (with a 5xx or 429 head): upstream dropped. */
+const CLIENT_LEFT_REPORTED: Transition = finished(DESTROY);
+/** Nothing of the response by `timeouts.firstByte`: a timeout, retried elsewhere when allowed. */
+const FIRST_BYTE_LATE: Transition = finished(REPORT_TIMEOUT, DESTROY, retryOrFail(NO_FIRST_BYTE));
+
 /** Whether the first-byte deadline still matters: the exchange clears its timer in every other state. */
 export function awaitsFirstByte(state: AttemptState): boolean {
   return (
@@ -173,16 +193,15 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
         }
         case 'upstream-error': {
           const timeout = TIMEOUT_CODES.has(event.code);
-          const failure: Failure = { kind: 'transport', code: event.code, timeout };
-          return {
-            state: DONE,
-            effects: [timeout ? REPORT_TIMEOUT : REPORT_ERROR, { kind: 'retry-or-fail', failure }],
-          };
+          return finished(
+            timeout ? REPORT_TIMEOUT : REPORT_ERROR,
+            retryOrFail({ kind: 'transport', code: event.code, timeout }),
+          );
         }
         case 'deadline':
-          return { state: DONE, effects: [REPORT_TIMEOUT, DESTROY, retryOrFail(NO_FIRST_BYTE)] };
+          return FIRST_BYTE_LATE;
         case 'client-gone':
-          return { state: DONE, effects: [REPORT_ABORTED, DESTROY] };
+          return CLIENT_LEFT;
         default:
           return undefined;
       }
@@ -195,13 +214,13 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
             effects: [FIRST_BYTE, WATCH_IDLE, WRITE_HEAD],
           };
         case 'end':
-          return { state: DONE, effects: [WRITE_HEAD, END_CLIENT, reportEnd(state.status)] };
+          return finished(WRITE_HEAD, END_CLIENT, reportEnd(state.status));
         case 'upstream-error':
-          return { state: DONE, effects: [REPORT_ERROR, DESTROY, retryOrFail(RESET)] };
+          return finished(REPORT_ERROR, DESTROY, retryOrFail(RESET));
         case 'deadline':
-          return { state: DONE, effects: [REPORT_TIMEOUT, DESTROY, retryOrFail(NO_FIRST_BYTE)] };
+          return FIRST_BYTE_LATE;
         case 'client-gone':
-          return { state: DONE, effects: [REPORT_ABORTED, DESTROY] };
+          return CLIENT_LEFT;
         default:
           return undefined;
       }
@@ -216,15 +235,16 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
             effects: [WATCH_IDLE, WRITE_HEAD],
           };
         case 'end':
-          return { state: DONE, effects: [WRITE_HEAD, END_CLIENT] };
+          return finished(WRITE_HEAD, END_CLIENT);
         case 'upstream-error':
-          return { state: DONE, effects: [DESTROY, { kind: 'fail', failure: RESET }] };
-        case 'deadline': {
-          const failure: Failure = { kind: 'no-error-body', status: state.status, timeout: true };
-          return { state: DONE, effects: [DESTROY, { kind: 'fail', failure }] };
-        }
+          return finished(DESTROY, fail(RESET));
+        case 'deadline':
+          return finished(
+            DESTROY,
+            fail({ kind: 'no-error-body', status: state.status, timeout: true }),
+          );
         case 'client-gone':
-          return { state: DONE, effects: [DESTROY] };
+          return CLIENT_LEFT_REPORTED;
         default:
           return undefined;
       }
@@ -232,11 +252,11 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
     case 'streaming':
       switch (event.kind) {
         case 'end':
-          return { state: DONE, effects: [END_CLIENT, reportEnd(state.status)] };
+          return finished(END_CLIENT, reportEnd(state.status));
         case 'upstream-error':
-          return { state: DONE, effects: [REPORT_ERROR, DESTROY, BREAK_CLIENT] };
+          return finished(REPORT_ERROR, DESTROY, BREAK_CLIENT);
         case 'client-gone':
-          return { state: DONE, effects: [REPORT_ABORTED, DESTROY] };
+          return CLIENT_LEFT;
         default:
           return undefined; // 'data': the exchange writes the chunk
       }
@@ -244,11 +264,11 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
     case 'streaming-error':
       switch (event.kind) {
         case 'end':
-          return { state: DONE, effects: [END_CLIENT] };
+          return finished(END_CLIENT);
         case 'upstream-error':
-          return { state: DONE, effects: [DESTROY, BREAK_CLIENT] };
+          return finished(DESTROY, BREAK_CLIENT);
         case 'client-gone':
-          return { state: DONE, effects: [DESTROY] };
+          return CLIENT_LEFT_REPORTED;
         default:
           return undefined;
       }
@@ -256,10 +276,10 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
     case 'draining':
       switch (event.kind) {
         case 'client-gone':
-          return { state: DONE, effects: [DESTROY] };
+          return CLIENT_LEFT_REPORTED;
         case 'end':
         case 'upstream-error':
-          return { state: DONE, effects: [] };
+          return finished();
         default:
           return undefined;
       }
@@ -267,8 +287,4 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
     case 'done':
       return undefined;
   }
-}
-
-function retryOrFail(failure: Failure): Effect {
-  return { kind: 'retry-or-fail', failure };
 }

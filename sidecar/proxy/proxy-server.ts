@@ -7,16 +7,22 @@ import { affinityFor } from '../policy/index.ts';
 import { readBody, type BodyResult } from './body.ts';
 import { ConnectionQueue, decodeBody, SUPPORTED_ENCODINGS, withoutBom } from './client-request.ts';
 import { sendError, sendRawError } from './errors.ts';
-import { Exchange, type ExchangeDeps, type ResponseTap } from './exchange.ts';
+import { Exchange, type ExchangeDeps, type ExchangeInit, type ResponseTap } from './exchange.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
 import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
 import { StoredResponses } from './stored-responses.ts';
-import type { ProxyTracer, RequestTrace } from '../telemetry/types.ts';
+import type { ProxyTracer } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 
 /** A matched route and what its path says about stored responses (inference-routes.ts). */
 type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
+
+/** A client request once its route and pool are known: what every exchange of it starts from. */
+type Routed = Pick<ExchangeInit, 'req' | 'res' | 'pool' | 'path' | 'query' | 'trace'>;
+
+/** What a route adds to an exchange; by default none of it (no body, fields or affinity). */
+type RouteParts = Partial<Omit<ExchangeInit, keyof Routed>>;
 
 /**
  * Slow clients (slow-loris). The app is on the same pod and sends a request in microseconds, so
@@ -234,19 +240,19 @@ export class SidecarProxy {
       );
       return;
     }
-    const query = rawUrl.slice(path.length);
+    const routed: Routed = { req, res, pool, path, query: rawUrl.slice(path.length), trace };
     if (match.route.body === 'models') {
-      this.serveModels(req, res, pool, path, query, trace);
+      this.serveModels(routed);
       return;
     }
     if (match.route.body === 'stream' && !this.declaredTooLarge(req)) {
-      this.streamThrough(req, res, pool, path, query, trace);
+      this.streamThrough(routed);
       return;
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
         try {
-          this.onBody(req, res, pool, path, query, match, result, trace);
+          this.onBody(routed, match, result);
         } catch (err) {
           this.internalError(res, err);
         }
@@ -255,16 +261,8 @@ export class SidecarProxy {
     );
   }
 
-  private onBody(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pool: ActivePool,
-    path: string,
-    query: string,
-    match: Matched,
-    result: BodyResult,
-    trace: RequestTrace | undefined,
-  ): void {
+  private onBody(routed: Routed, match: Matched, result: BodyResult): void {
+    const { res } = routed;
     if (result.kind === 'aborted') return;
     if (result.kind === 'too-large') {
       sendError(
@@ -283,36 +281,28 @@ export class SidecarProxy {
       return;
     }
     if (match.route.body === 'json') {
-      this.serveDecoded(req, res, pool, path, query, match.route, result.body, trace);
+      this.serveDecoded(routed, match.route, result.body);
       return;
     }
-    this.serveStoredResponse(req, res, pool, path, query, match, result.body, trace);
+    this.serveStoredResponse(routed, match, result.body);
   }
 
   /**
    * A JSON body as sent, or decoded first when the client compressed it (gzip, deflate; the body
    * limit applies to the decoded size); a leading UTF-8 byte-order mark is dropped.
    */
-  private serveDecoded(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pool: ActivePool,
-    path: string,
-    query: string,
-    route: InferenceRoute,
-    body: Buffer,
-    trace: RequestTrace | undefined,
-  ): void {
+  private serveDecoded(routed: Routed, route: InferenceRoute, body: Buffer): void {
+    const { req, res } = routed;
     const encoding = req.headers['content-encoding'];
     if (encoding === undefined) {
-      this.serveGeneration(req, res, pool, path, query, route, withoutBom(body), trace);
+      this.serveGeneration(routed, route, withoutBom(body));
       return;
     }
     const limit = this.options.maxBodyBytes;
     void decodeBody(body, encoding, limit).then((decoded) => {
       try {
         if (decoded.kind === 'ok') {
-          this.serveGeneration(req, res, pool, path, query, route, decoded.body, trace);
+          this.serveGeneration(routed, route, decoded.body);
         } else if (decoded.kind === 'too-large') {
           sendError(
             res,
@@ -352,14 +342,8 @@ export class SidecarProxy {
    * A body passed through as it arrives (multipart audio): no parsing, no holding it whole, no
    * affinity, no model rewrite; counted against the body limit on the way (413 past it).
    */
-  private streamThrough(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pool: ActivePool,
-    path: string,
-    query: string,
-    trace: RequestTrace | undefined,
-  ): void {
+  private streamThrough(routed: Routed): void {
+    const { req, res } = routed;
     const body = new LimitedBody(this.options.maxBodyBytes, () => {
       req.unpipe(body);
       req.resume(); // read and drop the rest, so the client sees the 413 rather than a reset
@@ -381,53 +365,21 @@ export class SidecarProxy {
       req.unpipe(body);
       req.resume();
     });
-    pool.balancer.recordRequest();
-    const exchange = new Exchange(this.exchangeDeps, {
-      req,
-      res,
-      pool,
-      path,
-      query,
-      raw: Buffer.alloc(0),
-      fields: undefined,
-      streamed: false,
-      affinity: {},
-      bodyStream: body,
-      trace,
-    });
-    exchange.start();
+    const exchange = this.startExchange(routed, { bodyStream: body });
   }
 
   /** `GET/DELETE /v1/responses/{id}`, `POST …/cancel`: to the endpoint that stores the response. */
-  private serveStoredResponse(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pool: ActivePool,
-    path: string,
-    query: string,
-    match: Matched,
-    raw: Buffer,
-    trace: RequestTrace | undefined,
-  ): void {
+  private serveStoredResponse(routed: Routed, match: Matched, raw: Buffer): void {
     const responseId = match.responseId as string;
-    const pinned = this.pinnedFor(res, pool, responseId);
+    const pinned = this.pinnedFor(routed.res, routed.pool, responseId);
     if (pinned === false) return;
     const tap =
       match.deletesResponse === true ? this.storedResponses.forgetOnSuccess(responseId) : undefined;
-    pool.balancer.recordRequest();
-    new Exchange(this.exchangeDeps, {
-      req,
-      res,
-      pool,
-      path,
-      query,
+    this.startExchange(routed, {
       raw,
-      fields: undefined,
-      streamed: false,
       affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
       tap,
-      trace,
-    }).start();
+    });
   }
 
   /**
@@ -446,14 +398,8 @@ export class SidecarProxy {
     return false;
   }
 
-  private serveModels(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pool: ActivePool,
-    path: string,
-    query: string,
-    trace: RequestTrace | undefined,
-  ): void {
+  private serveModels(routed: Routed): void {
+    const { res, pool } = routed;
     const models = pool.policy.models;
     if (models.length > 0) {
       const body = JSON.stringify({
@@ -473,31 +419,11 @@ export class SidecarProxy {
       return;
     }
     // No declared model list: ask one live endpoint.
-    pool.balancer.recordRequest();
-    new Exchange(this.exchangeDeps, {
-      req,
-      res,
-      pool,
-      path,
-      query,
-      raw: Buffer.alloc(0),
-      fields: undefined,
-      streamed: false,
-      affinity: {},
-      trace,
-    }).start();
+    this.startExchange(routed, {});
   }
 
-  private serveGeneration(
-    req: IncomingMessage,
-    res: ServerResponse,
-    pool: ActivePool,
-    path: string,
-    query: string,
-    route: InferenceRoute,
-    raw: Buffer,
-    trace: RequestTrace | undefined,
-  ): void {
+  private serveGeneration(routed: Routed, route: InferenceRoute, raw: Buffer): void {
+    const { req, res, pool, trace } = routed;
     let body: unknown;
     try {
       body = JSON.parse(raw.toString('utf8'));
@@ -537,20 +463,22 @@ export class SidecarProxy {
     }
     const streamed = fields.stream === true;
     trace?.generation(fields.model, streamed);
-    pool.balancer.recordRequest();
-    new Exchange(this.exchangeDeps, {
-      req,
-      res,
-      pool,
-      path,
-      query,
-      raw,
-      fields,
-      streamed,
-      affinity,
-      tap,
-      trace,
-    }).start();
+    this.startExchange(routed, { raw, fields, streamed, affinity, tap });
+  }
+
+  /** Counts the request in the pool's load, then sends it upstream as an exchange. */
+  private startExchange(routed: Routed, parts: RouteParts): Exchange {
+    routed.pool.balancer.recordRequest();
+    const exchange = new Exchange(this.exchangeDeps, {
+      raw: Buffer.alloc(0),
+      fields: undefined,
+      streamed: false,
+      affinity: {},
+      ...routed,
+      ...parts,
+    });
+    exchange.start();
+    return exchange;
   }
 }
 

@@ -31,32 +31,50 @@ const strings = (value: unknown): string[] | undefined =>
       ? value
       : undefined;
 
+/** Both endpoints' request, checked: one text scored against each of the others. */
+interface Scoring {
+  body: Record<string, unknown>;
+  served: string;
+  /** `query`, `text_1` */
+  text: string;
+  /** `documents`, `text_2` (a single string is a list of one) */
+  others: string[];
+}
+
 export function rerankRoutes(sim: Simulator): Route[] {
   const model = (body: Record<string, unknown>) =>
     resolveModel(sim.options(), typeof body['model'] === 'string' ? body['model'] : undefined);
   const tokens = (texts: string[]) =>
     texts.reduce((n, t) => n + estimateTokens(t.length, sim.options()), 0);
 
+  /**
+   * Both endpoints' checks, in the order each answers its first failure: an object body, its
+   * model, `textField` a string, then `othersField` (described as `othersAre` when it is not).
+   */
+  const scoring = (
+    body: unknown,
+    textField: string,
+    othersField: string,
+    othersAre: string,
+  ): Scoring | ApiError => {
+    if (!isRecord(body)) return invalid('the body must be an object', undefined);
+    const served = model(body);
+    if (isApiError(served)) return served;
+    const text = body[textField];
+    if (typeof text !== 'string') return invalid(`${textField} must be a string`, textField);
+    const others = strings(body[othersField]);
+    if (others === undefined) return invalid(`${othersField} must be ${othersAre}`, othersField);
+    return { body, served, text, others };
+  };
+
   const rerank = (path: string): Route => ({
     kind: 'json',
     path,
     inference: true,
-    handle: ({ res }, body) => {
-      if (!isRecord(body))
-        return sendBadRequest(sim, res, invalid('the body must be an object', undefined));
-      const served = model(body);
-      if (isApiError(served)) return sendBadRequest(sim, res, served);
-      const query = body['query'];
-      const documents = strings(body['documents']);
-      if (typeof query !== 'string')
-        return sendBadRequest(sim, res, invalid('query must be a string', 'query'));
-      if (documents === undefined) {
-        return sendBadRequest(
-          sim,
-          res,
-          invalid('documents must be a list of strings', 'documents'),
-        );
-      }
+    handle: ({ res }, json) => {
+      const request = scoring(json, 'query', 'documents', 'a list of strings');
+      if (isApiError(request)) return sendBadRequest(sim, res, request);
+      const { body, served, text: query, others: documents } = request;
       const topN = typeof body['top_n'] === 'number' ? body['top_n'] : documents.length;
       const results = documents
         .map((text, index) => ({
@@ -79,22 +97,10 @@ export function rerankRoutes(sim: Simulator): Route[] {
     kind: 'json',
     path,
     inference: true,
-    handle: ({ res }, body) => {
-      if (!isRecord(body))
-        return sendBadRequest(sim, res, invalid('the body must be an object', undefined));
-      const served = model(body);
-      if (isApiError(served)) return sendBadRequest(sim, res, served);
-      const first = body['text_1'];
-      const seconds = strings(body['text_2']);
-      if (typeof first !== 'string')
-        return sendBadRequest(sim, res, invalid('text_1 must be a string', 'text_1'));
-      if (seconds === undefined) {
-        return sendBadRequest(
-          sim,
-          res,
-          invalid('text_2 must be a string or a list of strings', 'text_2'),
-        );
-      }
+    handle: ({ res }, json) => {
+      const request = scoring(json, 'text_1', 'text_2', 'a string or a list of strings');
+      if (isApiError(request)) return sendBadRequest(sim, res, request);
+      const { served, text: first, others: seconds } = request;
       const promptTokens = tokens([first, ...seconds]);
       sendJson(res, 200, {
         id: `score-sim${sim.port}-${sim.nextSeq()}`,

@@ -6,28 +6,19 @@
  * SWITCHYARD_K8S_TESTS=0 skips it.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
-import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
+import type { RunningProcess } from '../../harness/processes.ts';
+import { waitFor } from '../../harness/k8s/cluster.ts';
 import {
-  controllerSidecarArgs,
-  createNamespaces,
-  startPlainController,
+  POOL_NAMESPACE,
+  POOL_PATH,
+  startServicePool,
+  type ServicePool,
 } from './test-controller.ts';
-import {
-  assertTestAddress,
-  createTestHost,
-  startSwitchyardIn,
-  type TestHost,
-} from './test-hosts.ts';
+import { assertTestAddress, startSwitchyardIn, type TestHost } from './test-hosts.ts';
+import { postChat } from './traffic.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
-const NS = 'apps';
-const POOL = `/apis/switchyard.dev/v1alpha1/namespaces/${NS}/inferencepools/chat`;
 const PROBE_EVERY_MS = 2_000;
 
 interface PoolStatus {
@@ -57,16 +48,19 @@ describe(
   'drift detection and the fleet view on a real API server',
   { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
   () => {
-    let cluster: Cluster;
-    let dir: string;
-    const hosts: TestHost[] = [];
-    const sims: { stop(): Promise<unknown> }[] = [];
-    let controller: RunningProcess | undefined;
+    let pool: ServicePool;
     const sidecars: RunningProcess[] = [];
-    const id = (h: TestHost): string => `gpus/${h.ip}:8000`;
+    const id = (h: TestHost): string => pool.endpointId(h);
 
     const status = async (): Promise<NonNullable<PoolStatus['status']>> =>
-      (await cluster.request<PoolStatus>('GET', POOL)).body.status ?? {};
+      (await pool.cluster.request<PoolStatus>('GET', POOL_PATH)).body.status ?? {};
+    /** Waits up to four probe periods for status to show every endpoint undrifted. */
+    const noDriftInStatus = (what: string): Promise<unknown> =>
+      waitFor(
+        what,
+        async () => (await status()).drift?.endpoints.every((e) => !e.drifted) === true,
+        { timeoutMs: PROBE_EVERY_MS * 4 },
+      );
     const debug = async (s: RunningProcess): Promise<DebugEndpoint[]> =>
       (
         (await (await fetch(`${s.adminUrl}/debug/backends`)).json()) as {
@@ -88,37 +82,21 @@ describe(
         (await (await fetch(`http://${h.ip}:8000/admin/stats`)).json()) as { requests: number }
       ).requests;
     };
-    const chat = async (s: RunningProcess): Promise<Response> =>
-      fetch(`${s.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'llama',
-          max_tokens: 3,
-          messages: [{ role: 'user', content: 'hello' }],
-        }),
-      });
+    const chat = (s: RunningProcess): Promise<Response> => postChat(s.url, 'llama');
     const events = async (reason: string): Promise<{ message: string }[]> =>
       (
-        await cluster.request<{
+        await pool.cluster.request<{
           items: { reason: string; message: string; involvedObject: { name: string } }[];
-        }>('GET', `/api/v1/namespaces/${NS}/events`)
+        }>('GET', `/api/v1/namespaces/${POOL_NAMESPACE}/events`)
       ).body.items.filter((e) => e.reason === reason && e.involvedObject.name === 'chat');
 
     before(async () => {
-      dir = mkdtempSync(join(tmpdir(), 'switchyard-drift-e2e-'));
-      cluster = await startCluster();
-      await installInferencePoolCrd(cluster);
-      await createNamespaces(cluster, [NS, 'switchyard']);
-      for (const [label, fingerprint] of [
-        ['g1', 'fp_a'],
-        ['g2', 'fp_a'],
-        ['g3', 'fp_b'],
-      ] as const) {
-        const host = await createTestHost(label);
-        hosts.push(host);
-        sims.push(
-          await startSwitchyardIn(host, [
+      const fingerprints: Record<string, string> = { g1: 'fp_a', g2: 'fp_a', g3: 'fp_b' };
+      pool = await startServicePool({
+        name: 'drift-e2e',
+        hosts: Object.keys(fingerprints),
+        serve: (host, label) =>
+          startSwitchyardIn(host, [
             'sim',
             '--port',
             '8000',
@@ -127,7 +105,7 @@ describe(
             '--model',
             'llama',
             '--fingerprint',
-            fingerprint,
+            fingerprints[label]!,
             '--prefill-ms-per-token',
             '0.01',
             '--decode-ms-per-token',
@@ -135,57 +113,16 @@ describe(
             '--slots',
             '16',
           ]),
-        );
-      }
-      await cluster.applyYaml(`apiVersion: v1
-kind: Service
-metadata: {name: vllm, namespace: ${NS}}
-spec:
-  ports: [{name: http, port: 80, targetPort: 8000}]
-`);
-      for (const h of hosts) assertTestAddress(h.ip);
-      await cluster.request('POST', `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`, {
-        apiVersion: 'discovery.k8s.io/v1',
-        kind: 'EndpointSlice',
-        metadata: { name: 'vllm-1', labels: { 'kubernetes.io/service-name': 'vllm' } },
-        addressType: 'IPv4',
-        endpoints: hosts.map((h) => ({ addresses: [h.ip], conditions: { ready: true } })),
-        ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
+        spec: [
+          'health: {minRequests: 5, openFor: 60s}',
+          `drift: {probeEvery: ${PROBE_EVERY_MS / 1000}s, expect: Majority, action: Exclude}`,
+        ],
       });
-      await cluster.applyYaml(`apiVersion: switchyard.dev/v1alpha1
-kind: InferencePool
-metadata: {name: chat, namespace: ${NS}}
-spec:
-  backends: [{name: gpus, service: {name: vllm, port: http}}]
-  affinity: {key: None}
-  health: {minRequests: 5, openFor: 60s}
-  drift: {probeEvery: ${PROBE_EVERY_MS / 1000}s, expect: Majority, action: Exclude}
-`);
-      controller = await startPlainController(cluster);
-      const token = await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' });
-      const tokenFile = join(dir, 'token');
-      writeFileSync(tokenFile, token.token);
-      for (const sidecarId of ['app-1', 'app-2'])
-        sidecars.push(
-          await startSwitchyard(
-            controllerSidecarArgs({
-              controllerUrl: controller.url,
-              pool: 'chat',
-              namespace: NS,
-              tokenFile,
-              cacheFile: join(dir, `${sidecarId}.json`),
-              sidecarId,
-            }),
-          ),
-        );
+      for (const sidecarId of ['app-1', 'app-2']) sidecars.push(await pool.startSidecar(sidecarId));
     });
 
     after(async () => {
-      await stopAll([...sidecars, controller]);
-      await Promise.all(sims.map((s) => s.stop()));
-      await Promise.all(hosts.map((h) => h.remove()));
-      await cluster?.stop();
-      rmSync(dir, { recursive: true, force: true });
+      await pool?.stop();
     });
 
     it('finds the other build within one probe period, records it in status, excludes it in every sidecar', async (t) => {
@@ -205,20 +142,20 @@ spec:
       const drifted = s.drift?.endpoints.filter((e) => e.drifted) ?? [];
       assert.deepEqual(
         drifted.map((e) => e.id),
-        [id(hosts[2]!)],
+        [id(pool.hosts[2]!)],
       );
       assert.match(drifted[0]?.fingerprint ?? '', /^llama\/fp_b\//);
       await waitFor('the counts', async () => (await status()).endpoints?.drifted === 1);
       assert.equal((await status()).endpoints?.ready, 2);
       for (const sidecar of sidecars)
         await waitFor(`the exclusion in ${sidecar.url}`, async () => {
-          const g3 = (await debug(sidecar)).find((e) => e.id === id(hosts[2]!));
+          const g3 = (await debug(sidecar)).find((e) => e.id === id(pool.hosts[2]!));
           return g3?.drifted === true && (g3.fingerprint ?? '').includes('fp_b');
         });
-      const before = await simRequests(hosts[2]!);
+      const before = await simRequests(pool.hosts[2]!);
       for (let i = 0; i < 20; i++) assert.equal((await chat(sidecars[i % 2]!)).status, 200);
       assert.ok(
-        (await simRequests(hosts[2]!)) - before <= 2,
+        (await simRequests(pool.hosts[2]!)) - before <= 2,
         'only the controller’s probes reach g3',
       );
       const warnings = await waitFor('the EndpointDrifted Event', async () => {
@@ -229,11 +166,11 @@ spec:
         warnings[0]?.message ?? '',
         /answers llama\/fp_b\/.*the pool expects llama\/fp_a\/.*no traffic/,
       );
-      const metrics = await (await fetch(`${controller!.adminUrl}/metrics`)).text();
+      const metrics = await (await fetch(`${pool.controllers[0]!.adminUrl}/metrics`)).text();
       assert.match(
         metrics,
         new RegExp(
-          `^switchyard_endpoint_drifted\\{pool="apps/chat",endpoint="gpus/${hosts[2]!.ip.replaceAll('.', '\\.')}:8000"\\} 1$`,
+          `^switchyard_endpoint_drifted\\{pool="apps/chat",endpoint="gpus/${pool.hosts[2]!.ip.replaceAll('.', '\\.')}:8000"\\} 1$`,
           'm',
         ),
       );
@@ -241,21 +178,15 @@ spec:
     });
 
     it('takes it back when it answers the majority again, and says so', async () => {
-      await simAdmin(hosts[2]!, { fingerprint: 'fp_a' });
-      await waitFor(
-        'recovery in status',
-        async () => (await status()).drift?.endpoints.every((e) => !e.drifted) === true,
-        {
-          timeoutMs: PROBE_EVERY_MS * 4,
-        },
-      );
+      await simAdmin(pool.hosts[2]!, { fingerprint: 'fp_a' });
+      await noDriftInStatus('recovery in status');
       for (const sidecar of sidecars)
         await waitFor('recovery in the sidecar', async () =>
           (await debug(sidecar)).every((e) => !e.drifted),
         );
-      const before = await simRequests(hosts[2]!);
+      const before = await simRequests(pool.hosts[2]!);
       for (let i = 0; i < 30; i++) await chat(sidecars[i % 2]!);
-      assert.ok((await simRequests(hosts[2]!)) - before >= 3, 'g3 serves again');
+      assert.ok((await simRequests(pool.hosts[2]!)) - before >= 3, 'g3 serves again');
       await waitFor(
         'the EndpointDriftCleared Event',
         async () => (await events('EndpointDriftCleared')).length > 0,
@@ -263,9 +194,11 @@ spec:
     });
 
     it('Warn: reported in status and by the sidecars, but kept in routing', async () => {
-      const res = await cluster.request('PATCH', POOL, { spec: { drift: { action: 'Warn' } } });
+      const res = await pool.cluster.request('PATCH', POOL_PATH, {
+        spec: { drift: { action: 'Warn' } },
+      });
       assert.equal(res.status, 200, res.text);
-      await simAdmin(hosts[2]!, { fingerprint: 'fp_c' });
+      await simAdmin(pool.hosts[2]!, { fingerprint: 'fp_c' });
       await waitFor(
         'the warning in status',
         async () => (await status()).drift?.endpoints.some((e) => e.drifted) === true,
@@ -275,26 +208,20 @@ spec:
       );
       await waitFor('drifted (warned) in the sidecars', async () => {
         for (const sidecar of sidecars)
-          if ((await debug(sidecar)).find((e) => e.id === id(hosts[2]!))?.drifted !== true)
+          if ((await debug(sidecar)).find((e) => e.id === id(pool.hosts[2]!))?.drifted !== true)
             return false;
         return true;
       });
-      const before = await simRequests(hosts[2]!);
+      const before = await simRequests(pool.hosts[2]!);
       for (let i = 0; i < 30; i++) await chat(sidecars[i % 2]!);
-      assert.ok((await simRequests(hosts[2]!)) - before >= 3, 'g3 still serves');
+      assert.ok((await simRequests(pool.hosts[2]!)) - before >= 3, 'g3 still serves');
       assert.equal((await status()).endpoints?.ready, 3, 'nothing excluded');
     });
 
     it('a failing probe is not drift; the fleet view shows who sees the failing endpoint broken', async () => {
-      await simAdmin(hosts[2]!, { fingerprint: 'fp_a' });
-      await waitFor(
-        'recovery',
-        async () => (await status()).drift?.endpoints.every((e) => !e.drifted) === true,
-        {
-          timeoutMs: PROBE_EVERY_MS * 4,
-        },
-      );
-      await simAdmin(hosts[0]!, { errorRate: 1 });
+      await simAdmin(pool.hosts[2]!, { fingerprint: 'fp_a' });
+      await noDriftInStatus('recovery');
+      await simAdmin(pool.hosts[0]!, { errorRate: 1 });
       // Traffic until both sidecars' breakers for g1 are open (minRequests 5) and status says so.
       let sent = 0;
       const st = await waitFor(
@@ -302,12 +229,12 @@ spec:
         async () => {
           for (let i = 0; i < 10; i++) await chat(sidecars[sent++ % 2]!);
           const s = await status();
-          const g1 = s.endpointHealth?.find((e) => e.id === id(hosts[0]!));
+          const g1 = s.endpointHealth?.find((e) => e.id === id(pool.hosts[0]!));
           return g1?.breakerOpen === 2 ? s : undefined;
         },
         { timeoutMs: 30_000, intervalMs: 200 },
       );
-      const g1 = st.endpointHealth?.find((e) => e.id === id(hosts[0]!));
+      const g1 = st.endpointHealth?.find((e) => e.id === id(pool.hosts[0]!));
       assert.equal(g1?.reporting, 2);
       // The window's error rate is in the fleet view. Its value is not asserted: it decays once a
       // breaker keeps traffic away, and the reports lag by up to their period, so when the
@@ -317,7 +244,7 @@ spec:
       const probe = await waitFor(
         'the probe error in status',
         async () => {
-          const e = (await status()).drift?.endpoints.find((x) => x.id === id(hosts[0]!));
+          const e = (await status()).drift?.endpoints.find((x) => x.id === id(pool.hosts[0]!));
           return e?.error !== undefined ? e : undefined;
         },
         { timeoutMs: PROBE_EVERY_MS * 4 },
@@ -325,7 +252,7 @@ spec:
       assert.equal(probe.drifted, false);
       assert.match(probe.fingerprint ?? '', /fp_a/);
       assert.match(probe.error ?? '', /HTTP 500/);
-      await simAdmin(hosts[0]!, { errorRate: 0 });
+      await simAdmin(pool.hosts[0]!, { errorRate: 0 });
     });
   },
 );

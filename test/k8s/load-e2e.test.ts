@@ -1,5 +1,5 @@
 /**
- * Server-reported load end to end, on the real API server (test/k8s/cluster.ts): two model
+ * Server-reported load end to end, on the real API server (harness/k8s/cluster.ts): two model
  * "servers" on test hosts behind a Service — one serving vLLM's /metrics from a file the test
  * rewrites, one answering 404 like an external provider — and two controller replicas. A stream
  * reader on each replica (whichever leads) must see `load` events with the server's values, and
@@ -12,29 +12,21 @@
  */
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseLoad, type PoolLoad } from '../../crds/snapshot.ts';
-import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
-import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
-import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
+import type { RunningProcess } from '../../harness/processes.ts';
+import { waitFor } from '../../harness/k8s/cluster.ts';
 import {
-  controllerSidecarArgs,
-  createNamespaces,
-  startPlainController,
+  POOL_NAMESPACE,
+  POOL_PATH,
+  startServicePool,
+  type ServicePool,
 } from './test-controller.ts';
-import {
-  assertTestAddress,
-  createTestHost,
-  type HostProcess,
-  type TestHost,
-} from './test-hosts.ts';
+import { assertTestAddress, type TestHost } from './test-hosts.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
-const NS = 'apps';
-const POOL = `/apis/switchyard.dev/v1alpha1/namespaces/${NS}/inferencepools/chat`;
 const SCRAPE_EVERY = '500ms';
 
 /**
@@ -83,7 +75,8 @@ interface StreamReader {
 
 /** Opens the pool's stream on `controllerUrl` (retrying until the replica knows the pool). */
 async function openStream(controllerUrl: string, token: string, id: string): Promise<StreamReader> {
-  const url = `${controllerUrl}/v1/namespaces/${NS}/pools/chat/snapshots?sidecar=${id}`;
+  const poolUrl = `${controllerUrl}/v1/namespaces/${POOL_NAMESPACE}/pools/chat`;
+  const url = `${poolUrl}/snapshots?sidecar=${id}`;
   return waitFor(
     `the stream of ${controllerUrl}`,
     () =>
@@ -127,16 +120,11 @@ describe(
   'server-reported load on a real API server',
   { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
   () => {
-    let cluster: Cluster;
-    let dir: string;
+    let pool: ServicePool;
     let metricsFile: string;
-    const hosts: TestHost[] = [];
-    const servers: HostProcess[] = [];
-    const controllers: RunningProcess[] = [];
     const readers: StreamReader[] = [];
     let sidecar: RunningProcess | undefined;
-    let token: string;
-    const id = (h: TestHost): string => `gpus/${h.ip}:8000`;
+    const id = (h: TestHost): string => pool.endpointId(h);
 
     const scrapesOf = async (h: TestHost): Promise<number> => {
       assertTestAddress(h.ip);
@@ -148,70 +136,38 @@ describe(
       r.loads.at(-1)?.endpoints.find((e) => e.id === id(h));
 
     before(async () => {
-      dir = mkdtempSync(join(tmpdir(), 'switchyard-load-e2e-'));
-      metricsFile = join(dir, 'metrics.txt');
-      writeFileSync(metricsFile, vllmMetrics(3, 4, 0.5));
-      cluster = await startCluster();
-      await installInferencePoolCrd(cluster);
-      await createNamespaces(cluster, [NS, 'switchyard']);
-      for (const [label, file] of [
-        ['vllm', metricsFile],
-        ['provider', '-'],
-      ] as const) {
-        const host = await createTestHost(label);
-        hosts.push(host);
-        const server = host.spawn(process.execPath, ['-e', METRICS_SERVER, '8000', file]);
-        await server.waitForLine(/listening/);
-        servers.push(server);
-      }
-      await cluster.applyYaml(`apiVersion: v1
-kind: Service
-metadata: {name: vllm, namespace: ${NS}}
-spec:
-  ports: [{name: http, port: 80, targetPort: 8000}]
-`);
-      for (const h of hosts) assertTestAddress(h.ip);
-      await cluster.request('POST', `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`, {
-        apiVersion: 'discovery.k8s.io/v1',
-        kind: 'EndpointSlice',
-        metadata: { name: 'vllm-1', labels: { 'kubernetes.io/service-name': 'vllm' } },
-        addressType: 'IPv4',
-        endpoints: hosts.map((h) => ({ addresses: [h.ip], conditions: { ready: true } })),
-        ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
+      pool = await startServicePool({
+        name: 'load-e2e',
+        hosts: ['vllm', 'provider'],
+        serve: async (host, label, dir) => {
+          let file = '-'; // the provider: /metrics is a 404
+          if (label === 'vllm') {
+            metricsFile = join(dir, 'metrics.txt');
+            writeFileSync(metricsFile, vllmMetrics(3, 4, 0.5));
+            file = metricsFile;
+          }
+          const server = host.spawn(process.execPath, ['-e', METRICS_SERVER, '8000', file]);
+          await server.waitForLine(/listening/);
+          return server;
+        },
+        controllers: ['controller-0', 'controller-1'].map((identity) => [
+          '--identity',
+          identity,
+          '--load-scrape-every',
+          SCRAPE_EVERY,
+        ]),
       });
-      await cluster.applyYaml(`apiVersion: switchyard.dev/v1alpha1
-kind: InferencePool
-metadata: {name: chat, namespace: ${NS}}
-spec:
-  backends: [{name: gpus, service: {name: vllm, port: http}}]
-  affinity: {key: None}
-`);
-      for (const identity of ['controller-0', 'controller-1'])
-        controllers.push(
-          await startPlainController(cluster, '127.0.0.1:0', [
-            '--identity',
-            identity,
-            '--load-scrape-every',
-            SCRAPE_EVERY,
-          ]),
-        );
-      token = (await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' }))
-        .token;
     });
 
     after(async () => {
       for (const r of readers) r.close();
-      await stopAll([sidecar, ...controllers]);
-      await Promise.all(servers.map((s) => s.stop()));
-      await Promise.all(hosts.map((h) => h.remove()));
-      await cluster?.stop();
-      rmSync(dir, { recursive: true, force: true });
+      await pool?.stop();
     });
 
     it('streams what the server reports to the subscribers of every replica, as load events', async () => {
-      for (const [i, c] of controllers.entries())
-        readers.push(await openStream(c.url, token, `reader-${i}`));
-      const [vllm, provider] = [hosts[0]!, hosts[1]!];
+      for (const [i, c] of pool.controllers.entries())
+        readers.push(await openStream(c.url, pool.token, `reader-${i}`));
+      const [vllm, provider] = [pool.hosts[0]!, pool.hosts[1]!];
       for (const r of readers) {
         const seen = await waitFor('the first reading', () => latest(r, vllm), {
           timeoutMs: 15_000,
@@ -250,10 +206,9 @@ spec:
       const served = readers[0]!.snapshots[0];
       await waitFor('the served snapshot in status', async () => {
         const status = (
-          await cluster.request<{ status?: { snapshot?: { version: number; hash: string } } }>(
-            'GET',
-            POOL,
-          )
+          await pool.cluster.request<{
+            status?: { snapshot?: { version: number; hash: string } };
+          }>('GET', POOL_PATH)
         ).body.status?.snapshot;
         return status?.version === served?.version && status?.hash === served?.hash;
       });
@@ -261,13 +216,13 @@ spec:
     });
 
     it('asks the server without metrics once per replica, then leaves it alone without a word', async () => {
-      const [vllm, provider] = [hosts[0]!, hosts[1]!];
+      const [vllm, provider] = [pool.hosts[0]!, pool.hosts[1]!];
       const before = await scrapesOf(vllm);
       // Six more periods.
       await new Promise((resolve) => setTimeout(resolve, 3_000));
       assert.ok((await scrapesOf(vllm)) > before, 'the vLLM server is still scraped');
-      assert.equal(await scrapesOf(provider), controllers.length);
-      for (const c of controllers) {
+      assert.equal(await scrapesOf(provider), pool.controllers.length);
+      for (const c of pool.controllers) {
         const metrics = await controllerMetrics(c);
         assert.match(
           metrics,
@@ -291,18 +246,7 @@ spec:
     });
 
     it("a sidecar applies the load events: its balancer counts the server's queue", async () => {
-      const tokenFile = join(dir, 'token');
-      writeFileSync(tokenFile, token);
-      sidecar = await startSwitchyard(
-        controllerSidecarArgs({
-          controllerUrl: controllers[0]!.url,
-          pool: 'chat',
-          namespace: NS,
-          tokenFile,
-          cacheFile: join(dir, 'sidecar.json'),
-          sidecarId: 'app-1',
-        }),
-      );
+      sidecar = await pool.startSidecar('app-1');
       await waitFor(
         'the sidecar ready',
         async () => (await fetch(`${sidecar!.adminUrl}/readyz`)).ok,
@@ -312,7 +256,7 @@ spec:
         timeoutMs: 15_000,
       });
       assert.equal((await fetch(`${sidecar.adminUrl}/readyz`)).status, 200);
-      const [vllm, provider] = [hosts[0]!, hosts[1]!];
+      const [vllm, provider] = [pool.hosts[0]!, pool.hosts[1]!];
       const debug = (await (await fetch(`${sidecar.adminUrl}/debug/backends`)).json()) as {
         endpoints: { id: string; load: number; reported: Record<string, number> | null }[];
       };
@@ -332,7 +276,7 @@ spec:
       await sidecar?.kill();
       sidecar = undefined;
       for (const r of readers) r.close();
-      const vllm = hosts[0]!;
+      const vllm = pool.hosts[0]!;
       // In-flight scrapes and the next period may still land; after that, nothing.
       await new Promise((resolve) => setTimeout(resolve, 1_500));
       const settled = await scrapesOf(vllm);

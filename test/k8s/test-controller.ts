@@ -1,9 +1,15 @@
 /**
- * Small set-ups shared by the end-to-end tests: namespaces, and a controller on plain HTTP for the
- * tests where TLS is not what is under test.
+ * Set-ups shared by the end-to-end tests: namespaces, a controller on plain HTTP for the tests
+ * where TLS is not what is under test, the arguments of a sidecar fed by it, and a whole pool
+ * behind a Service on test hosts (`startServicePool`).
  */
-import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
-import type { Cluster } from '../../harness/k8s/cluster.ts';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import { startCluster, type Cluster } from '../../harness/k8s/cluster.ts';
+import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
+import { assertTestAddress, createTestHost, type TestHost } from './test-hosts.ts';
 
 /** Creates each namespace (there is no controller manager: nothing else would). */
 export async function createNamespaces(cluster: Cluster, names: readonly string[]): Promise<void> {
@@ -75,4 +81,137 @@ export function controllerSidecarArgs(o: ControllerSidecar): string[] {
     '--admin',
     o.admin ?? '127.0.0.1:0',
   ];
+}
+
+/** The namespace of a `ServicePool`'s pool, Service and app. */
+export const POOL_NAMESPACE = 'apps';
+/** A `ServicePool`'s InferencePool, `chat`, in the API. */
+export const POOL_PATH = '/apis/switchyard.dev/v1alpha1/namespaces/apps/inferencepools/chat';
+
+export interface ServicePoolOptions {
+  /** Names the temporary folder (`switchyard-<name>-…`). */
+  name: string;
+  /** A test host per label, each serving on port 8000 what `serve` starts in it. */
+  hosts: readonly string[];
+  /** Starts the host's server; `dir` is the pool's temporary folder, for its files. */
+  serve(host: TestHost, label: string, dir: string): Promise<{ stop(): Promise<unknown> }>;
+  /** Lines of the pool's spec after its backend and `affinity: {key: None}`. */
+  spec?: readonly string[];
+  /** Each controller's flags after `startPlainController`'s own (default: one, no flags). */
+  controllers?: readonly (readonly string[])[];
+}
+
+/**
+ * What the Service-backed end-to-end tests stand on: a real API server with the CRD and
+ * namespaces `apps` and `switchyard`; test hosts behind Service `vllm` (one EndpointSlice, port
+ * 8000); InferencePool `chat` whose backend `gpus` is that Service; plain-HTTP controllers; and
+ * the app's token for sidecars fed by them.
+ */
+export interface ServicePool {
+  cluster: Cluster;
+  /** The pool's temporary folder (the token, sidecar caches, what the tests write). */
+  dir: string;
+  hosts: TestHost[];
+  controllers: RunningProcess[];
+  /** The app's service-account token (audience `switchyard`), also in `tokenFile`. */
+  token: string;
+  tokenFile: string;
+  /** The endpoint id the controller gives a host: `gpus/<ip>:8000`. */
+  endpointId(host: TestHost): string;
+  /** A sidecar of the pool fed by `controller`, its cache in `dir`; stopped by `stop()`. */
+  startSidecar(sidecarId: string, controller?: RunningProcess): Promise<RunningProcess>;
+  /** Stops everything started, removes the hosts, the API server and the folder. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a `ServicePool`. A start that fails stops what it had started before it throws, so a
+ * test's `after` only has the returned pool (if any) to stop.
+ */
+export async function startServicePool(o: ServicePoolOptions): Promise<ServicePool> {
+  const namespace = POOL_NAMESPACE;
+  const dir = mkdtempSync(join(tmpdir(), `switchyard-${o.name}-`));
+  let cluster: Cluster | undefined;
+  const hosts: TestHost[] = [];
+  const servers: { stop(): Promise<unknown> }[] = [];
+  const controllers: RunningProcess[] = [];
+  const sidecars: RunningProcess[] = [];
+  const stop = async (): Promise<void> => {
+    await stopAll([...sidecars, ...controllers]);
+    await Promise.all(servers.map((s) => s.stop()));
+    await Promise.all(hosts.map((h) => h.remove()));
+    await cluster?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    cluster = await startCluster();
+    await installInferencePoolCrd(cluster);
+    await createNamespaces(cluster, [namespace, 'switchyard']);
+    for (const label of o.hosts) {
+      const host = await createTestHost(label);
+      hosts.push(host);
+      servers.push(await o.serve(host, label, dir));
+    }
+    await cluster.applyYaml(`apiVersion: v1
+kind: Service
+metadata: {name: vllm, namespace: ${namespace}}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8000}]
+`);
+    for (const h of hosts) assertTestAddress(h.ip);
+    await cluster.request(
+      'POST',
+      `/apis/discovery.k8s.io/v1/namespaces/${namespace}/endpointslices`,
+      {
+        apiVersion: 'discovery.k8s.io/v1',
+        kind: 'EndpointSlice',
+        metadata: { name: 'vllm-1', labels: { 'kubernetes.io/service-name': 'vllm' } },
+        addressType: 'IPv4',
+        endpoints: hosts.map((h) => ({ addresses: [h.ip], conditions: { ready: true } })),
+        ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
+      },
+    );
+    await cluster.applyYaml(`apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: chat, namespace: ${namespace}}
+spec:
+  backends: [{name: gpus, service: {name: vllm, port: http}}]
+  affinity: {key: None}
+${(o.spec ?? []).map((line) => `  ${line}\n`).join('')}`);
+    for (const flags of o.controllers ?? [[]])
+      controllers.push(await startPlainController(cluster, '127.0.0.1:0', [...flags]));
+    const { token } = await cluster.createServiceAccountToken(namespace, 'app', {
+      audience: 'switchyard',
+    });
+    const tokenFile = join(dir, 'token');
+    writeFileSync(tokenFile, token);
+    return {
+      cluster,
+      dir,
+      hosts,
+      controllers,
+      token,
+      tokenFile,
+      endpointId: (host) => `gpus/${host.ip}:8000`,
+      startSidecar: async (sidecarId, controller = controllers[0]) => {
+        if (controller === undefined) throw new Error('the pool has no controller');
+        const sidecar = await startSwitchyard(
+          controllerSidecarArgs({
+            controllerUrl: controller.url,
+            pool: 'chat',
+            namespace,
+            tokenFile,
+            cacheFile: join(dir, `${sidecarId}.json`),
+            sidecarId,
+          }),
+        );
+        sidecars.push(sidecar);
+        return sidecar;
+      },
+      stop,
+    };
+  } catch (error) {
+    await stop().catch(() => undefined);
+    throw error;
+  }
 }

@@ -43,13 +43,13 @@ export function keepSending(send: () => Promise<true | string>, concurrency = 1)
   };
 }
 
-/** Posts a small chat completion to the sidecar at `baseUrl`. */
-export function postChat(baseUrl: string): Promise<Response> {
+/** Posts a small chat completion for `model` to the sidecar at `baseUrl`. */
+export function postChat(baseUrl: string, model = 'm'): Promise<Response> {
   return fetch(`${baseUrl}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({
-      model: 'm',
+      model,
       max_tokens: 3,
       messages: [{ role: 'user', content: 'hi' }],
     }),
