@@ -92,9 +92,9 @@ export function addBenchCommand(program: Command): void {
     .addOption(
       new Option(
         '--time-scale <factor>',
-        'wall ms per trace ms (0.005: arrivals 200 times faster; with --speed it sets the load)',
+        'wall ms per trace ms (0.02: arrivals 50 times faster; with --speed it sets the load)',
       )
-        .default(0.005)
+        .default(0.02)
         .argParser(positiveNumber),
     )
     .addOption(
@@ -102,7 +102,7 @@ export function addBenchCommand(program: Command): void {
         '--speed <factor>',
         'simulator speed: simulated ms per wall ms (with --time-scale it sets the load)',
       )
-        .default(12.8)
+        .default(3.2)
         .argParser(positiveNumber),
     )
     .addOption(

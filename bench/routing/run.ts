@@ -75,8 +75,8 @@ const WARM_UP_REQUESTS = 300;
 const ROUTER_WARM_UP_REQUESTS = 200;
 const ROUTER_WARM_UP_SEED = 1_000_003;
 /**
- * A client gives up on a request that sent nothing for a simulated minute (under 5 s of wall time
- * at speed 12.8) and counts it as an error: what an interactive application's timeout does, and
+ * A client gives up on a request that sent nothing for a simulated minute (19 s of wall time at
+ * the default speed 3.2) and counts it as an error: what an interactive application's timeout does, and
  * what keeps a router that cannot keep up from stretching a run without end.
  */
 const CLIENT_TIMEOUT_SIMULATED_MS = 60_000;

@@ -645,13 +645,17 @@ describe('prefix affinity', () => {
 });
 
 describe('server-reported load', () => {
-  test('steers balancing away from an endpoint whose queue other sidecars fill', () => {
+  test('an endpoint whose queue other sidecars fill loses the ties, not its turn', () => {
     const { balancer, statusOf } = setup({ endpoints: [endpoint('a'), endpoint('b')] });
     balancer.reportLoad('a', { running: 6, waiting: 4, kvCacheUsage: 0.8 });
+    // Equally loaded by this sidecar's own counts: the score, which carries the report, decides.
     for (let i = 0; i < 5; i++) {
-      assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'b');
+      const first = picked(balancer.pick({})).attempt.endpoint.id;
+      assert.equal(first, 'b');
+      // Then b holds one more of this sidecar's requests: a is the least loaded by its counts.
+      assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
     }
-    assert.equal(statusOf('a').load, 10);
+    assert.equal(statusOf('a').load, 15);
     assert.equal(statusOf('b').load, 5);
     assert.deepEqual(statusOf('a').reported, {
       running: 6,

@@ -228,7 +228,10 @@ export class Balancer implements PoolBalancer {
       pickLeastLoaded(
         candidates,
         this.#rng,
-        (s) => this.#load(s, now),
+        // This sidecar's own counts, not the load estimate: every sidecar holds the same server
+        // report, and a minimum over it sends them all to the same endpoint until the next one
+        // (docs/policy.md §4). The estimate decides between the equally loaded, in the score.
+        (s) => s.inFlight,
         (s) => this.#score(s, now),
         (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
