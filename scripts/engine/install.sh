@@ -27,11 +27,9 @@ VLLM_VERSION="${SWITCHYARD_VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${SWITCHYARD_TORCH_VERSION:-2.13.0}"
 PYTHON="${SWITCHYARD_PYTHON:-python3}"
 
-log() { printf '[engine-install] %s\n' "$*" >&2; }
-die() {
-  log "error: $*"
-  exit 1
-}
+LOG_TAG=engine-install
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
 if [[ -n "${SWITCHYARD_VLLM_VENV:-}" ]]; then
   [[ -x "$SWITCHYARD_VLLM_VENV/bin/python" ]] ||

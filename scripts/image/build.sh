@@ -28,11 +28,9 @@ NPM_VERSION="${SWITCHYARD_IMAGE_NPM_VERSION:-11.19.1}"
 MIRROR="${SWITCHYARD_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 CACHE="${SWITCHYARD_CACHE_DIR:-$HOME/.cache/switchyard}/image"
 
-log() { printf '[image-build] %s\n' "$*" >&2; }
-die() {
-  log "error: $*"
-  exit 1
-}
+LOG_TAG=image-build
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 seconds() { date +%s; }
 
 # Node's version is the project's own: the `node` devDependency (what npm scripts run on).
@@ -47,15 +45,6 @@ PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)
 # reads 96363).
 RLIMITS=(--ulimit "nofile=$(ulimit -n):$(ulimit -n)" --ulimit "nproc=4096:4096")
 
-# apt-get install, with one `apt-get update` first if the package lists are missing or stale.
-install_packages() {
-  log "installing $* with apt-get (once)"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q "$@" >&2; then
-    apt-get update -q >&2
-    apt-get install -y -q "$@" >&2
-  fi
-}
 need=()
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)

@@ -29,11 +29,9 @@ set -euo pipefail
 K8S_VERSION="${1:-${SWITCHYARD_K8S_VERSION:-v1.37.2}}"
 ETCD_VERSION="${SWITCHYARD_ETCD_VERSION:-v3.6.16}"
 
-log() { printf '[k8s-build] %s\n' "$*" >&2; }
-die() {
-  log "error: $*"
-  exit 1
-}
+LOG_TAG=k8s-build
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   for b in kube-apiserver kubectl etcd; do

@@ -21,21 +21,11 @@ CACHE="${SWITCHYARD_CACHE_DIR:-$HOME/.cache/switchyard}/node"
 PAUSE_IMAGE=registry.k8s.io/pause:3.10
 CNI_BIN_DIR=/usr/lib/cni
 
-log() { printf '[node-build] %s\n' "$*" >&2; }
-die() {
-  log "error: $*"
-  exit 1
-}
+LOG_TAG=node-build
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 [[ $EUID -eq 0 ]] || die "a node needs root (containerd, kubelet, network namespaces)"
 
-install_packages() {
-  log "installing $* with apt-get (once)"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q "$@" >&2; then
-    apt-get update -q >&2
-    apt-get install -y -q "$@" >&2
-  fi
-}
 need=()
 command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
