@@ -162,3 +162,13 @@ export function machineCpuSeconds(): { tasks: number; irq: number } | undefined 
     irq: ((irq ?? 0) + (softirq ?? 0)) / ticks,
   };
 }
+
+/** Whether a process with this PID exists (one we may not signal, EPERM, exists too). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -38,6 +38,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseAllDocuments, stringify } from 'yaml';
 import { k8sBinaries } from './binaries.ts';
 import { onExit } from '../exit-hooks.ts';
+import { isAlive } from '../proc.ts';
 
 export interface ClusterOptions {
   /** Kubernetes version to build/run, e.g. 'v1.34.4'. Default: the one pinned in build.sh. */
@@ -301,15 +302,6 @@ interface RunRecord {
   owner: number;
   dir: string;
   processes: { pid: number; exe: string }[];
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**

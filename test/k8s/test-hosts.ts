@@ -28,6 +28,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { SWITCHYARD_BIN } from '../../harness/processes.ts';
 import { onExit } from '../../harness/exit-hooks.ts';
+import { isAlive } from '../../harness/proc.ts';
 
 export interface ExecResult {
   code: number;
@@ -100,15 +101,6 @@ function ipQuiet(args: string[]): void {
     ip(args);
   } catch {
     // already gone
-  }
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -37,6 +37,7 @@ import { promisify } from 'node:util';
 import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
 import { createTestHost, type TestHost } from '../k8s/test-hosts.ts';
 import { onExit } from '../../harness/exit-hooks.ts';
+import { isAlive } from '../../harness/proc.ts';
 import { startClusterDns, type ClusterDns } from './cluster-dns.ts';
 
 const run = promisify(execFile);
@@ -105,15 +106,6 @@ export function buildNode(): Promise<NodeBuild> {
         reject(new Error(`scripts/node/build.sh failed (exit ${code}):\n${stderr.slice(-6000)}`));
     });
   });
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function exeOf(pid: number): string | undefined {
