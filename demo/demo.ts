@@ -3,7 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { demoWorkload } from '../harness/demo-workload.ts';
 import { mulberry32 } from '../lib/rng.ts';
-import { startSwitchyard, stopAll, type RunningProcess } from '../harness/processes.ts';
+import {
+  startSidecar,
+  startSwitchyard,
+  stopAll,
+  type RunningProcess,
+} from '../harness/processes.ts';
 import {
   closeClientAgent,
   sendChat,
@@ -185,17 +190,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     const sims = track(await startSims());
     const poolFile = join(dir, 'pool.yaml');
     await writeFile(poolFile, poolYaml(sims.map((s) => s.url)));
-    const sidecar = await startSwitchyard([
-      'sidecar',
-      '--pool-file',
-      poolFile,
-      '--listen',
-      '127.0.0.1:0',
-      '--admin',
-      '127.0.0.1:0',
-      '--log-level',
-      'warn',
-    ]);
+    const sidecar = await startSidecar(poolFile, ['--log-level', 'warn']);
     track([sidecar]);
     const viaSidecar = await runPhase(
       '1/2 switchyard: P2C on in-flight x TTFT, prefix affinity, breakers, retries',

@@ -13,7 +13,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { startSwitchyard } from '../../harness/processes.ts';
+import { startSidecar } from '../../harness/processes.ts';
 import {
   freePort,
   spawnListening,
@@ -63,14 +63,7 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
     const file = join(dir, 'pool.yaml');
     writeFileSync(file, poolYaml(ctx, affinity));
     return startInstances(ctx.instances, () =>
-      startSwitchyard([
-        'sidecar',
-        '--pool-file',
-        file,
-        '--listen',
-        '127.0.0.1:0',
-        '--admin',
-        '127.0.0.1:0',
+      startSidecar(file, [
         '--log-level',
         'warn',
         '--picker',
