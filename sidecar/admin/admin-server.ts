@@ -1,8 +1,14 @@
 import type { Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { SidecarMetrics } from '../proxy/metrics.ts';
-import { CachedMetricsText } from './metrics-cache.ts';
+import { SharedRender, sendBody, type RenderedBody } from './shared-render.ts';
 import type { ActivePool } from '../config/active-pool.ts';
+
+/**
+ * How long a `/metrics` text is reused: a scrape storm costs one render a second. Scrapes are
+ * seconds apart in practice, and a second-old counter changes no dashboard.
+ */
+export const METRICS_TTL_MS = 1_000;
 
 export interface AdminOptions {
   pool: () => ActivePool | undefined;
@@ -63,7 +69,19 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
  * route; it never fails again after passing.
  */
 export function createAdminServer(options: AdminOptions): Server {
-  const metricsText = new CachedMetricsText(options.metrics.registry);
+  const metricsText = new SharedRender(() => options.metrics.exposition(), METRICS_TTL_MS);
+  const send = (
+    res: ServerResponse,
+    contentType: string,
+    body: Promise<RenderedBody>,
+    failedCode: string,
+  ): void => {
+    body.then(
+      (rendered) => sendBody(res, contentType, rendered),
+      (err: unknown) =>
+        json(res, 500, { error: { message: String(err), type: 'server_error', code: failedCode } }),
+    );
+  };
   return http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET') {
@@ -98,16 +116,7 @@ export function createAdminServer(options: AdminOptions): Server {
         json(res, 200, describeBackends(options.pool()));
         return;
       case '/metrics':
-        metricsText.get().then(
-          (text) => {
-            res.writeHead(200, { 'content-type': options.metrics.registry.contentType });
-            res.end(text);
-          },
-          (err: unknown) =>
-            json(res, 500, {
-              error: { message: String(err), type: 'server_error', code: 'metrics_failed' },
-            }),
-        );
+        send(res, options.metrics.registry.contentType, metricsText.get(), 'metrics_failed');
         return;
       default:
         json(res, 404, {
