@@ -1,7 +1,9 @@
 import type { Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { SidecarMetrics } from '../proxy/metrics.ts';
+import type { EndpointStatus } from '../policy/index.ts';
 import { SharedRender, sendBody, type RenderedBody } from './shared-render.ts';
+import { prettyJsonInSlices } from './sliced-json.ts';
 import type { ActivePool } from '../config/active-pool.ts';
 
 /**
@@ -9,6 +11,9 @@ import type { ActivePool } from '../config/active-pool.ts';
  * seconds apart in practice, and a second-old counter changes no dashboard.
  */
 export const METRICS_TTL_MS = 1_000;
+
+/** Endpoints per slice of `/debug/backends`: about a millisecond of work each. */
+const DEBUG_ENDPOINTS_PER_SLICE = 64;
 
 export interface AdminOptions {
   pool: () => ActivePool | undefined;
@@ -27,37 +32,57 @@ function json(res: ServerResponse, status: number, value: unknown): void {
   res.end(body);
 }
 
-/** What `/debug/backends` answers: the pool in force and every endpoint as the balancer sees it. */
-export function describeBackends(pool: ActivePool | undefined): unknown {
-  if (pool === undefined) return { pool: null, mode: null, snapshotVersion: null, endpoints: [] };
+/** One endpoint as `/debug/backends` shows it: as the balancer sees it. */
+function describeEndpoint(s: EndpointStatus): unknown {
   return {
+    id: s.id,
+    backend: s.backend,
+    url: s.url,
+    tier: s.tier,
+    inFlight: s.inFlight,
+    // The load the balancer uses: in-flight here, corrected by what the server last reported.
+    load: s.load,
+    reported: s.reported ?? null,
+    ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
+    ewmaSeeded: s.ewmaSeeded,
+    breaker: s.breaker,
+    slow: s.slow,
+    drifted: s.drifted,
+    fingerprint: s.fingerprint ?? null,
+    driftMismatches: s.driftMismatches,
+    requests: s.requests,
+    errors: s.errors,
+    rateLimited: s.rateLimited,
+    window: s.window,
+    costPerMTok: s.costPerMTok,
+  };
+}
+
+/**
+ * What `/debug/backends` answers, as pretty-printed JSON in pieces: the pool in force, then every
+ * endpoint, `perSlice` endpoints a piece. The balancer is read once, in the first piece.
+ */
+export function describeBackends(
+  pool: ActivePool | undefined,
+  perSlice = DEBUG_ENDPOINTS_PER_SLICE,
+): Iterable<string> {
+  if (pool === undefined)
+    return [
+      JSON.stringify({ pool: null, mode: null, snapshotVersion: null, endpoints: [] }, null, 2),
+    ];
+  const head = {
     pool: pool.name,
     mode: pool.policy.mode,
     snapshotVersion: pool.version,
     snapshotHash: pool.hash,
-    endpoints: pool.balancer.status().map((s) => ({
-      id: s.id,
-      backend: s.backend,
-      url: s.url,
-      tier: s.tier,
-      inFlight: s.inFlight,
-      // The load the balancer uses: in-flight here, corrected by what the server last reported.
-      load: s.load,
-      reported: s.reported ?? null,
-      ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
-      ewmaSeeded: s.ewmaSeeded,
-      breaker: s.breaker,
-      slow: s.slow,
-      drifted: s.drifted,
-      fingerprint: s.fingerprint ?? null,
-      driftMismatches: s.driftMismatches,
-      requests: s.requests,
-      errors: s.errors,
-      rateLimited: s.rateLimited,
-      window: s.window,
-      costPerMTok: s.costPerMTok,
-    })),
   };
+  return prettyJsonInSlices(
+    head,
+    'endpoints',
+    () => pool.balancer.status(),
+    describeEndpoint,
+    perSlice,
+  );
 }
 
 /**
@@ -70,6 +95,8 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
  */
 export function createAdminServer(options: AdminOptions): Server {
   const metricsText = new SharedRender(() => options.metrics.exposition(), METRICS_TTL_MS);
+  // Not reused, but concurrent requests share one render, so pollers cannot pile renders up.
+  const backendsText = new SharedRender(() => describeBackends(options.pool()), 0);
   const send = (
     res: ServerResponse,
     contentType: string,
@@ -113,7 +140,7 @@ export function createAdminServer(options: AdminOptions): Server {
         return;
       }
       case '/debug/backends':
-        json(res, 200, describeBackends(options.pool()));
+        send(res, 'application/json', backendsText.get(), 'backends_failed');
         return;
       case '/metrics':
         send(res, options.metrics.registry.contentType, metricsText.get(), 'metrics_failed');
