@@ -60,7 +60,7 @@ function describeEndpoint(s: EndpointStatus): unknown {
 
 /**
  * What `/debug/backends` answers, as pretty-printed JSON in pieces: the pool in force, then every
- * endpoint, `perSlice` endpoints a piece. The balancer is read once, in the first piece.
+ * endpoint, `perSlice` endpoints a piece, each read from the balancer when its piece is written.
  */
 export function describeBackends(
   pool: ActivePool | undefined,
@@ -79,9 +79,8 @@ export function describeBackends(
   return prettyJsonInSlices(
     head,
     'endpoints',
-    () => pool.balancer.status(),
+    () => pool.balancer.statusSlices(perSlice),
     describeEndpoint,
-    perSlice,
   );
 }
 

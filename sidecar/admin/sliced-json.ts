@@ -11,31 +11,26 @@ function element(value: unknown): string {
 }
 
 /**
- * `JSON.stringify({ ...head, [key]: items().map(describe) }, null, 2)`, in pieces: the head, then
- * `perSlice` elements per piece, described and stringified only when their piece is asked for, then
- * the close. `key` must not be a key of `head` (the array is the object's last member). `items` is
- * called when the first piece is asked for.
+ * `JSON.stringify({ ...head, [key]: items.map(describe) }, null, 2)`, where `items` are the
+ * slices `slices()` yields, joined. In pieces: the head, one piece per slice (taken from `slices`,
+ * described and stringified only when the piece is asked for), the close. `key` must not be a
+ * key of `head` (the array is the object's last member).
  */
 export function* prettyJsonInSlices<T>(
   head: Readonly<Record<string, unknown>>,
   key: string,
-  items: () => readonly T[],
+  slices: () => Iterable<readonly T[]>,
   describe: (item: T) => unknown,
-  perSlice: number,
 ): Generator<string> {
-  const list = items();
   const empty = JSON.stringify({ ...head, [key]: [] }, null, 2);
-  if (list.length === 0) {
-    yield empty;
-    return;
-  }
   // `…"key": []\n}` becomes `…"key": [\n`, the elements, `\n  ]\n}`.
-  yield `${empty.slice(0, -'[]\n}'.length)}[\n`;
-  for (let start = 0; start < list.length; start += perSlice) {
-    const end = Math.min(list.length, start + perSlice);
-    const parts: string[] = [];
-    for (let i = start; i < end; i++) parts.push(element(describe(list[i]!)));
-    yield `${start > 0 ? ',\n' : ''}${parts.join(',\n')}`;
+  const open = `${empty.slice(0, -'[]\n}'.length)}[\n`;
+  let first = true;
+  for (const slice of slices()) {
+    if (slice.length === 0) continue;
+    const text = slice.map((item) => element(describe(item))).join(',\n');
+    yield first ? `${open}${text}` : `,\n${text}`;
+    first = false;
   }
-  yield '\n  ]\n}';
+  yield first ? empty : '\n  ]\n}';
 }

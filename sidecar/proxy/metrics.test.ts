@@ -106,7 +106,7 @@ describe('sidecar metrics', () => {
     const specs = ['a/1', 'a/2', 'b/"quoted"'].map((id) => endpoint(id, id.split('/')[0]!));
     let rows = specs.map(statusOf);
     const ours = new SidecarMetrics('pool-1');
-    ours.readStatusFrom(() => rows);
+    ours.readGaugesFrom(() => rows);
     const theirs = promClientDefinitions('pool-1', () => rows);
     const both = (e: EndpointSpec) => [ours.forEndpoint(e), theirs.forEndpoint(e)] as const;
     const early = both(specs[0]!); // held by a request across the pool change below
@@ -137,7 +137,7 @@ describe('sidecar metrics', () => {
   test('the exposition is one text: each family once, contiguous, prom-client’s first', async () => {
     const metrics = new SidecarMetrics('p');
     const e = endpoint('a/1', 'a');
-    metrics.readStatusFrom(() => [statusOf(e, 1)]);
+    metrics.readGaugesFrom(() => [statusOf(e, 1)]);
     metrics.forEndpoint(e).requests['2xx'].inc();
     metrics.retries.inc();
     let text = '';
@@ -167,7 +167,7 @@ describe('sidecar metrics', () => {
   test('the four gauges read the balancer once per render', () => {
     const metrics = new SidecarMetrics('p');
     let reads = 0;
-    metrics.readStatusFrom(() => {
+    metrics.readGaugesFrom(() => {
       reads += 1;
       return [statusOf(endpoint('a/1', 'a'), 0)];
     });

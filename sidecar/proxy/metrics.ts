@@ -8,7 +8,7 @@ import {
   type Family,
 } from './exposition.ts';
 import { Counter, Registry, collectDefaultMetrics } from './prom.ts';
-import type { AffinityResult, EndpointSpec, EndpointStatus } from '../policy/index.ts';
+import type { AffinityResult, EndpointGauges, EndpointSpec } from '../policy/index.ts';
 
 /** How an attempt ended, as the `code` label of `switchyard_requests_total`: a bounded set. */
 export type CodeClass = '2xx' | '4xx' | '429' | '5xx' | 'error' | 'timeout' | 'aborted';
@@ -86,7 +86,7 @@ export class SidecarMetrics {
   private readonly responsesByCode = new Map<number, { inc(): void }>();
   readonly configApplied: { inc(): void };
   readonly configRejected: { inc(): void };
-  private statusSource: () => EndpointStatus[] = () => [];
+  private gaugeSource: () => readonly EndpointGauges[] = () => [];
 
   private readonly pool: string;
 
@@ -157,8 +157,8 @@ export class SidecarMetrics {
   }
 
   /** Gauges are read from the balancer at scrape time: nothing to update per request. */
-  readStatusFrom(source: () => EndpointStatus[]): void {
-    this.statusSource = source;
+  readGaugesFrom(source: () => readonly EndpointGauges[]): void {
+    this.gaugeSource = source;
   }
 
   affinityResult(result: AffinityResult): void {
@@ -212,10 +212,10 @@ export class SidecarMetrics {
    */
   endpointFamilies(): Family[] {
     const pool = this.pool;
-    let rows: EndpointStatus[] | undefined;
-    const status = (): EndpointStatus[] => (rows ??= this.statusSource());
-    const gauge = (name: string, help: string, value: (s: EndpointStatus) => number): Family =>
-      gaugeFamily(name, help, status, (s) => ({
+    let rows: readonly EndpointGauges[] | undefined;
+    const read = (): readonly EndpointGauges[] => (rows ??= this.gaugeSource());
+    const gauge = (name: string, help: string, value: (s: EndpointGauges) => number): Family =>
+      gaugeFamily(name, help, read, (s) => ({
         labels: labelText({ pool, backend: s.backend, endpoint: s.id }),
         value: value(s),
       }));
