@@ -58,7 +58,8 @@ function twins(): {
     'x_inflight',
     'In flight.',
     () => gaugeRows,
-    (row) => ({ labels: labelText(row.labels), value: row.value }),
+    (row) => labelText(row.labels),
+    (row) => row.value,
   );
   return {
     registry,
@@ -144,28 +145,31 @@ describe('per-endpoint families written by the sidecar', () => {
     assert.ok(text.endsWith('x_inflight gauge\n'));
   });
 
-  test('cuts the text into pieces of the given number of lines', () => {
+  test('ends a piece after the series that brings it to the given number of lines', () => {
     const { ours, families } = twins();
     for (let i = 0; i < 10; i++) ours.requests.child(`endpoint="${i}"`).inc();
+    ours.ttft.child('endpoint="h"').observe(1);
     const pieces = [...familiesText(families(), 4)];
-    // 3 headers (2 lines each), 2 blank lines, 10 samples: 18 lines.
+    // Counters: 2 header lines and 10 series. The histogram: a blank and 2 header lines, then one
+    // series of 4 buckets, +Inf, sum and count, never cut. The gauge: a blank and 2 header lines.
     assert.deepEqual(
       pieces.map((p) => p.split('\n').length - 1),
-      [4, 4, 4, 4, 2],
+      [4, 4, 4, 10, 3],
     );
   });
 
-  test('reads each slice when it is asked for', () => {
+  test('reads each piece when it is asked for', () => {
     const { ours, families } = twins();
-    const child = ours.requests.child('endpoint="a"');
-    child.inc();
-    const pieces = familiesText(families(), 2)[Symbol.iterator]();
+    ours.requests.child('endpoint="a"').inc();
+    const b = ours.requests.child('endpoint="b"');
+    b.inc();
+    const pieces = familiesText(families(), 3)[Symbol.iterator]();
     assert.equal(
       pieces.next().value,
-      '# HELP x_requests_total Requests, "quoted" \\\\ and\\nsplit.\n# TYPE x_requests_total counter\n',
+      '# HELP x_requests_total Requests, "quoted" \\\\ and\\nsplit.\n# TYPE x_requests_total counter\nx_requests_total{endpoint="a"} 1\n',
     );
-    child.inc();
-    assert.match(pieces.next().value as string, /^x_requests_total\{endpoint="a"\} 2\n/);
+    b.inc();
+    assert.match(pieces.next().value as string, /^x_requests_total\{endpoint="b"\} 2\n/);
   });
 
   test('a histogram refuses what is not a finite number, as prom-client does', () => {
@@ -174,6 +178,6 @@ describe('per-endpoint families written by the sidecar', () => {
       assert.throws(() => theirs.ttft.observe(ep('a'), value), TypeError);
       assert.throws(() => ours.ttft.child(labelText(ep('a'))).observe(value), TypeError);
     }
-    assert.equal([...ours.ttft.lines()].length, 0);
+    assert.equal([...ours.ttft.series()].length, 0);
   });
 });

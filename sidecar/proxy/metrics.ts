@@ -5,6 +5,7 @@ import {
   familiesText,
   gaugeFamily,
   labelText,
+  labelValue,
   type Family,
 } from './exposition.ts';
 import { Counter, Registry, collectDefaultMetrics } from './prom.ts';
@@ -211,14 +212,16 @@ export class SidecarMetrics {
    * read the balancer once, when the first of them is written, so they agree with each other.
    */
   endpointFamilies(): Family[] {
-    const pool = this.pool;
+    const pool = labelValue(this.pool);
     let rows: readonly EndpointGauges[] | undefined;
     const read = (): readonly EndpointGauges[] => (rows ??= this.gaugeSource());
+    // Each endpoint's label text, made by the first gauge and reused by the other three.
+    const labels: string[] = [];
+    const labelsOf = (s: EndpointGauges, i: number): string =>
+      (labels[i] ??=
+        `pool="${pool}",backend="${labelValue(s.backend)}",endpoint="${labelValue(s.id)}"`);
     const gauge = (name: string, help: string, value: (s: EndpointGauges) => number): Family =>
-      gaugeFamily(name, help, read, (s) => ({
-        labels: labelText({ pool, backend: s.backend, endpoint: s.id }),
-        value: value(s),
-      }));
+      gaugeFamily(name, help, read, labelsOf, value);
     const help = ENDPOINT_FAMILY_HELP;
     return [
       this.requests,
