@@ -72,7 +72,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       metrics.configApplied.inc();
     },
   });
-  metrics.readStatusFrom(() => active.current()?.balancer.status() ?? []);
+  metrics.readGaugesFrom(() => active.current()?.balancer.gauges() ?? []);
   let config: RunningConfigSource;
   if (source.kind === 'file') {
     config = new poolFile!.PoolFileSource({

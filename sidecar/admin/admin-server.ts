@@ -1,8 +1,19 @@
 import type { Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { SidecarMetrics } from '../proxy/metrics.ts';
-import { CachedMetricsText } from './metrics-cache.ts';
+import type { EndpointStatus } from '../policy/index.ts';
+import { SharedRender, sendBody, type RenderedBody } from './shared-render.ts';
+import { prettyJsonInSlices } from './sliced-json.ts';
 import type { ActivePool } from '../config/active-pool.ts';
+
+/**
+ * How long a `/metrics` text is reused: a scrape storm costs one render a second. Scrapes are
+ * seconds apart in practice, and a second-old counter changes no dashboard.
+ */
+export const METRICS_TTL_MS = 1_000;
+
+/** Endpoints per slice of `/debug/backends`: about a millisecond of work each. */
+const DEBUG_ENDPOINTS_PER_SLICE = 64;
 
 export interface AdminOptions {
   pool: () => ActivePool | undefined;
@@ -21,37 +32,56 @@ function json(res: ServerResponse, status: number, value: unknown): void {
   res.end(body);
 }
 
-/** What `/debug/backends` answers: the pool in force and every endpoint as the balancer sees it. */
-export function describeBackends(pool: ActivePool | undefined): unknown {
-  if (pool === undefined) return { pool: null, mode: null, snapshotVersion: null, endpoints: [] };
+/** One endpoint as `/debug/backends` shows it: as the balancer sees it. */
+function describeEndpoint(s: EndpointStatus): unknown {
   return {
+    id: s.id,
+    backend: s.backend,
+    url: s.url,
+    tier: s.tier,
+    inFlight: s.inFlight,
+    // The load the balancer uses: in-flight here, corrected by what the server last reported.
+    load: s.load,
+    reported: s.reported ?? null,
+    ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
+    ewmaSeeded: s.ewmaSeeded,
+    breaker: s.breaker,
+    slow: s.slow,
+    drifted: s.drifted,
+    fingerprint: s.fingerprint ?? null,
+    driftMismatches: s.driftMismatches,
+    requests: s.requests,
+    errors: s.errors,
+    rateLimited: s.rateLimited,
+    window: s.window,
+    costPerMTok: s.costPerMTok,
+  };
+}
+
+/**
+ * What `/debug/backends` answers, as pretty-printed JSON in pieces: the pool in force, then every
+ * endpoint, `perSlice` endpoints a piece, each read from the balancer when its piece is written.
+ */
+export function describeBackends(
+  pool: ActivePool | undefined,
+  perSlice = DEBUG_ENDPOINTS_PER_SLICE,
+): Iterable<string> {
+  if (pool === undefined)
+    return [
+      JSON.stringify({ pool: null, mode: null, snapshotVersion: null, endpoints: [] }, null, 2),
+    ];
+  const head = {
     pool: pool.name,
     mode: pool.policy.mode,
     snapshotVersion: pool.version,
     snapshotHash: pool.hash,
-    endpoints: pool.balancer.status().map((s) => ({
-      id: s.id,
-      backend: s.backend,
-      url: s.url,
-      tier: s.tier,
-      inFlight: s.inFlight,
-      // The load the balancer uses: in-flight here, corrected by what the server last reported.
-      load: s.load,
-      reported: s.reported ?? null,
-      ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
-      ewmaSeeded: s.ewmaSeeded,
-      breaker: s.breaker,
-      slow: s.slow,
-      drifted: s.drifted,
-      fingerprint: s.fingerprint ?? null,
-      driftMismatches: s.driftMismatches,
-      requests: s.requests,
-      errors: s.errors,
-      rateLimited: s.rateLimited,
-      window: s.window,
-      costPerMTok: s.costPerMTok,
-    })),
   };
+  return prettyJsonInSlices(
+    head,
+    'endpoints',
+    () => pool.balancer.statusSlices(perSlice),
+    describeEndpoint,
+  );
 }
 
 /**
@@ -63,7 +93,21 @@ export function describeBackends(pool: ActivePool | undefined): unknown {
  * route; it never fails again after passing.
  */
 export function createAdminServer(options: AdminOptions): Server {
-  const metricsText = new CachedMetricsText(options.metrics.registry);
+  const metricsText = new SharedRender(() => options.metrics.exposition(), METRICS_TTL_MS);
+  // Not reused, but concurrent requests share one render, so pollers cannot pile renders up.
+  const backendsText = new SharedRender(() => describeBackends(options.pool()), 0);
+  const send = (
+    res: ServerResponse,
+    contentType: string,
+    body: Promise<RenderedBody>,
+    failedCode: string,
+  ): void => {
+    body.then(
+      (rendered) => sendBody(res, contentType, rendered),
+      (err: unknown) =>
+        json(res, 500, { error: { message: String(err), type: 'server_error', code: failedCode } }),
+    );
+  };
   return http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET') {
@@ -95,19 +139,10 @@ export function createAdminServer(options: AdminOptions): Server {
         return;
       }
       case '/debug/backends':
-        json(res, 200, describeBackends(options.pool()));
+        send(res, 'application/json', backendsText.get(), 'backends_failed');
         return;
       case '/metrics':
-        metricsText.get().then(
-          (text) => {
-            res.writeHead(200, { 'content-type': options.metrics.registry.contentType });
-            res.end(text);
-          },
-          (err: unknown) =>
-            json(res, 500, {
-              error: { message: String(err), type: 'server_error', code: 'metrics_failed' },
-            }),
-        );
+        send(res, options.metrics.registry.contentType, metricsText.get(), 'metrics_failed');
         return;
       default:
         json(res, 404, {

@@ -184,6 +184,21 @@ describe('Balancer properties', () => {
           }
 
           const statuses = balancer.status();
+          // In slices, status() is the same.
+          for (const perSlice of [1, 2])
+            assert.deepEqual([...balancer.statusSlices(perSlice)].flat(), statuses);
+          // The gauges are status()'s fields, read without the rest of it.
+          assert.deepEqual(
+            balancer.gauges(),
+            statuses.map(({ id, backend, inFlight, ewmaTtftMs, breaker, drifted }) => ({
+              id,
+              backend,
+              inFlight,
+              ewmaTtftMs,
+              breaker,
+              drifted,
+            })),
+          );
           for (const e of statuses) {
             // status() computes every `slow` at once: the same verdict as one endpoint at a time.
             assert.equal(e.slow, slowByDefinition(e, statuses, s.mode), `slow of ${e.id}`);

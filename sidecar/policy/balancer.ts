@@ -41,6 +41,7 @@ import type {
   AffinityResult,
   Attempt,
   Clock,
+  EndpointGauges,
   EndpointReading,
   EndpointSpec,
   EndpointStatus,
@@ -356,34 +357,59 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     const slow = this.#slowOfAll();
-    return this.#order.map((s) => {
-      const window = s.window.totals(now);
-      return {
-        id: s.id,
-        backend: s.spec.backend,
-        url: s.spec.url,
-        tier: s.spec.tier,
-        inFlight: s.inFlight,
-        load: this.#load(s, now),
-        ...this.#reportedStatus(s, now),
-        ewmaTtftMs: this.#ewma.valueMs(s.id),
-        ewmaSeeded: !this.#ewma.hasSamples(s.id),
-        breaker: s.breaker.state,
-        slow: slow.has(s),
-        drifted: s.spec.drifted === true || s.spec.probe?.drifted === true,
-        ...(s.spec.probe === undefined ? {} : { fingerprint: s.spec.probe.fingerprint }),
-        driftMismatches: s.driftMismatches,
-        requests: s.requests,
-        errors: s.errors,
-        rateLimited: s.rateLimited,
-        window: {
-          requests: window.requests,
-          errors: window.errors,
-          rateLimited: window.rateLimited,
-        },
-        costPerMTok: s.spec.costPerMTok,
-      };
-    });
+    return this.#order.map((s) => this.#statusOf(s, now, slow));
+  }
+
+  *statusSlices(perSlice: number): Generator<EndpointStatus[]> {
+    const size = Math.max(1, Math.floor(perSlice) || 1);
+    this.#advanceBreakers(this.#now());
+    const slow = this.#slowOfAll();
+    const order = this.#order;
+    for (let start = 0; start < order.length; start += size) {
+      const now = this.#now();
+      yield order.slice(start, start + size).map((s) => this.#statusOf(s, now, slow));
+    }
+  }
+
+  #statusOf(s: EndpointState, now: number, slow: ReadonlySet<EndpointState>): EndpointStatus {
+    const window = s.window.totals(now);
+    return {
+      id: s.id,
+      backend: s.spec.backend,
+      url: s.spec.url,
+      tier: s.spec.tier,
+      inFlight: s.inFlight,
+      load: this.#load(s, now),
+      ...this.#reportedStatus(s, now),
+      ewmaTtftMs: this.#ewma.valueMs(s.id),
+      ewmaSeeded: !this.#ewma.hasSamples(s.id),
+      breaker: s.breaker.state,
+      slow: slow.has(s),
+      drifted: isDrifted(s.spec),
+      ...(s.spec.probe === undefined ? {} : { fingerprint: s.spec.probe.fingerprint }),
+      driftMismatches: s.driftMismatches,
+      requests: s.requests,
+      errors: s.errors,
+      rateLimited: s.rateLimited,
+      window: {
+        requests: window.requests,
+        errors: window.errors,
+        rateLimited: window.rateLimited,
+      },
+      costPerMTok: s.spec.costPerMTok,
+    };
+  }
+
+  gauges(): EndpointGauges[] {
+    this.#advanceBreakers(this.#now());
+    return this.#order.map((s) => ({
+      id: s.id,
+      backend: s.spec.backend,
+      inFlight: s.inFlight,
+      ewmaTtftMs: this.#ewma.valueMs(s.id),
+      breaker: s.breaker.state,
+      drifted: isDrifted(s.spec),
+    }));
   }
 
   endpointReading(endpointId: string): EndpointReading | undefined {
@@ -724,6 +750,11 @@ export class Balancer implements PoolBalancer {
     if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
     this.#onEvent(event);
   }
+}
+
+/** Judged drifted, by the controller (`drifted`) or by this sidecar's own probe. */
+function isDrifted(spec: EndpointSpec): boolean {
+  return spec.drifted === true || spec.probe?.drifted === true;
 }
 
 /** The first index of `sorted` whose value is not below `value`. */

@@ -1,5 +1,15 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from './prom.ts';
-import type { AffinityResult, EndpointSpec, EndpointStatus } from '../policy/index.ts';
+import {
+  CounterFamily,
+  HistogramFamily,
+  LINES_PER_SLICE,
+  familiesText,
+  gaugeFamily,
+  labelText,
+  labelValue,
+  type Family,
+} from './exposition.ts';
+import { Counter, Registry, collectDefaultMetrics } from './prom.ts';
+import type { AffinityResult, EndpointGauges, EndpointSpec } from '../policy/index.ts';
 
 /** How an attempt ended, as the `code` label of `switchyard_requests_total`: a bounded set. */
 export type CodeClass = '2xx' | '4xx' | '429' | '5xx' | 'error' | 'timeout' | 'aborted';
@@ -15,7 +25,9 @@ const CODE_CLASSES: readonly CodeClass[] = [
 const AFFINITY_RESULTS: readonly AffinityResult[] = ['hit', 'spill', 'overloaded', 'none'];
 
 /** Seconds, tuned for LLM time-to-first-token: 5 ms up to 2 minutes. */
-const TTFT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+export const TTFT_BUCKETS_S = [
+  0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+];
 
 const BREAKER_VALUE = { closed: 0, 'half-open': 1, open: 2 } as const;
 
@@ -29,14 +41,43 @@ export interface EndpointMetrics {
 }
 
 /**
+ * The help texts of the per-endpoint families: most of the text at a large pool (up to 7 + 17 + 1
+ * + 4 lines per endpoint).
+ */
+export const ENDPOINT_FAMILY_HELP = {
+  requests:
+    'Attempts sent to each endpoint, by outcome: 2xx, 4xx, 429, 5xx, error (connect/reset), timeout, aborted (client left).',
+  ttft: 'Time from sending the request to the first response body byte, per endpoint (streaming requests).',
+  driftMismatches:
+    "Responses whose model or system_fingerprint differed from what the endpoint's drift probe answered (the passive check; drift detection on only).",
+  inflight: 'Requests in flight to each endpoint (until the stream ends or the client leaves).',
+  breaker: 'Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.',
+  ewmaTtft: 'Smoothed time-to-first-token per endpoint, as the balancer scores it.',
+  drifted: 'Endpoints marked as serving a different model artefact (1) and excluded or warned.',
+} as const;
+
+/**
  * The sidecar's Prometheus metrics. Labels are bounded: pool, backend, endpoint id, a code
  * class, an affinity result. No prompt text, no model names from clients, no keys.
+ *
+ * The process and pool-level families are prom-client's (`registry`); the per-endpoint families
+ * are the sidecar's own (exposition.ts), so that `exposition()` can write them in slices.
  */
 export class SidecarMetrics {
   readonly registry = new Registry();
-  private readonly requests: Counter<'pool' | 'backend' | 'endpoint' | 'code'>;
-  private readonly ttft: Histogram<'pool' | 'backend' | 'endpoint'>;
-  private readonly driftMismatches: Counter<'pool' | 'backend' | 'endpoint'>;
+  private readonly requests = new CounterFamily(
+    'switchyard_requests_total',
+    ENDPOINT_FAMILY_HELP.requests,
+  );
+  private readonly ttft = new HistogramFamily(
+    'switchyard_ttft_seconds',
+    ENDPOINT_FAMILY_HELP.ttft,
+    TTFT_BUCKETS_S,
+  );
+  private readonly driftMismatches = new CounterFamily(
+    'switchyard_drift_mismatches_total',
+    ENDPOINT_FAMILY_HELP.driftMismatches,
+  );
   private readonly byEndpoint = new Map<string, EndpointMetrics>();
   private readonly affinity: Record<AffinityResult, { inc(): void }>;
   readonly retries: { inc(): void };
@@ -46,7 +87,7 @@ export class SidecarMetrics {
   private readonly responsesByCode = new Map<number, { inc(): void }>();
   readonly configApplied: { inc(): void };
   readonly configRejected: { inc(): void };
-  private statusSource: () => EndpointStatus[] = () => [];
+  private gaugeSource: () => readonly EndpointGauges[] = () => [];
 
   private readonly pool: string;
 
@@ -54,75 +95,6 @@ export class SidecarMetrics {
     this.pool = pool;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_process_' });
-    this.requests = new Counter({
-      name: 'switchyard_requests_total',
-      help: 'Attempts sent to each endpoint, by outcome: 2xx, 4xx, 429, 5xx, error (connect/reset), timeout, aborted (client left).',
-      labelNames: ['pool', 'backend', 'endpoint', 'code'],
-      registers,
-    });
-    this.ttft = new Histogram({
-      name: 'switchyard_ttft_seconds',
-      help: 'Time from sending the request to the first response body byte, per endpoint (streaming requests).',
-      labelNames: ['pool', 'backend', 'endpoint'],
-      buckets: TTFT_BUCKETS_S,
-      registers,
-    });
-    this.driftMismatches = new Counter({
-      name: 'switchyard_drift_mismatches_total',
-      help: "Responses whose model or system_fingerprint differed from what the endpoint's drift probe answered (the passive check; drift detection on only).",
-      labelNames: ['pool', 'backend', 'endpoint'],
-      registers,
-    });
-    // collect() runs with `this` bound to the gauge; read the balancer through these closures.
-    const status = (): EndpointStatus[] => this.statusSource();
-    new Gauge({
-      name: 'switchyard_inflight',
-      help: 'Requests in flight to each endpoint (until the stream ends or the client leaves).',
-      labelNames: ['pool', 'backend', 'endpoint'],
-      registers,
-      collect() {
-        this.reset();
-        for (const s of status()) {
-          this.set({ pool, backend: s.backend, endpoint: s.id }, s.inFlight);
-        }
-      },
-    });
-    new Gauge({
-      name: 'switchyard_breaker_state',
-      help: 'Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.',
-      labelNames: ['pool', 'backend', 'endpoint'],
-      registers,
-      collect() {
-        this.reset();
-        for (const s of status()) {
-          this.set({ pool, backend: s.backend, endpoint: s.id }, BREAKER_VALUE[s.breaker]);
-        }
-      },
-    });
-    new Gauge({
-      name: 'switchyard_ewma_ttft_seconds',
-      help: 'Smoothed time-to-first-token per endpoint, as the balancer scores it.',
-      labelNames: ['pool', 'backend', 'endpoint'],
-      registers,
-      collect() {
-        this.reset();
-        for (const s of status()) {
-          this.set({ pool, backend: s.backend, endpoint: s.id }, s.ewmaTtftMs / 1000);
-        }
-      },
-    });
-    new Gauge({
-      name: 'switchyard_endpoint_drifted',
-      help: 'Endpoints marked as serving a different model artefact (1) and excluded or warned.',
-      labelNames: ['pool', 'backend', 'endpoint'],
-      registers,
-      collect() {
-        this.reset();
-        for (const s of status()) {
-          this.set({ pool, backend: s.backend, endpoint: s.id }, s.drifted ? 1 : 0);
-        }
-      },
-    });
     const retries = new Counter({
       name: 'switchyard_retries_total',
       help: 'Retries sent to another endpoint after a failure that reached no client byte.',
@@ -186,8 +158,8 @@ export class SidecarMetrics {
   }
 
   /** Gauges are read from the balancer at scrape time: nothing to update per request. */
-  readStatusFrom(source: () => EndpointStatus[]): void {
-    this.statusSource = source;
+  readGaugesFrom(source: () => readonly EndpointGauges[]): void {
+    this.gaugeSource = source;
   }
 
   affinityResult(result: AffinityResult): void {
@@ -198,13 +170,14 @@ export class SidecarMetrics {
     let m = this.byEndpoint.get(endpoint.id);
     if (m === undefined) {
       const labels = { pool: this.pool, backend: endpoint.backend, endpoint: endpoint.id };
+      const text = labelText(labels);
       m = {
         labels,
         requests: Object.fromEntries(
-          CODE_CLASSES.map((code) => [code, this.requests.labels({ ...labels, code })]),
+          CODE_CLASSES.map((code) => [code, this.requests.child(`${text},code="${code}"`)]),
         ) as Record<CodeClass, { inc(): void }>,
-        ttft: this.ttft.labels(labels),
-        driftMismatches: this.driftMismatches.labels(labels),
+        ttft: this.ttft.child(text),
+        driftMismatches: this.driftMismatches.child(text),
       };
       this.byEndpoint.set(endpoint.id, m);
     }
@@ -217,8 +190,47 @@ export class SidecarMetrics {
     for (const [id, m] of this.byEndpoint) {
       if (keep.has(id)) continue;
       this.byEndpoint.delete(id);
-      for (const code of CODE_CLASSES) this.requests.remove({ ...m.labels, code });
-      this.ttft.remove(m.labels);
+      const text = labelText(m.labels);
+      for (const code of CODE_CLASSES) this.requests.remove(`${text},code="${code}"`);
+      this.ttft.remove(text);
     }
+  }
+
+  /**
+   * The `/metrics` text in pieces, each a bounded amount of work: prom-client's families one
+   * piece each, then the per-endpoint families in slices of `linesPerSlice` lines. The caller
+   * yields to the event loop between pieces; joined, they are one Prometheus text exposition.
+   */
+  async *exposition(linesPerSlice = LINES_PER_SLICE): AsyncGenerator<string> {
+    for (const metric of this.registry.getMetricsAsArray())
+      yield `${await this.registry.getSingleMetricAsString(metric.name)}\n\n`;
+    yield* familiesText(this.endpointFamilies(), linesPerSlice);
+  }
+
+  /**
+   * The per-endpoint families, in the order prom-client registered them before. The four gauges
+   * read the balancer once, when the first of them is written, so they agree with each other.
+   */
+  endpointFamilies(): Family[] {
+    const pool = labelValue(this.pool);
+    let rows: readonly EndpointGauges[] | undefined;
+    const read = (): readonly EndpointGauges[] => (rows ??= this.gaugeSource());
+    // Each endpoint's label text, made by the first gauge and reused by the other three.
+    const labels: string[] = [];
+    const labelsOf = (s: EndpointGauges, i: number): string =>
+      (labels[i] ??=
+        `pool="${pool}",backend="${labelValue(s.backend)}",endpoint="${labelValue(s.id)}"`);
+    const gauge = (name: string, help: string, value: (s: EndpointGauges) => number): Family =>
+      gaugeFamily(name, help, read, labelsOf, value);
+    const help = ENDPOINT_FAMILY_HELP;
+    return [
+      this.requests,
+      this.ttft,
+      this.driftMismatches,
+      gauge('switchyard_inflight', help.inflight, (s) => s.inFlight),
+      gauge('switchyard_breaker_state', help.breaker, (s) => BREAKER_VALUE[s.breaker]),
+      gauge('switchyard_ewma_ttft_seconds', help.ewmaTtft, (s) => s.ewmaTtftMs / 1000),
+      gauge('switchyard_endpoint_drifted', help.drifted, (s) => (s.drifted ? 1 : 0)),
+    ];
   }
 }
