@@ -75,6 +75,7 @@ function promClientDefinitions(pool: string, status: () => EndpointStatus[]) {
       for (const e of gone) {
         for (const code of CODES) requests.remove({ ...labels(e), code });
         ttft.remove(labels(e));
+        drift.remove(labels(e));
       }
     },
   };
@@ -162,6 +163,34 @@ describe('sidecar metrics', () => {
       /^switchyard_requests_total\{pool="p",backend="a",endpoint="a\/1",code="2xx"\} 1$/m,
     );
     assert.match(text, /^switchyard_endpoint_drifted\{pool="p",backend="a",endpoint="a\/1"\} 1$/m);
+  });
+
+  test('retain drops every series of an endpoint that left the pool, drift mismatches too', () => {
+    const metrics = new SidecarMetrics('p');
+    const [gone, kept] = [endpoint('a/1', 'a'), endpoint('a/2', 'a')];
+    for (const e of [gone, kept]) {
+      const m = metrics.forEndpoint(e);
+      m.requests['2xx'].inc();
+      m.ttft.observe(0.02);
+      m.driftMismatches.inc();
+    }
+    const seriesOf = (id: string): string[] =>
+      [...familiesText(metrics.endpointFamilies(), 1000)]
+        .join('')
+        .split('\n')
+        .filter((line) => line.includes(`endpoint="${id}"`));
+    assert.equal(seriesOf('a/1').filter((l) => l.startsWith('switchyard_drift_')).length, 1);
+    metrics.retain([kept]);
+    assert.deepEqual(seriesOf('a/1'), [], 'no series of the endpoint that left');
+    assert.match(
+      seriesOf('a/2').join('\n'),
+      /^switchyard_drift_mismatches_total\{pool="p",backend="a",endpoint="a\/2"\} 1$/m,
+    );
+    // Back in the pool later, it starts from zero like its other series.
+    metrics.forEndpoint(gone).driftMismatches.inc();
+    assert.deepEqual(seriesOf('a/1'), [
+      'switchyard_drift_mismatches_total{pool="p",backend="a",endpoint="a/1"} 1',
+    ]);
   });
 
   test('the four gauges read the balancer once per render', () => {

@@ -193,6 +193,7 @@ export class SidecarMetrics {
       const text = labelText(m.labels);
       for (const code of CODE_CLASSES) this.requests.remove(`${text},code="${code}"`);
       this.ttft.remove(text);
+      this.driftMismatches.remove(text);
     }
   }
 
