@@ -37,7 +37,9 @@ export async function startControllerSource(
       for (const endpoint of load.endpoints)
         balancer.reportLoad(endpoint.id, endpoint, endpoint.ageMs);
     },
-    currentEndpoints: () => endpointHealth(active.current()?.balancer.status() ?? []),
+    // Only the fields a report carries: status() finds slow endpoints (a sort of every EWMA) and
+    // estimates loads, which a report does not send, and this runs on the proxy's loop.
+    currentEndpoints: () => endpointHealth(active.current()?.balancer.health() ?? []),
   });
   await client.ready;
   return { reload: () => Promise.resolve(false), close: () => client.close() };

@@ -199,6 +199,18 @@ describe('Balancer properties', () => {
               drifted,
             })),
           );
+          // So is what a report to the controller carries.
+          assert.deepEqual(
+            balancer.health(),
+            statuses.map(({ id, breaker, inFlight, ewmaTtftMs, driftMismatches, window }) => ({
+              id,
+              breaker,
+              inFlight,
+              ewmaTtftMs,
+              driftMismatches,
+              window,
+            })),
+          );
           for (const e of statuses) {
             // status() computes every `slow` at once: the same verdict as one endpoint at a time.
             assert.equal(e.slow, slowByDefinition(e, statuses, s.mode), `slow of ${e.id}`);

@@ -42,6 +42,7 @@ import type {
   Attempt,
   Clock,
   EndpointGauges,
+  EndpointHealth,
   EndpointReading,
   EndpointSpec,
   EndpointStatus,
@@ -410,6 +411,26 @@ export class Balancer implements PoolBalancer {
       breaker: s.breaker.state,
       drifted: isDrifted(s.spec),
     }));
+  }
+
+  health(): EndpointHealth[] {
+    const now = this.#now();
+    this.#advanceBreakers(now);
+    return this.#order.map((s) => {
+      const window = s.window.totals(now);
+      return {
+        id: s.id,
+        breaker: s.breaker.state,
+        inFlight: s.inFlight,
+        ewmaTtftMs: this.#ewma.valueMs(s.id),
+        driftMismatches: s.driftMismatches,
+        window: {
+          requests: window.requests,
+          errors: window.errors,
+          rateLimited: window.rateLimited,
+        },
+      };
+    });
   }
 
   endpointReading(endpointId: string): EndpointReading | undefined {

@@ -50,6 +50,41 @@ describe('reading every endpoint', () => {
     assert.deepEqual(gauges, gaugesOf(balancer.status()));
   });
 
+  test('health() is the reported fields of status(), breakers advanced to now', () => {
+    const { clock, balancer, held } = setup();
+    balancer.noteDriftMismatch(held);
+    clock.advance(10 * 60_000);
+    const health = balancer.health();
+    assert.deepEqual(
+      health.map((h) => [h.id, h.breaker, h.inFlight, h.driftMismatches]),
+      [
+        ['a', 'half-open', 0, 0],
+        ['b', 'closed', 0, 0],
+        ['c', 'closed', 1, 1],
+      ],
+    );
+    assert.deepEqual(
+      health,
+      balancer.status().map(({ id, breaker, inFlight, ewmaTtftMs, driftMismatches, window }) => ({
+        id,
+        breaker,
+        inFlight,
+        ewmaTtftMs,
+        driftMismatches,
+        window,
+      })),
+    );
+  });
+
+  test('health() counts the current health window, as status() does', () => {
+    const { clock, balancer } = setup();
+    // a's errors that opened its breaker are in the window until it slides past them.
+    assert.ok(balancer.health()[0]!.window.errors > 0);
+    assert.deepEqual(balancer.health()[0]!.window, balancer.status()[0]!.window);
+    clock.advance(10 * 60_000);
+    assert.deepEqual(balancer.health()[0]!.window, { requests: 0, errors: 0, rateLimited: 0 });
+  });
+
   test('statusSlices() is status() in slices, breakers advanced in the first', () => {
     const { clock, balancer } = setup();
     clock.advance(10 * 60_000);

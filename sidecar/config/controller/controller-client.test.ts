@@ -27,7 +27,10 @@ import {
 } from './controller-client.ts';
 import { endpointHealth } from './endpoint-health.ts';
 import { backoffDelayMs } from './snapshot-stream.ts';
+import { ActivePoolState } from '../active-pool.ts';
+import { startControllerSource } from '../controller-source.ts';
 import { loadPoolText } from '../pool-file.ts';
+import { Balancer, type EndpointStatus } from '../../policy/index.ts';
 
 const NS = 'apps';
 const POOL = 'chat';
@@ -351,27 +354,26 @@ describe('backoffDelayMs', () => {
 
 describe('endpointHealth', () => {
   test('window rates, breaker, TTFT and in-flight from the balancer status', () => {
-    const [r] = endpointHealth([
-      {
-        id: 'a',
-        backend: 'a',
-        url: 'http://x/v1',
-        tier: 0,
-        inFlight: 2,
-        load: 2,
-        ewmaTtftMs: 140.5,
-        driftMismatches: 0,
-        ewmaSeeded: false,
-        breaker: 'open',
-        slow: false,
-        drifted: false,
-        requests: 100,
-        errors: 9,
-        rateLimited: 4,
-        window: { requests: 20, errors: 5, rateLimited: 2 },
-        costPerMTok: 0,
-      },
-    ]);
+    const status: EndpointStatus = {
+      id: 'a',
+      backend: 'a',
+      url: 'http://x/v1',
+      tier: 0,
+      inFlight: 2,
+      load: 2,
+      ewmaTtftMs: 140.5,
+      driftMismatches: 0,
+      ewmaSeeded: false,
+      breaker: 'open',
+      slow: false,
+      drifted: false,
+      requests: 100,
+      errors: 9,
+      rateLimited: 4,
+      window: { requests: 20, errors: 5, rateLimited: 2 },
+      costPerMTok: 0,
+    };
+    const [r] = endpointHealth([status]);
     assert.deepEqual(r, {
       id: 'a',
       breaker: 'open',
@@ -380,6 +382,47 @@ describe('endpointHealth', () => {
       ewmaTtftMs: 140.5,
       inFlight: 2,
     });
+  });
+});
+
+describe('controller source', () => {
+  test('a report reads what it carries from the balancer, not its whole status()', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    await writeFile(tokenFile, TOKEN_A + '\n');
+    // status() finds slow endpoints (a sort of every EWMA) and estimates loads, for nothing a
+    // report sends: at 4,096 endpoints 38-59 ms of the proxy's loop on every report.
+    const status = t.mock.method(Balancer.prototype, 'status');
+    const health = t.mock.method(Balancer.prototype, 'health');
+    const logger = pino({ level: 'silent' });
+    const active = new ActivePoolState({
+      clock: { nowMs: () => performance.now() },
+      rng: { next: Math.random },
+      logger,
+    });
+    const source = await startControllerSource({
+      controllerUrl: fc.url,
+      namespace: NS,
+      pool: POOL,
+      tokenFile,
+      caFile,
+      sidecarId: SIDECAR,
+      heartbeatTimeoutMs: 2_000,
+      reportEveryMs: 60_000,
+      backoff: { initialMs: 10, maxMs: 40 },
+      active,
+      logger,
+    });
+    t.after(() => source.close());
+    await eventually(() => fc.reports.length >= 1, 'a report');
+    const balancer = active.current()!.balancer;
+    assert.deepEqual(fc.reports[0]!.body.endpoints, endpointHealth(balancer.status()));
+    assert.deepEqual(
+      fc.reports[0]!.body.endpoints.map((e) => e.id),
+      fc.current.endpoints.map((e) => e.id),
+    );
+    assert.equal(status.mock.callCount(), 1, 'status() read only by this test');
+    assert.ok(health.mock.callCount() >= 1);
   });
 });
 

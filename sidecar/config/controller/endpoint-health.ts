@@ -1,11 +1,12 @@
 import type { EndpointHealthReport } from '../../../crds/snapshot.ts';
-import type { EndpointStatus } from '../../policy/index.ts';
+import type { EndpointHealth } from '../../policy/index.ts';
 
 /**
- * The per-endpoint part of a `SidecarReport`, from the balancer's status: breaker state, error
- * and 429 rates in the current health window, EWMA TTFT and in-flight count.
+ * The per-endpoint part of a `SidecarReport`, from the balancer's `health()` (or its `status()`,
+ * of which those are fields): breaker state, error and 429 rates in the current health window,
+ * EWMA TTFT, in-flight count and drift mismatches.
  */
-export function endpointHealth(status: readonly EndpointStatus[]): EndpointHealthReport[] {
+export function endpointHealth(status: readonly EndpointHealth[]): EndpointHealthReport[] {
   return status.map((s) => {
     const { requests, errors, rateLimited } = s.window;
     return {
