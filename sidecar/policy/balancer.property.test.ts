@@ -6,10 +6,19 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { Balancer } from './balancer.ts';
+import { tripReason } from './breaker.ts';
 import { median } from './median.ts';
 import { seededRng } from './rng.ts';
 import { endpoint, fakeClock, testPolicy } from './testing.ts';
-import type { Attempt, EndpointSpec, EndpointStatus, Mode, Outcome } from './types.ts';
+import type {
+  Attempt,
+  EndpointSpec,
+  EndpointStatus,
+  HealthPolicy,
+  Mode,
+  Outcome,
+  PolicyEvent,
+} from './types.ts';
 
 const IDS = ['e0', 'e1', 'e2', 'e3', 'e4', 'e5'];
 
@@ -108,7 +117,12 @@ describe('Balancer properties', () => {
           coldStart: { idleAfterMs: 5_000 },
         });
         let specs = specsFor(s.present, s.drifted);
-        const balancer = new Balancer(policy, specs, { clock, rng: seededRng(s.seed) });
+        const events: PolicyEvent[] = [];
+        const balancer = new Balancer(policy, specs, {
+          clock,
+          rng: seededRng(s.seed),
+          onEvent: (e) => events.push(e),
+        });
 
         const attempts: ModelAttempt[] = [];
         const generation = new Map<string, number>();
@@ -136,7 +150,11 @@ describe('Balancer properties', () => {
             balancer.firstByte(attempts[op.index % attempts.length]!.attempt);
           } else if (op.op === 'finish' && attempts.length > 0) {
             const a = attempts[op.index % attempts.length]!;
+            events.length = 0;
             balancer.finish(a.attempt, op.outcome);
+            // The clock has not moved since the last status(): no other breaker moved since.
+            if (!a.finished && current(a))
+              checkVerdict(balancer, events, a.attempt.endpoint.id, s.mode, policy.health);
             const ra = op.outcome.kind === 'rate-limited' ? op.outcome.retryAfterMs : undefined;
             if (!a.finished && current(a) && ra !== undefined && ra > 0) {
               const id = a.attempt.endpoint.id;
@@ -228,6 +246,117 @@ describe('Balancer properties', () => {
     );
   });
 
+  test('every finish opens a closed breaker exactly when the rules say, slow by the median rule', () => {
+    const verdicts = new Map<string, number>();
+    const serveArb = fc.record({
+      op: fc.constant('serve' as const),
+      index: fc.nat({ max: IDS.length - 1 }),
+      jitter: fc.integer({ min: 50, max: 150 }), // % of the endpoint's speed
+      outcome: fc.constantFrom<Outcome['kind']>(
+        ...Array<'success'>(8).fill('success'),
+        'error',
+        'neutral',
+      ),
+    });
+    const slowScenarioArb = fc.record({
+      mode: fc.constantFrom<Mode>('Balance', 'Failover'),
+      tiers: fc.array(fc.integer({ min: 0, max: 1 }), { minLength: 6, maxLength: 6 }),
+      drifted: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+      /** Each endpoint's TTFT, ms: some several times slower than others. */
+      speeds: fc.array(fc.constantFrom(10, 20, 60, 200), { minLength: 6, maxLength: 6 }),
+      minRequests: fc.integer({ min: 1, max: 3 }),
+      seed: fc.integer(),
+      ops: fc.array(
+        fc.oneof(
+          { weight: 12, arbitrary: serveArb },
+          {
+            weight: 1,
+            arbitrary: fc.record({
+              op: fc.constant('speed' as const),
+              index: fc.nat({ max: IDS.length - 1 }),
+              ms: fc.constantFrom(10, 20, 60, 200),
+            }),
+          },
+          {
+            weight: 2,
+            arbitrary: fc.record({
+              op: fc.constant('advance' as const),
+              ms: fc.integer({ min: 0, max: 6_000 }),
+            }),
+          },
+          {
+            weight: 1,
+            arbitrary: fc.record({
+              op: fc.constant('update' as const),
+              present: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+              drifted: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+            }),
+          },
+        ),
+        { minLength: 20, maxLength: 200, size: 'max' },
+      ),
+    });
+    fc.assert(
+      fc.property(slowScenarioArb, (s) => {
+        const clock = fakeClock(1_000);
+        const specsFor = (present: boolean[], drifted: boolean[]): EndpointSpec[] =>
+          IDS.filter((_, i) => present[i]).map((id) =>
+            endpoint(id, { tier: s.tiers[IDS.indexOf(id)]!, drifted: drifted[IDS.indexOf(id)]! }),
+          );
+        const policy = testPolicy({
+          mode: s.mode,
+          defaultTtftMs: 20,
+          health: {
+            minRequests: s.minRequests,
+            openForMs: 2_000,
+            maxOpenForMs: 10_000,
+            maxTtftSlowdown: 2,
+          },
+          coldStart: { idleAfterMs: 0 },
+        });
+        const events: PolicyEvent[] = [];
+        const balancer = new Balancer(
+          policy,
+          specsFor(
+            IDS.map(() => true),
+            s.drifted,
+          ),
+          {
+            clock,
+            rng: seededRng(s.seed),
+            onEvent: (e) => events.push(e),
+          },
+        );
+        const speeds = [...s.speeds];
+        for (const op of s.ops) {
+          if (op.op === 'advance') clock.advance(op.ms);
+          else if (op.op === 'speed') speeds[op.index] = op.ms;
+          else if (op.op === 'update') balancer.update(policy, specsFor(op.present, op.drifted));
+          else {
+            const id = IDS[op.index]!;
+            const picked = balancer.pick({ exclude: new Set(IDS.filter((x) => x !== id)) });
+            if (picked.kind === 'shed') continue;
+            clock.advance((speeds[op.index]! * op.jitter) / 100);
+            balancer.firstByte(picked.attempt);
+            balancer.status(); // every breaker moved to now: finish() moves only its own
+            events.length = 0;
+            const outcome: Outcome =
+              op.outcome === 'success' ? { kind: 'success', streamed: true } : { kind: op.outcome };
+            balancer.finish(picked.attempt, outcome);
+            const verdict = checkVerdict(balancer, events, id, s.mode, policy.health);
+            verdicts.set(verdict, (verdicts.get(verdict) ?? 0) + 1);
+          }
+          const statuses = balancer.status();
+          for (const e of statuses)
+            assert.equal(e.slow, slowByDefinition(e, statuses, s.mode), `slow of ${e.id}`);
+        }
+      }),
+      { numRuns: 200 },
+    );
+    // The runs reached the rule under test, not only the other verdicts.
+    assert.ok((verdicts.get('slow') ?? 0) > 20, `verdicts: ${JSON.stringify([...verdicts])}`);
+  });
+
   test('the retry budget never grants more than the formula at one instant', () => {
     fc.assert(
       fc.property(
@@ -250,6 +379,39 @@ describe('Balancer properties', () => {
     );
   });
 });
+
+/**
+ * The breaker verdict of the finish just made on `id` (its events in `events`), against the
+ * definitions: a closed breaker opens for what `tripReason` says of its window and of
+ * slowByDefinition, and stays closed otherwise. No other breaker may have moved since the last
+ * status() (the clock stood still), so status() now shows what finish() judged by. Returns the
+ * verdict, for counting.
+ */
+function checkVerdict(
+  balancer: Balancer,
+  events: readonly PolicyEvent[],
+  id: string,
+  mode: Mode,
+  health: HealthPolicy,
+): string {
+  const opened = events.find(
+    (e) => e.kind === 'breaker' && e.endpointId === id && e.from === 'closed' && e.to === 'open',
+  );
+  // As finish() judged it: closed, if it opened just now.
+  const judged = balancer
+    .status()
+    .map((e) => (e.id === id && opened !== undefined ? { ...e, breaker: 'closed' as const } : e));
+  const e = judged.find((x) => x.id === id);
+  if (e === undefined || e.breaker !== 'closed') return 'not judged'; // only a closed one is
+  const slow = slowByDefinition(e, judged, mode);
+  const expected = tripReason({ ...e.window, slow }, health);
+  assert.equal(
+    opened?.kind === 'breaker' ? opened.reason : undefined,
+    expected,
+    `verdict on ${id}`,
+  );
+  return expected ?? (slow ? 'slow, under minRequests' : 'none');
+}
 
 /**
  * docs/policy.md's slow rule, endpoint by endpoint (maxTtftSlowdown 2): its EWMA over twice the

@@ -130,6 +130,14 @@ interface EndpointState {
   readonly reported: ReportedLoad;
 }
 
+/** One group of peers for slow detection (see `Balancer.#slowReferences`). */
+interface SlowReference {
+  /** Its serving endpoints (not drifted, breaker not open) whose breaker is closed. */
+  closed: number;
+  /** The EWMAs of its serving endpoints that have samples, ascending. */
+  sorted: number[];
+}
+
 /** What the balancer knows about an attempt it handed out. */
 interface AttemptRecord {
   readonly state: EndpointState;
@@ -165,6 +173,8 @@ export class Balancer implements PoolBalancer {
   });
   readonly #reportMaxAgeMs: number;
   #lastNowMs = 0;
+  /** What slow detection compares with, per group of peers; undefined until asked (#isSlow). */
+  #slowRefs: Map<number, SlowReference> | undefined;
 
   constructor(policy: PoolPolicy, endpoints: readonly EndpointSpec[], deps: BalancerDeps) {
     this.#policy = policy;
@@ -514,6 +524,7 @@ export class Balancer implements PoolBalancer {
     }
     this.#states = next;
     this.#order = [...next.values()];
+    this.#slowRefs = undefined; // endpoints, tiers, drift or mode may have changed
     this.#prefixes.setEndpointCount(this.#order.length);
     const tiers = new Map<number, EndpointState[]>();
     for (const state of this.#order) {
@@ -674,7 +685,19 @@ export class Balancer implements PoolBalancer {
       this.#onEvent?.({ kind: 'cold-sample-dropped', endpointId: state.id });
       return;
     }
+    const before = this.#ewma.hasSamples(state.id) ? this.#ewma.valueMs(state.id) : undefined;
     this.#ewma.observe(state.id, ttftMs);
+    this.#slowReferenceMoved(state, before, this.#ewma.valueMs(state.id));
+  }
+
+  /**
+   * The endpoints `#isSlow` calls slow, all at once, for `status()` (every /debug/backends): one
+   * lookup and a median read each (issue 16: at 4,096 endpoints a sort per endpoint took seconds).
+   */
+  #slowOfAll(): Set<EndpointState> {
+    const slow = new Set<EndpointState>();
+    for (const state of this.#order) if (this.#isSlow(state)) slow.add(state);
+    return slow;
   }
 
   /**
@@ -682,71 +705,66 @@ export class Balancer implements PoolBalancer {
    * samples. "Others" are the endpoints that compete for the same traffic: the whole pool in
    * Balance mode, the endpoint's own tier in Failover mode (a backup tier is often a slower
    * provider by design, and must not be ejected for being slower than the primary it replaces).
-   * Drifted endpoints are no reference. An endpoint without samples is never slow.
+   * Drifted endpoints are no reference, nor are endpoints whose breaker is open (their EWMA is
+   * from before, when they were not carrying the load that has moved to the others since). An
+   * endpoint without samples is never slow, and neither is the last closed one of its group:
+   * slower is better than nothing (the pool would shed every request with 503 while this one
+   * could answer).
+   *
+   * Asked on every finished attempt: the median comes from the group's EWMAs kept sorted
+   * (`#slowReferences`), so this is a lookup and a binary search, not a sort of the pool.
    */
+  #isSlow(state: EndpointState): boolean {
+    if (!this.#ewma.hasSamples(state.id)) return false;
+    const group = this.#slowReferences().get(this.#slowGroupOf(state));
+    if (group === undefined) return false; // nobody of its group serves: no reference
+    const own = this.#ewma.valueMs(state.id);
+    // Serving, it is one of the group's counts and values; the reference is the others'.
+    const serving = state.spec.drifted !== true && state.breaker.state !== 'open';
+    if (state.breaker.state === 'closed' && group.closed - (serving ? 1 : 0) === 0) return false;
+    const reference = medianWithout(
+      group.sorted,
+      serving ? lowerBound(group.sorted, own) : undefined,
+    );
+    return reference !== undefined && own > this.#policy.health.maxTtftSlowdown * reference;
+  }
+
+  /** The group of peers slow detection compares an endpoint with: its tier in Failover, else all. */
+  #slowGroupOf(state: EndpointState): number {
+    return this.#policy.mode === 'Failover' ? state.spec.tier : 0;
+  }
+
   /**
-   * The endpoints `#isSlow` calls slow, all at once: one sort per group instead of one per
-   * endpoint, since `status()` (every scrape, every /debug/backends) asks for all of them and at
-   * 4,096 endpoints the per-endpoint way took seconds (issue 16). Same rules as `#isSlow`.
+   * Per group (`#slowGroupOf`), what `#isSlow` compares with: how many of its serving endpoints
+   * (not drifted, breaker not open) have a closed breaker, and the EWMAs of those with samples,
+   * ascending. Built on first use; an EWMA sample moves its value in place
+   * (`#slowReferenceMoved`); a breaker change or a pool update (endpoints, tiers, drift, mode)
+   * drops it, to be built again. Those are rare next to finished attempts, which used to sort
+   * every EWMA of the pool each (most of the policy's time at 4,096 endpoints).
    */
-  #slowOfAll(): Set<EndpointState> {
-    const slow = new Set<EndpointState>();
-    const failover = this.#policy.mode === 'Failover';
-    const groups = new Map<number, { closed: number; sorted: number[] }>();
+  #slowReferences(): Map<number, SlowReference> {
+    if (this.#slowRefs !== undefined) return this.#slowRefs;
+    const groups = new Map<number, SlowReference>();
     for (const p of this.#order) {
       if (p.spec.drifted === true || p.breaker.state === 'open') continue;
-      const key = failover ? p.spec.tier : 0;
+      const key = this.#slowGroupOf(p);
       let group = groups.get(key);
       if (group === undefined) groups.set(key, (group = { closed: 0, sorted: [] }));
       if (p.breaker.state === 'closed') group.closed += 1;
-      if (this.#ewma.hasSamples(p.id)) {
-        const v = this.#ewma.valueMs(p.id);
-        if (!Number.isNaN(v)) group.sorted.push(v);
-      }
+      if (this.#ewma.hasSamples(p.id)) group.sorted.push(this.#ewma.valueMs(p.id));
     }
     for (const group of groups.values()) group.sorted.sort((a, b) => a - b);
-    for (const state of this.#order) {
-      if (!this.#ewma.hasSamples(state.id)) continue;
-      const group = groups.get(failover ? state.spec.tier : 0);
-      if (group === undefined) continue;
-      const own = this.#ewma.valueMs(state.id);
-      const serving = state.spec.drifted !== true && state.breaker.state !== 'open';
-      if (state.breaker.state === 'closed' && group.closed - (serving ? 1 : 0) === 0) continue;
-      const reference = medianWithout(
-        group.sorted,
-        serving && !Number.isNaN(own) ? lowerBound(group.sorted, own) : undefined,
-      );
-      if (reference !== undefined && own > this.#policy.health.maxTtftSlowdown * reference)
-        slow.add(state);
-    }
-    return slow;
+    this.#slowRefs = groups;
+    return groups;
   }
 
-  #isSlow(state: EndpointState): boolean {
-    if (!this.#ewma.hasSamples(state.id)) return false;
-    const group = this.#order.filter(
-      (p) =>
-        p.spec.drifted !== true &&
-        (this.#policy.mode !== 'Failover' || p.spec.tier === state.spec.tier),
-    );
-    // The last endpoint still serving is never slow: slower is better than nothing (the pool
-    // would shed every request with 503 while this one could answer). And endpoints that are
-    // out (breaker open) are no reference: their EWMA is from before, when they were not carrying
-    // the load that has moved to the others since.
-    const serving = group.filter((p) => p.breaker.state !== 'open');
-    if (
-      state.breaker.state === 'closed' &&
-      !serving.some((p) => p !== state && p.breaker.state === 'closed')
-    )
-      return false;
-    const reference = this.#ewma.medianOfPeersMs(
-      state.id,
-      serving.map((p) => p.id),
-    );
-    return (
-      reference !== undefined &&
-      this.#ewma.valueMs(state.id) > this.#policy.health.maxTtftSlowdown * reference
-    );
+  /** `state`'s EWMA went from `from` (undefined: no sample before) to `to`. */
+  #slowReferenceMoved(state: EndpointState, from: number | undefined, to: number): void {
+    if (this.#slowRefs === undefined) return; // built afresh when next asked
+    if (state.spec.drifted === true || state.breaker.state === 'open') return; // not a reference
+    const sorted = (this.#slowRefs.get(this.#slowGroupOf(state)) as SlowReference).sorted;
+    if (from !== undefined) sorted.splice(lowerBound(sorted, from), 1);
+    sorted.splice(lowerBound(sorted, to), 0, to);
   }
 
   #retryAfterMs(now: number, exclude: ReadonlySet<string> | undefined): number {
@@ -760,7 +778,9 @@ export class Balancer implements PoolBalancer {
   }
 
   #emit(state: EndpointState, transition: BreakerTransition | undefined): void {
-    if (transition === undefined || this.#onEvent === undefined) return;
+    if (transition === undefined) return;
+    this.#slowRefs = undefined; // who serves and who is closed changed (every transition does)
+    if (this.#onEvent === undefined) return;
     const event: PolicyEvent = {
       kind: 'breaker',
       endpointId: state.id,
