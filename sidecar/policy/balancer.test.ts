@@ -2,6 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './affinity.ts';
 import { idHash, keyNumber, rendezvousOrder } from './bounded-load.ts';
+import { BATCH_KNOWN_FOR_MS } from './server-load.ts';
 import {
   AFFINITY_MAX_SLOWDOWN,
   Balancer,
@@ -373,6 +374,60 @@ describe('affinity', () => {
     const spilled = picked(balancer.pick({ affinityKey: 'k' }));
     assert.equal(spilled.affinity, 'spill');
     assert.equal(spilled.attempt.endpoint.id, second);
+  });
+
+  test('balances a request whose home has a full batch, instead of queueing it there', () => {
+    const specs = five();
+    const { balancer } = setup({ endpoints: specs, policy: withKey() });
+    const home = homeOf('k', specs);
+    // The home runs a full batch of 6 and queues one: a request there would wait for a slot.
+    balancer.reportLoad(home, { running: 6, waiting: 1 });
+    for (const s of specs) if (s.id !== home) balancer.reportLoad(s.id, { running: 4, waiting: 0 });
+    for (let i = 0; i < 20; i++) {
+      const result = picked(balancer.pick({ affinityKey: 'k' }));
+      assert.equal(result.affinity, 'overloaded', 'not spilled to the second home either');
+      assert.notEqual(result.attempt.endpoint.id, home);
+      balancer.finish(result.attempt, NEUTRAL);
+    }
+  });
+
+  test('with its batch known, a home with a free slot takes the key however busy next to the others', () => {
+    const specs = five();
+    const { balancer } = setup({ endpoints: specs, policy: withKey() });
+    const home = homeOf('k', specs);
+    // It queued at a batch of 6; now it runs 4 while the others idle. The load bound (at most
+    // maxExtraInFlight = 3 above the least busy) would pass it over; its two free slots do not.
+    balancer.reportLoad(home, { running: 6, waiting: 1 });
+    balancer.reportLoad(home, { running: 4, waiting: 0 });
+    for (let i = 0; i < 2; i++) {
+      const result = picked(balancer.pick({ affinityKey: 'k' }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, home);
+    }
+    assert.equal(picked(balancer.pick({ affinityKey: 'k' })).affinity, 'overloaded', 'now full');
+  });
+
+  test('keeps a key at a busy home whose server has not queued anything lately', () => {
+    const specs = five();
+    const { balancer, clock } = setup({ endpoints: specs, policy: withKey() });
+    const home = homeOf('k', specs);
+    // Three running and none waiting: three is what it was given, not (as far as anyone knows)
+    // its batch, and the load bound allows maxExtraInFlight above the idle others.
+    balancer.reportLoad(home, { running: 3, waiting: 0 });
+    const first = picked(balancer.pick({ affinityKey: 'k' }));
+    assert.equal(first.affinity, 'hit');
+    assert.equal(first.attempt.endpoint.id, home);
+    balancer.finish(first.attempt, NEUTRAL);
+    // It queued once, but more than BATCH_KNOWN_FOR_MS ago: the batch is no longer taken as known.
+    balancer.reportLoad(home, { running: 3, waiting: 2 });
+    const queued = picked(balancer.pick({ affinityKey: 'k' }));
+    assert.equal(queued.affinity, 'overloaded', 'it queues: three is its batch');
+    balancer.finish(queued.attempt, NEUTRAL);
+    clock.advance(BATCH_KNOWN_FOR_MS + 1);
+    balancer.reportLoad(home, { running: 3, waiting: 0 });
+    const later = picked(balancer.pick({ affinityKey: 'k' }));
+    assert.equal(later.affinity, 'hit');
+    assert.equal(later.attempt.endpoint.id, home);
   });
 
   test('a large loadFactor keeps the key at home however busy it is', () => {

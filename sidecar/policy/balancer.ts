@@ -582,7 +582,17 @@ export class Balancer implements PoolBalancer {
     const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
     const slack = affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
     const least = Math.min(...loads);
+    // Once a server has shown its batch (it queued requests, see ReportedLoad.freeSlots), the
+    // test is a free slot there instead: a request that queues waits for a running one to
+    // finish, which costs more than the prefill a cache hit saves, while a free slot costs
+    // nothing however busy the home is next to the others. A full home sends the request to
+    // balancing, not along the key's order: every sidecar holds the same report, and they would
+    // all queue on the key's second endpoint together.
+    const freeSlots = (s: EndpointState): number | undefined =>
+      s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs);
     const fits = (s: EndpointState): boolean => {
+      const free = freeSlots(s);
+      if (free !== undefined) return free >= 1;
       const load = this.#load(s, now);
       return load < capacity || load <= least + slack;
     };
@@ -615,7 +625,9 @@ export class Balancer implements PoolBalancer {
     }
     const order = rendezvousOrder(key, pool);
     for (const [rank, s] of order.entries()) {
-      if (admissible(s) && fits(s)) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
+      if (!admissible(s)) continue;
+      if (fits(s)) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
+      if (freeSlots(s) !== undefined) break;
     }
     return { result: 'overloaded' };
   }

@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad } from './server-load.ts';
+import { BATCH_KNOWN_FOR_MS, DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad } from './server-load.ts';
 
 describe('ReportedLoad', () => {
   test('without a report, the estimate is the local count', () => {
@@ -20,6 +20,51 @@ describe('ReportedLoad', () => {
     const load = new ReportedLoad();
     load.update({ running: 0, waiting: 0 }, 4, 0);
     assert.equal(load.estimate(2, 1, 1000), 2);
+  });
+
+  describe('freeSlots', () => {
+    test('is unknown until the server has reported a running count and a waiting queue', () => {
+      const load = new ReportedLoad();
+      assert.equal(load.freeSlots(0, 0, 1000), undefined);
+      load.update({ waiting: 2 }, 0, 0);
+      assert.equal(load.freeSlots(0, 0, 1000), undefined, 'an ORCA header says nothing of slots');
+      load.update({ running: 6, waiting: 0 }, 0, 10);
+      assert.equal(load.freeSlots(0, 10, 1000), 0, 'it queued at 0: six is its batch');
+      const idle = new ReportedLoad();
+      idle.update({ running: 6, waiting: 0 }, 0, 0);
+      assert.equal(idle.freeSlots(0, 0, 1000), undefined, 'six is what it was given');
+    });
+
+    test('is the largest batch seen minus the load estimate', () => {
+      const load = new ReportedLoad();
+      load.update({ running: 6, waiting: 1 }, 0, 0);
+      load.update({ running: 2, waiting: 0 }, 1, 10);
+      assert.equal(load.freeSlots(1, 20, 1000), 4);
+      assert.equal(load.freeSlots(3, 20, 1000), 2, 'two more started here since');
+    });
+
+    test('is below zero by the waiting queue when a full KV cache queues below the batch', () => {
+      const load = new ReportedLoad();
+      load.update({ running: 8, waiting: 0 }, 0, 0);
+      load.update({ running: 5, waiting: 2 }, 1, 10);
+      assert.equal(load.freeSlots(1, 20, 1000), -2);
+      assert.equal(load.freeSlots(2, 20, 1000), -3, 'one started here since queues behind them');
+      assert.equal(load.freeSlots(0, 20, 1000), -1, 'one finished here: a waiting one takes it');
+    });
+
+    test("counts this sidecar's own requests against the batch once the report is stale", () => {
+      const load = new ReportedLoad();
+      load.update({ running: 6, waiting: 3 }, 0, 0);
+      assert.equal(load.freeSlots(4, 2000, 1000), 2);
+    });
+
+    test(`forgets the batch ${BATCH_KNOWN_FOR_MS} ms after the server last queued`, () => {
+      const load = new ReportedLoad();
+      load.update({ running: 6, waiting: 3 }, 0, 0);
+      load.update({ running: 6, waiting: 0 }, 0, BATCH_KNOWN_FOR_MS);
+      assert.equal(load.freeSlots(0, BATCH_KNOWN_FOR_MS, 1000), 0);
+      assert.equal(load.freeSlots(0, BATCH_KNOWN_FOR_MS + 1, 1000), undefined);
+    });
   });
 
   test('ignores a report older than maxAgeMs', () => {

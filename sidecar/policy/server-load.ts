@@ -29,6 +29,14 @@ export interface ServerLoadReport {
  */
 export const DEFAULT_REPORT_MAX_AGE_MS = 2000;
 
+/**
+ * Five minutes: how long a report of waiting requests makes the largest batch seen count as the
+ * server's batch. A batch changes only when the server is restarted or reconfigured; and a
+ * momentary queue at light load (vLLM holds a new request until its next scheduler step) that
+ * fixes too small a batch corrects itself as soon as more than that runs there.
+ */
+export const BATCH_KNOWN_FOR_MS = 300_000;
+
 interface Reading {
   running: number | undefined;
   waiting: number | undefined;
@@ -40,6 +48,13 @@ interface Reading {
 /** The last report of one endpoint. */
 export class ReportedLoad {
   #reading: Reading | undefined;
+  /**
+   * The most requests the server has ever reported running at once: its batch size as far as
+   * this sidecar has seen (vLLM's `max_num_seqs`, or fewer when its KV cache fills first).
+   */
+  #maxRunning = 0;
+  /** When the server last reported requests waiting: its batch was full then. */
+  #fullAtMs: number | undefined;
 
   /**
    * Takes a report measured at `measuredAtMs` (now for an ORCA header; a scrape relayed by the
@@ -57,6 +72,8 @@ export class ReportedLoad {
     const kvCacheUsage =
       typeof usage === 'number' && usage >= 0 && usage <= 1 ? usage : previous?.kvCacheUsage;
     if (running === undefined && waiting === undefined && kvCacheUsage === undefined) return;
+    if (running !== undefined && running > this.#maxRunning) this.#maxRunning = running;
+    if ((finiteCount(report.waiting) ?? 0) > 0) this.#fullAtMs = measuredAtMs;
     this.#reading = { running, waiting, kvCacheUsage, atMs: measuredAtMs, localAtReport: local };
   }
 
@@ -67,6 +84,35 @@ export class ReportedLoad {
     if (r.running === undefined && r.waiting === undefined) return local;
     const reported = (r.running ?? 0) + (r.waiting ?? 0);
     return Math.max(local, reported + (local - r.localAtReport));
+  }
+
+  /**
+   * How many more requests the server can start at once without queueing them, as far as this
+   * sidecar can tell: its largest batch seen (`maxRunning`) minus the load estimate, and no more
+   * than its reported waiting queue allows (a server whose KV cache is full queues requests below
+   * its largest batch). Negative: that many would wait. Undefined unless the server has reported a
+   * running count (an ORCA header alone says nothing of slots) and, within `BATCH_KNOWN_FOR_MS`,
+   * a waiting queue.
+   */
+  freeSlots(local: number, nowMs: number, maxAgeMs: number): number | undefined {
+    if (this.#maxRunning === 0 || !this.#fullRecently(nowMs)) return undefined;
+    const free = this.#maxRunning - this.estimate(local, nowMs, maxAgeMs);
+    const r = this.#reading;
+    // Without a fresh report the batch size still holds: this sidecar's own requests fill it.
+    if (r === undefined || !(nowMs - r.atMs <= maxAgeMs)) return free;
+    const waiting = r.waiting ?? 0;
+    // Requests this sidecar started since the report queue behind the waiting ones; those it
+    // finished hand their slots to them.
+    return waiting > 0 ? Math.min(free, -waiting - (local - r.localAtReport)) : free;
+  }
+
+  /**
+   * Whether the server queued requests within the last `BATCH_KNOWN_FOR_MS`. Only then is the
+   * largest batch seen its batch: a server that never queued has run at most what it was given,
+   * and counting that as its batch would turn a conversation away from a home with room.
+   */
+  #fullRecently(nowMs: number): boolean {
+    return this.#fullAtMs !== undefined && nowMs - this.#fullAtMs <= BATCH_KNOWN_FOR_MS;
   }
 
   /** What was last reported, for status; undefined when nothing fresh is known. */
