@@ -259,13 +259,13 @@ export const AffinitySchema = Type.Object(
       default: AFFINITY_MAX_SLOWDOWN,
     }),
     maxExtraInFlight: Type.Integer({
-      description: `An endpoint always takes a request it has affinity for while its load is at most this many requests above the least loaded candidate, whatever loadFactor says: near idle, a cache hit beats an empty queue. An integer from 0. Default: ${AFFINITY_MAX_EXTRA_IN_FLIGHT}.`,
+      description: `An endpoint always takes a request it has affinity for while its load is at most this many requests above the least loaded candidate, whatever loadFactor says: near idle, a cache hit beats an empty queue. Like loadFactor, it applies while the endpoint's server has not shown its batch; once it has (it reported running requests and, lately, waiting ones), the test is a free slot there. An integer from 0. Default: ${AFFINITY_MAX_EXTRA_IN_FLIGHT}.`,
       minimum: 0,
       maximum: 1_000_000,
       default: AFFINITY_MAX_EXTRA_IN_FLIGHT,
     }),
     loadFactor: Type.Number({
-      description: `The load bound of affinity (consistent hashing with bounded loads): an endpoint takes the requests it has affinity for while its load (requests in flight, as the servers report them and this sidecar counts them) is under loadFactor × the candidates' average; past it, the request spills to the next endpoint of its order, the same from every sidecar. Lower spreads hot prompts sooner; higher keeps more cache hits. From 1 to 100. Default: ${AFFINITY_LOAD_FACTOR}.`,
+      description: `The load bound of affinity (consistent hashing with bounded loads): an endpoint takes the requests it has affinity for while its load (requests in flight, as the servers report them and this sidecar counts them) is under loadFactor × the candidates' average; past it, the request spills to the next endpoint of its order, the same from every sidecar. Lower spreads hot prompts sooner; higher keeps more cache hits. It applies while the endpoint's server has not shown its batch (it reports no load, or has not queued lately); once it has, the endpoint takes such a request while it has a free slot, and a full one sends it to balancing. From 1 to 100. Default: ${AFFINITY_LOAD_FACTOR}.`,
       minimum: 1,
       maximum: 100,
       default: AFFINITY_LOAD_FACTOR,
