@@ -9,7 +9,7 @@ import { Balancer } from './balancer.ts';
 import { tripReason } from './breaker.ts';
 import { median } from './median.ts';
 import { seededRng } from './rng.ts';
-import { endpoint, fakeClock, testPolicy } from './testing.ts';
+import { endpoint, fakeClock, gaugesOf, healthOf, testPolicy } from './testing.ts';
 import type {
   Attempt,
   EndpointSpec,
@@ -44,6 +44,17 @@ type Op =
   | { op: 'advance'; ms: number }
   | { op: 'update'; present: boolean[]; drifted: boolean[] };
 
+/** The clock moves on by up to `maxMs`. */
+const advanceArb = (maxMs: number) =>
+  fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: maxMs }) });
+
+/** A pool update: which of the six endpoints are present, and which are drifted. */
+const updateArb = fc.record({
+  op: fc.constant('update' as const),
+  present: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+  drifted: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
+});
+
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   {
     weight: 4,
@@ -62,21 +73,8 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       outcome: outcomeArb,
     }),
   },
-  {
-    weight: 2,
-    arbitrary: fc.record({
-      op: fc.constant('advance' as const),
-      ms: fc.integer({ min: 0, max: 8_000 }),
-    }),
-  },
-  {
-    weight: 1,
-    arbitrary: fc.record({
-      op: fc.constant('update' as const),
-      present: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
-      drifted: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
-    }),
-  },
+  { weight: 2, arbitrary: advanceArb(8_000) },
+  { weight: 1, arbitrary: updateArb },
 );
 
 const scenarioArb = fc.record({
@@ -96,15 +94,20 @@ interface ModelAttempt {
   finished: boolean;
 }
 
+/** The endpoints of IDS that are present, each with its tier and drift flag. */
+function specsOf(tiers: number[], present: boolean[], drifted: boolean[]): EndpointSpec[] {
+  return IDS.flatMap((id, i) =>
+    present[i] ? [endpoint(id, { tier: tiers[i]!, drifted: drifted[i]! })] : [],
+  );
+}
+
 describe('Balancer properties', () => {
   test('a pick is always a live candidate of the right tier; a shed means there was none', () => {
     fc.assert(
       fc.property(scenarioArb, (s) => {
         const clock = fakeClock(1_000);
-        const specsFor = (present: boolean[], drifted: boolean[]): EndpointSpec[] =>
-          IDS.filter((_, i) => present[i]).map((id) =>
-            endpoint(id, { tier: s.tiers[IDS.indexOf(id)]!, drifted: drifted[IDS.indexOf(id)]! }),
-          );
+        const specsFor = (present: boolean[], drifted: boolean[]) =>
+          specsOf(s.tiers, present, drifted);
         const policy = testPolicy({
           mode: s.mode,
           affinity: { key: 'Header' },
@@ -206,29 +209,9 @@ describe('Balancer properties', () => {
           for (const perSlice of [1, 2])
             assert.deepEqual([...balancer.statusSlices(perSlice)].flat(), statuses);
           // The gauges are status()'s fields, read without the rest of it.
-          assert.deepEqual(
-            balancer.gauges(),
-            statuses.map(({ id, backend, inFlight, ewmaTtftMs, breaker, drifted }) => ({
-              id,
-              backend,
-              inFlight,
-              ewmaTtftMs,
-              breaker,
-              drifted,
-            })),
-          );
+          assert.deepEqual(balancer.gauges(), gaugesOf(statuses));
           // So is what a report to the controller carries.
-          assert.deepEqual(
-            balancer.health(),
-            statuses.map(({ id, breaker, inFlight, ewmaTtftMs, driftMismatches, window }) => ({
-              id,
-              breaker,
-              inFlight,
-              ewmaTtftMs,
-              driftMismatches,
-              window,
-            })),
-          );
+          assert.deepEqual(balancer.health(), healthOf(statuses));
           for (const e of statuses) {
             // status() computes every `slow` at once: the same verdict as one endpoint at a time.
             assert.equal(e.slow, slowByDefinition(e, statuses, s.mode), `slow of ${e.id}`);
@@ -277,21 +260,8 @@ describe('Balancer properties', () => {
               ms: fc.constantFrom(10, 20, 60, 200),
             }),
           },
-          {
-            weight: 2,
-            arbitrary: fc.record({
-              op: fc.constant('advance' as const),
-              ms: fc.integer({ min: 0, max: 6_000 }),
-            }),
-          },
-          {
-            weight: 1,
-            arbitrary: fc.record({
-              op: fc.constant('update' as const),
-              present: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
-              drifted: fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }),
-            }),
-          },
+          { weight: 2, arbitrary: advanceArb(6_000) },
+          { weight: 1, arbitrary: updateArb },
         ),
         { minLength: 20, maxLength: 200, size: 'max' },
       ),
@@ -299,10 +269,8 @@ describe('Balancer properties', () => {
     fc.assert(
       fc.property(slowScenarioArb, (s) => {
         const clock = fakeClock(1_000);
-        const specsFor = (present: boolean[], drifted: boolean[]): EndpointSpec[] =>
-          IDS.filter((_, i) => present[i]).map((id) =>
-            endpoint(id, { tier: s.tiers[IDS.indexOf(id)]!, drifted: drifted[IDS.indexOf(id)]! }),
-          );
+        const specsFor = (present: boolean[], drifted: boolean[]) =>
+          specsOf(s.tiers, present, drifted);
         const policy = testPolicy({
           mode: s.mode,
           defaultTtftMs: 20,

@@ -1,23 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Balancer } from './balancer.ts';
-import { endpoint, fakeClock, testPolicy } from './testing.ts';
-import type { Attempt, EndpointStatus, PickResult } from './types.ts';
+import { endpoint, fakeClock, gaugesOf, healthOf, testPolicy } from './testing.ts';
+import type { Attempt, PickResult } from './types.ts';
 
 function attemptOf(result: PickResult): Attempt {
   assert.equal(result.kind, 'picked');
   return result.attempt;
 }
-
-const gaugesOf = (statuses: EndpointStatus[]) =>
-  statuses.map(({ id, backend, inFlight, ewmaTtftMs, breaker, drifted }) => ({
-    id,
-    backend,
-    inFlight,
-    ewmaTtftMs,
-    breaker,
-    drifted,
-  }));
 
 /** Three endpoints: `a` with its breaker open, `b` drifted, `c` with a request in flight. */
 function setup() {
@@ -63,17 +53,7 @@ describe('reading every endpoint', () => {
         ['c', 'closed', 1, 1],
       ],
     );
-    assert.deepEqual(
-      health,
-      balancer.status().map(({ id, breaker, inFlight, ewmaTtftMs, driftMismatches, window }) => ({
-        id,
-        breaker,
-        inFlight,
-        ewmaTtftMs,
-        driftMismatches,
-        window,
-      })),
-    );
+    assert.deepEqual(health, healthOf(balancer.status()));
   });
 
   test('health() counts the current health window, as status() does', () => {

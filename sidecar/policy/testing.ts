@@ -8,6 +8,7 @@ import type {
   Clock,
   ColdStartPolicy,
   EndpointSpec,
+  EndpointStatus,
   HealthPolicy,
   PoolPolicy,
   RetryPolicy,
@@ -104,3 +105,25 @@ export function endpoint(id: string, overrides: Partial<EndpointSpec> = {}): End
     ...overrides,
   };
 }
+
+/** The fields `Balancer.gauges()` reads, picked out of `status()`: what the two must agree on. */
+export const gaugesOf = (statuses: readonly EndpointStatus[]) =>
+  statuses.map(({ id, backend, inFlight, ewmaTtftMs, breaker, drifted }) => ({
+    id,
+    backend,
+    inFlight,
+    ewmaTtftMs,
+    breaker,
+    drifted,
+  }));
+
+/** The fields `Balancer.health()` reads (a report to the controller), picked out of `status()`. */
+export const healthOf = (statuses: readonly EndpointStatus[]) =>
+  statuses.map(({ id, breaker, inFlight, ewmaTtftMs, driftMismatches, window }) => ({
+    id,
+    breaker,
+    inFlight,
+    ewmaTtftMs,
+    driftMismatches,
+    window,
+  }));
