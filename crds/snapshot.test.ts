@@ -1,5 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { execFileSync } from 'node:child_process';
+import { Value } from '@sinclair/typebox/value';
+import {
+  checkPoolLoad,
+  checkPoolSnapshot,
+  checkSidecarReport,
+} from './snapshot-checks.generated.ts';
+import { SNAPSHOT_SCHEMAS, type SnapshotMessage } from './snapshot.schema.ts';
 import { metricsUrl, parseLoad } from './snapshot.ts';
 
 describe('parseLoad', () => {
@@ -63,5 +71,53 @@ describe('metricsUrl', () => {
   test('is undefined for what is not an http(s) URL', () => {
     assert.equal(metricsUrl('not a url'), undefined);
     assert.equal(metricsUrl('ftp://host/v1'), undefined);
+  });
+});
+
+describe('the compiled checks', () => {
+  test('decide as the schemas do', () => {
+    const load = { endpoints: [{ id: 'a', ageMs: 1, running: 2 }] };
+    const samples: [SnapshotMessage, (v: unknown) => boolean, unknown][] = [
+      ['PoolLoad', checkPoolLoad, load],
+      ['PoolLoad', checkPoolLoad, { endpoints: [{ id: 'a', ageMs: -1 }] }],
+      ['PoolLoad', checkPoolLoad, null],
+      ['SidecarReport', checkSidecarReport, { sidecar: 'p', appliedVersion: 0, appliedHash: '' }],
+      [
+        'SidecarReport',
+        checkSidecarReport,
+        { sidecar: 'p', appliedVersion: 0, appliedHash: '', endpoints: [] },
+      ],
+      ['PoolSnapshot', checkPoolSnapshot, { version: 1, hash: 'h' }],
+      ['PoolSnapshot', checkPoolSnapshot, []],
+    ];
+    for (const [message, check, value] of samples)
+      assert.equal(check(value), Value.Check(SNAPSHOT_SCHEMAS[message], value), message);
+  });
+
+  test('let a process check what the stream carries without loading TypeBox', () => {
+    // Records every module the child resolves; it parses a message, valid and not.
+    const script = `
+      import { registerHooks } from 'node:module';
+      const seen = [];
+      registerHooks({ resolve(specifier, context, next) {
+        const result = next(specifier, context);
+        seen.push(result.url);
+        return result;
+      } });
+      const { parseLoad } = await import(${JSON.stringify(new URL('./snapshot.ts', import.meta.url).href)});
+      const ok = parseLoad({ endpoints: [{ id: 'a', ageMs: 1 }] }).ok;
+      const before = seen.filter((u) => u.includes('typebox')).length;
+      const bad = parseLoad({ endpoints: [{ id: 'a' }] });
+      const after = seen.filter((u) => u.includes('typebox')).length;
+      console.log(JSON.stringify({ ok, before, after, path: bad.ok ? null : bad.errors[0].path }));
+    `;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
+      encoding: 'utf8',
+    });
+    const seen = JSON.parse(out) as { ok: boolean; before: number; after: number; path: string };
+    assert.equal(seen.ok, true);
+    assert.equal(seen.before, 0, 'a valid message is checked without TypeBox');
+    assert.ok(seen.after > 0, 'TypeBox is loaded to explain a failure');
+    assert.equal(seen.path, '/endpoints/0/ageMs');
   });
 });

@@ -5,10 +5,28 @@
  * a `SidecarReport`. Beside the snapshots the stream carries `PoolLoad` messages: what the pool's
  * model servers report about their own load (`parseLoad`). Both sides import only this module:
  * `controller/` and `sidecar/` never import each other.
+ *
+ * The schemas are in `snapshot.schema.ts`; the checks here are compiled from them ahead of time
+ * (`snapshot-checks.generated.ts`, `npm run generate`), so that a sidecar does not load TypeBox to
+ * check a snapshot. The schemas, and TypeBox with them, are loaded only to explain a failure.
  */
-import { Type, type Static } from '@sinclair/typebox';
-import { Value } from '@sinclair/typebox/value';
-import { EndpointSpecSchema, PoolPolicySchema, PoolTimeoutsSchema } from './policy-types.ts';
+// Module loading, not I/O the contract depends on: the schemas are loaded only to explain a failure.
+// eslint-disable-next-line no-restricted-imports
+import { createRequire } from 'node:module';
+import type { Static } from '@sinclair/typebox';
+import {
+  checkPoolLoad,
+  checkPoolSnapshot,
+  checkSidecarReport,
+} from './snapshot-checks.generated.ts';
+import type {
+  EndpointHealthReportSchema,
+  EndpointLoadSchema,
+  PoolLoadSchema,
+  PoolSnapshotSchema,
+  SidecarReportSchema,
+  SnapshotMessage,
+} from './snapshot.schema.ts';
 
 /** Bumped on an incompatible change of the stream; sent as `x-switchyard-protocol`. */
 export const SNAPSHOT_PROTOCOL_VERSION = 1;
@@ -33,74 +51,9 @@ export function reportPath(namespace: string, pool: string): string {
   return `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}/reports`;
 }
 
-const NonNegative = Type.Number({ minimum: 0 });
-const Fraction = Type.Number({ minimum: 0, maximum: 1 });
-
-export const PoolSnapshotSchema = Type.Object({
-  /** Increases with every change of this pool's snapshot, per controller leader lineage. */
-  version: Type.Integer({ minimum: 1 }),
-  /** Content hash of policy, timeouts and endpoints: equal hash, equal routing. */
-  hash: Type.String({ minLength: 1 }),
-  pool: Type.Object({ namespace: Type.String(), name: Type.String() }),
-  policy: PoolPolicySchema,
-  timeouts: PoolTimeoutsSchema,
-  endpoints: Type.Array(EndpointSpecSchema),
-});
-
 export type PoolSnapshot = Static<typeof PoolSnapshotSchema>;
-
-export const EndpointHealthReportSchema = Type.Object({
-  id: Type.String(),
-  breaker: Type.Union([Type.Literal('closed'), Type.Literal('open'), Type.Literal('half-open')]),
-  /** Errors / requests in the sidecar's current health window. */
-  errorRate: Fraction,
-  rateLimitRate: Fraction,
-  ewmaTtftMs: NonNegative,
-  inFlight: Type.Integer({ minimum: 0 }),
-  /** Responses whose model or system_fingerprint contradicted the endpoint's drift probe. */
-  driftMismatches: Type.Optional(Type.Integer({ minimum: 0 })),
-});
-
-export const SidecarReportSchema = Type.Object({
-  /** Who reports: the pod name from the token, or a name the sidecar chose (standalone tools). */
-  sidecar: Type.String({ minLength: 1, maxLength: 253 }),
-  /** The snapshot version the sidecar has applied (0 = none yet). */
-  appliedVersion: Type.Integer({ minimum: 0 }),
-  appliedHash: Type.String(),
-  endpoints: Type.Array(EndpointHealthReportSchema, { maxItems: 10_000 }),
-});
-
 export type SidecarReport = Static<typeof SidecarReportSchema>;
 export type EndpointHealthReport = Static<typeof EndpointHealthReportSchema>;
-
-/**
- * One endpoint's load as its model server reported it (vLLM, SGLang or TensorRT-LLM gauges, read
- * by `parseLoadMetrics` in lib/model-server-load.ts). A field the server does not report is left
- * out; an endpoint with nothing known is not listed at all.
- */
-export const EndpointLoadSchema = Type.Object({
-  /** The endpoint's id in the pool's snapshot. */
-  id: Type.String({ minLength: 1 }),
-  /** Requests the server is generating now (summed over its engines). */
-  running: Type.Optional(NonNegative),
-  /** Requests queued in the server, not yet started. */
-  waiting: Type.Optional(NonNegative),
-  /** Fraction of its KV cache in use, 0..1 (the largest over its engines). */
-  kvCacheUsage: Type.Optional(Fraction),
-  /** How old the reading was when the message was sent, ms: the signal lags by at least this. */
-  ageMs: Type.Integer({ minimum: 0 }),
-});
-
-/**
- * The `load` event: the latest load of every endpoint of the pool whose server reports one. A full
- * list every time, never a diff: an endpoint missing from it has no known load (any more). It
- * changes neither the snapshot nor its version or hash. Unknown fields are allowed, so fields can
- * be added without a new protocol version.
- */
-export const PoolLoadSchema = Type.Object({
-  endpoints: Type.Array(EndpointLoadSchema, { maxItems: 10_000 }),
-});
-
 export type PoolLoad = Static<typeof PoolLoadSchema>;
 export type EndpointLoad = Static<typeof EndpointLoadSchema>;
 
@@ -120,17 +73,25 @@ export function metricsUrl(endpointUrl: string): string | undefined {
 export type ParseResult<T> =
   { ok: true; value: T } | { ok: false; errors: { path: string; message: string }[] };
 
-function parseWith<T>(schema: Parameters<typeof Value.Check>[0], value: unknown): ParseResult<T> {
-  if (Value.Check(schema, value)) return { ok: true, value: value as T };
-  const errors = [...Value.Errors(schema, value)]
-    .slice(0, 20)
-    .map((e) => ({ path: e.path || '/', message: e.message }));
-  return { ok: false, errors };
+const require = createRequire(import.meta.url);
+
+function parseWith<T>(
+  message: SnapshotMessage,
+  check: (value: unknown) => boolean,
+  value: unknown,
+): ParseResult<T> {
+  if (check(value)) return { ok: true, value: value as T };
+  // Only now the schemas and TypeBox: the same module name as this one's (.ts from source, .js
+  // compiled), loaded synchronously.
+  const schemas = require(
+    `./snapshot.schema${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`,
+  ) as typeof import('./snapshot.schema.ts');
+  return { ok: false, errors: schemas.explain(message, value) };
 }
 
 /** Checks a snapshot received from the stream; a sidecar applies nothing that fails this. */
 export function parseSnapshot(value: unknown): ParseResult<PoolSnapshot> {
-  const result = parseWith<PoolSnapshot>(PoolSnapshotSchema, value);
+  const result = parseWith<PoolSnapshot>('PoolSnapshot', checkPoolSnapshot, value);
   return result.ok ? uniqueIds(result, result.value.endpoints) : result;
 }
 
@@ -153,11 +114,11 @@ function uniqueIds<T>(
 
 /** Checks a `load` event's data; a sidecar uses nothing that fails this. */
 export function parseLoad(value: unknown): ParseResult<PoolLoad> {
-  const result = parseWith<PoolLoad>(PoolLoadSchema, value);
+  const result = parseWith<PoolLoad>('PoolLoad', checkPoolLoad, value);
   return result.ok ? uniqueIds(result, result.value.endpoints) : result;
 }
 
 /** Checks a report a sidecar posted. */
 export function parseReport(value: unknown): ParseResult<SidecarReport> {
-  return parseWith<SidecarReport>(SidecarReportSchema, value);
+  return parseWith<SidecarReport>('SidecarReport', checkSidecarReport, value);
 }

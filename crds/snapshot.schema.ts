@@ -1,0 +1,92 @@
+/**
+ * The TypeBox schemas of the snapshot stream (crds/snapshot.ts has the contract). They are the one
+ * source of truth for the wire types and the checks; the checks themselves are compiled ahead of
+ * time into `snapshot-checks.generated.ts` (`npm run generate`), so that a sidecar does not load
+ * TypeBox (about 8 MB of its memory) to check what it receives. This module is loaded only to
+ * explain a message that fails its check, and by the generator and the tests.
+ */
+import { Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import { EndpointSpecSchema, PoolPolicySchema, PoolTimeoutsSchema } from './policy-types.ts';
+
+const NonNegative = Type.Number({ minimum: 0 });
+const Fraction = Type.Number({ minimum: 0, maximum: 1 });
+
+export const PoolSnapshotSchema = Type.Object({
+  /** Increases with every change of this pool's snapshot, per controller leader lineage. */
+  version: Type.Integer({ minimum: 1 }),
+  /** Content hash of policy, timeouts and endpoints: equal hash, equal routing. */
+  hash: Type.String({ minLength: 1 }),
+  pool: Type.Object({ namespace: Type.String(), name: Type.String() }),
+  policy: PoolPolicySchema,
+  timeouts: PoolTimeoutsSchema,
+  endpoints: Type.Array(EndpointSpecSchema),
+});
+
+export const EndpointHealthReportSchema = Type.Object({
+  id: Type.String(),
+  breaker: Type.Union([Type.Literal('closed'), Type.Literal('open'), Type.Literal('half-open')]),
+  /** Errors / requests in the sidecar's current health window. */
+  errorRate: Fraction,
+  rateLimitRate: Fraction,
+  ewmaTtftMs: NonNegative,
+  inFlight: Type.Integer({ minimum: 0 }),
+  /** Responses whose model or system_fingerprint contradicted the endpoint's drift probe. */
+  driftMismatches: Type.Optional(Type.Integer({ minimum: 0 })),
+});
+
+export const SidecarReportSchema = Type.Object({
+  /** Who reports: the pod name from the token, or a name the sidecar chose (standalone tools). */
+  sidecar: Type.String({ minLength: 1, maxLength: 253 }),
+  /** The snapshot version the sidecar has applied (0 = none yet). */
+  appliedVersion: Type.Integer({ minimum: 0 }),
+  appliedHash: Type.String(),
+  endpoints: Type.Array(EndpointHealthReportSchema, { maxItems: 10_000 }),
+});
+
+/**
+ * One endpoint's load as its model server reported it (vLLM, SGLang or TensorRT-LLM gauges, read
+ * by `parseLoadMetrics` in lib/model-server-load.ts). A field the server does not report is left
+ * out; an endpoint with nothing known is not listed at all.
+ */
+export const EndpointLoadSchema = Type.Object({
+  /** The endpoint's id in the pool's snapshot. */
+  id: Type.String({ minLength: 1 }),
+  /** Requests the server is generating now (summed over its engines). */
+  running: Type.Optional(NonNegative),
+  /** Requests queued in the server, not yet started. */
+  waiting: Type.Optional(NonNegative),
+  /** Fraction of its KV cache in use, 0..1 (the largest over its engines). */
+  kvCacheUsage: Type.Optional(Fraction),
+  /** How old the reading was when the message was sent, ms: the signal lags by at least this. */
+  ageMs: Type.Integer({ minimum: 0 }),
+});
+
+/**
+ * The `load` event: the latest load of every endpoint of the pool whose server reports one. A full
+ * list every time, never a diff: an endpoint missing from it has no known load (any more). It
+ * changes neither the snapshot nor its version or hash. Unknown fields are allowed, so fields can
+ * be added without a new protocol version.
+ */
+export const PoolLoadSchema = Type.Object({
+  endpoints: Type.Array(EndpointLoadSchema, { maxItems: 10_000 }),
+});
+
+/** The checked messages of the stream, by name: what the generator compiles. */
+export const SNAPSHOT_SCHEMAS = {
+  PoolSnapshot: PoolSnapshotSchema,
+  PoolLoad: PoolLoadSchema,
+  SidecarReport: SidecarReportSchema,
+} as const;
+
+export type SnapshotMessage = keyof typeof SNAPSHOT_SCHEMAS;
+
+/** Why `value` is not a valid `message`: its first 20 errors, by JSON pointer. */
+export function explain(
+  message: SnapshotMessage,
+  value: unknown,
+): { path: string; message: string }[] {
+  return [...Value.Errors(SNAPSHOT_SCHEMAS[message], value)]
+    .slice(0, 20)
+    .map((e) => ({ path: e.path || '/', message: e.message }));
+}
