@@ -590,8 +590,7 @@ export class Balancer implements PoolBalancer {
     // all queue on the key's second endpoint together.
     const freeSlots = (s: EndpointState): number | undefined =>
       s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs);
-    const fits = (s: EndpointState): boolean => {
-      const free = freeSlots(s);
+    const fits = (s: EndpointState, free: number | undefined): boolean => {
       if (free !== undefined) return free >= 1;
       const load = this.#load(s, now);
       return load < capacity || load <= least + slack;
@@ -615,7 +614,8 @@ export class Balancer implements PoolBalancer {
           const s = byId.get(id) as EndpointState;
           if (best === undefined || this.#load(s, now) < this.#load(best, now)) best = s;
         }
-        if (best !== undefined && fits(best)) return { endpoint: best, result: 'hit' };
+        if (best !== undefined && fits(best, freeSlots(best)))
+          return { endpoint: best, result: 'hit' };
         key = prompt.hashes[match.depth - 1] as number;
       } else {
         key = prompt.hashes[prompt.homeDepth - 1] as number;
@@ -626,8 +626,9 @@ export class Balancer implements PoolBalancer {
     const order = rendezvousOrder(key, pool);
     for (const [rank, s] of order.entries()) {
       if (!admissible(s)) continue;
-      if (fits(s)) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
-      if (freeSlots(s) !== undefined) break;
+      const free = freeSlots(s);
+      if (fits(s, free)) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
+      if (free !== undefined) break; // its batch is known and full: balance, do not walk on
     }
     return { result: 'overloaded' };
   }
@@ -732,7 +733,7 @@ export class Balancer implements PoolBalancer {
     if (group === undefined) return false; // nobody of its group serves: no reference
     const own = this.#ewma.valueMs(state.id);
     // Serving, it is one of the group's counts and values; the reference is the others'.
-    const serving = state.spec.drifted !== true && state.breaker.state !== 'open';
+    const serving = isSlowReference(state);
     if (state.breaker.state === 'closed' && group.closed - (serving ? 1 : 0) === 0) return false;
     const reference = medianWithout(
       group.sorted,
@@ -758,7 +759,7 @@ export class Balancer implements PoolBalancer {
     if (this.#slowRefs !== undefined) return this.#slowRefs;
     const groups = new Map<number, SlowReference>();
     for (const p of this.#order) {
-      if (p.spec.drifted === true || p.breaker.state === 'open') continue;
+      if (!isSlowReference(p)) continue;
       const key = this.#slowGroupOf(p);
       let group = groups.get(key);
       if (group === undefined) groups.set(key, (group = { closed: 0, sorted: [] }));
@@ -773,7 +774,7 @@ export class Balancer implements PoolBalancer {
   /** `state`'s EWMA went from `from` (undefined: no sample before) to `to`. */
   #slowReferenceMoved(state: EndpointState, from: number | undefined, to: number): void {
     if (this.#slowRefs === undefined) return; // built afresh when next asked
-    if (state.spec.drifted === true || state.breaker.state === 'open') return; // not a reference
+    if (!isSlowReference(state)) return;
     const sorted = (this.#slowRefs.get(this.#slowGroupOf(state)) as SlowReference).sorted;
     if (from !== undefined) sorted.splice(lowerBound(sorted, from), 1);
     sorted.splice(lowerBound(sorted, to), 0, to);
@@ -803,6 +804,11 @@ export class Balancer implements PoolBalancer {
     if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
     this.#onEvent(event);
   }
+}
+
+/** Whether slow detection counts `state` among its group's peers: serving, not drifted, not open. */
+function isSlowReference(state: EndpointState): boolean {
+  return state.spec.drifted !== true && state.breaker.state !== 'open';
 }
 
 /** Judged drifted, by the controller (`drifted`) or by this sidecar's own probe. */
