@@ -53,6 +53,7 @@ interface BenchFlags {
   plots: boolean;
   quiet?: boolean;
   replot?: boolean;
+  dumpRequests?: boolean;
 }
 
 /** `switchyard bench`: the routing benchmark (docs/benchmarks.md#routing). */
@@ -149,6 +150,10 @@ export function addBenchCommand(program: Command): void {
     .option('--no-plots', 'skip the plots')
     .option('--quiet', 'no progress output')
     .option(
+      '--dump-requests',
+      "also write every request's outcome (sent, ended, TTFT, backend, prompt size, turn) to requests/<scenario>/<policy>-seed<n>.json under --out",
+    )
+    .option(
       '--replot',
       'run nothing: redraw the plots and rewrite report.md of the earlier run in --out',
     )
@@ -214,6 +219,7 @@ export function addBenchCommand(program: Command): void {
           heterogeneous: flags.heterogeneous === true,
           plots: flags.plots,
           quiet: flags.quiet === true,
+          dumpRequests: flags.dumpRequests === true,
         });
         const failed = results.targets.checks.filter((c) => c.met === false).length;
         if (failed > 0 && flags.quiet !== true)

@@ -36,6 +36,12 @@ export interface BenchSettings {
   plots: boolean;
   /** Progress on stderr. */
   quiet: boolean;
+  /**
+   * Also write every request's outcome, one file a run (`requests/<scenario>/<policy>-seed<n>.json`
+   * under `out`): when it was sent and ended, its TTFT, the backend that answered and, for trace
+   * runs, its prompt's size and conversation turn. For finding which requests make a tail.
+   */
+  dumpRequests?: boolean;
 }
 
 /**

@@ -560,6 +560,7 @@ async function runOnce(run: {
             );
     }
     const cpuAfter = machineCpuSeconds();
+    if (settings.dumpRequests === true) dumpRequests(run, def.name, results);
     const wallS = (performance.now() - replayStart) / 1000;
     const machineCpuPercent =
       cpuBefore === undefined || cpuAfter === undefined || wallS <= 0
@@ -617,3 +618,33 @@ export async function replot(out: string): Promise<string[]> {
 const fmt = (ms: number): string => (Number.isFinite(ms) ? ms.toFixed(0) : '–');
 
 export { SCENARIOS };
+
+/** `--dump-requests`: every request of one run, in the order of the trace (or of the turns). */
+function dumpRequests(
+  run: {
+    settings: BenchSettings;
+    sc: Scenario;
+    seed: number;
+    weight?: number | undefined;
+    requests: readonly TraceRequest[];
+    turns: readonly ChatTurn[] | undefined;
+  },
+  policy: string,
+  results: readonly ClientResult[],
+): void {
+  const dir = join(run.settings.out, 'requests', run.sc.name);
+  mkdirSync(dir, { recursive: true });
+  const weight = run.weight === undefined ? '' : `-w${run.weight}`;
+  const rows = results.map((r, i) => {
+    const request = run.sc.conversations === undefined ? run.requests[i] : undefined;
+    const turn = request === undefined ? undefined : run.turns?.[i];
+    return {
+      ...r,
+      ...(request === undefined
+        ? {}
+        : { inputTokens: request.inputTokens, outputTokens: request.outputTokens }),
+      ...(turn === undefined ? {} : { conversation: turn.conversation, turn: turn.turn }),
+    };
+  });
+  writeFileSync(join(dir, `${policy}${weight}-seed${run.seed}.json`), JSON.stringify(rows));
+}

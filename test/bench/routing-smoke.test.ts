@@ -178,11 +178,21 @@ describe('switchyard bench (smoke)', () => {
       '--speed',
       '50',
       '--no-plots',
+      '--dump-requests',
       '--out',
       dir,
     ]);
     const results = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as Results;
     for (const policy of ['switchyard', 'oracle']) {
+      // --dump-requests: every request of the run, with the backend that answered it.
+      const rows = JSON.parse(
+        readFileSync(join(dir, 'requests', 'conversations', `${policy}-seed1.json`), 'utf8'),
+      ) as { ok: boolean; backend?: string }[];
+      assert.equal(rows.length, 3 * 12 * 6, policy);
+      assert.ok(
+        rows.every((row) => row.ok && row.backend !== undefined),
+        policy,
+      );
       const r = results.scenarios['conversations']?.[policy];
       assert.ok(r !== undefined, policy);
       // 12 conversations of 6 turns per backend.
