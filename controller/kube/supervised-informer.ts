@@ -54,6 +54,8 @@ export class SupervisedInformer<T extends KubernetesObject> {
   private stopped = false;
   private synced = false;
   private syncWaiters: (() => void)[] = [];
+  /** The informers whose list has come in (a failed list leaves an informer's cache empty). */
+  private readonly listed = new WeakSet<ListWatch<T>>();
 
   constructor(options: SupervisedInformerOptions<T>) {
     this.options = options;
@@ -62,10 +64,17 @@ export class SupervisedInformer<T extends KubernetesObject> {
 
   private create(): ListWatch<T> {
     const { options } = this;
-    const informer = new ListWatch<T>(
+    // ListWatch.start() resolves when its list fails too (the failure goes to the error
+    // callbacks only), so whether the list came in is recorded here, by the list itself.
+    const list = async (): Promise<KubernetesListObject<T>> => {
+      const result = await options.list();
+      this.listed.add(informer);
+      return result;
+    };
+    const informer: ListWatch<T> = new ListWatch<T>(
       options.path,
       new Watch(options.kubeConfig),
-      options.list,
+      list,
       false,
       options.labelSelector,
       options.fieldSelector,
@@ -116,6 +125,9 @@ export class SupervisedInformer<T extends KubernetesObject> {
     informer.start().then(
       () => {
         if (this.stopped || (informer !== this.informer && informer !== this.pending)) return;
+        // Its list failed: the error callback has scheduled a restart. Serving its empty cache
+        // would publish every pool without endpoints (all sidecars shed) until the next list.
+        if (!this.listed.has(informer)) return;
         if (informer === this.pending) {
           // Its list is in: serve from it now, and let the previous one go.
           const previous = this.informer;

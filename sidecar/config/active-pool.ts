@@ -97,6 +97,8 @@ export class ActivePoolState {
         hash: config.hash,
         mode: config.policy.mode,
         endpoints: config.endpoints.map((e) => e.id),
+        // Drifted endpoints take no traffic: a pool with only drifted ones sheds every request.
+        drifted: config.endpoints.filter((e) => e.drifted === true).map((e) => e.id),
       },
       'pool configuration applied',
     );

@@ -171,6 +171,33 @@ describe(
 
     const chat = (sidecar: RunningProcess): Promise<Response> => postChat(sidecar.url);
 
+    /**
+     * For a failed zero-loss assertion: what each process logged about snapshots, breakers,
+     * informers and leadership, and what each sidecar routes to now (a flake must explain itself).
+     */
+    const whatTheProcessesSaid = async (): Promise<string> => {
+      const interesting =
+        /configuration applied|snapshot|circuit breaker|informer|leader|stream|drift|error/i;
+      const tail = (name: string, p: RunningProcess | undefined): string =>
+        `--- ${name}:\n${(p?.output() ?? '')
+          .split('\n')
+          .filter((line) => interesting.test(line))
+          .slice(-20)
+          .join('\n')}`;
+      const routes = await Promise.all(
+        sidecars.map((s) =>
+          fetch(`${s.adminUrl}/debug/backends`)
+            .then((r) => r.text())
+            .catch((err: unknown) => String(err)),
+        ),
+      );
+      return [
+        tail('controller', controller),
+        ...sidecars.map((s, i) => tail(`sidecar ${i + 1}`, s)),
+        ...routes.map((r, i) => `--- sidecar ${i + 1} /debug/backends:\n${r.slice(0, 2000)}`),
+      ].join('\n');
+    };
+
     const id = (host: TestHost): string => `in-cluster/${host.ip}:8000`;
 
     before(async () => {
@@ -562,7 +589,9 @@ spec:
       assert.equal(
         failed,
         0,
-        `${failed} of ${sent} requests failed: ${counts.map((c) => c.firstFailure).join(' ')}`,
+        `${failed} of ${sent} requests failed: ${counts.map((c) => c.firstFailure).join(' ')}\n${
+          failed === 0 ? '' : await whatTheProcessesSaid()
+        }`,
       );
       recordFigure(t, {
         fault: 'control plane: controller kill -9 and restart; a sidecar restarted meanwhile',
@@ -595,7 +624,9 @@ spec:
       assert.equal(
         failed,
         0,
-        `${failed} of ${sent} requests failed: ${counts.map((c) => c.firstFailure).join(' ')}`,
+        `${failed} of ${sent} requests failed: ${counts.map((c) => c.firstFailure).join(' ')}\n${
+          failed === 0 ? '' : await whatTheProcessesSaid()
+        }`,
       );
       recordFigure(t, {
         fault: 'control plane: API server restart',
