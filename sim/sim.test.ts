@@ -234,7 +234,10 @@ void test('max_tokens and max_completion_tokens are honoured; default length is 
   });
 });
 
-void test('prefix cache: a repeated long prompt hits, and its TTFT drops', async () => {
+// The TTFT drop itself is shown on a fake clock (engine.test.ts, "prefix cache: …"): compared in
+// wall-clock time here it failed under machine load (warm 49 ms vs cold 84 ms), and tests do not
+// assert wall-clock speed. Through the server: the hits, the counts and the usage it reports.
+void test('prefix cache: a repeated long prompt hits, and reports its cached tokens', async () => {
   // 32000 chars = 8000 tokens = 400 ms of prefill at 0.05 ms/token, 40 ms at speed 10.
   await withSim({ speed: 10, decodeMsPerToken: 1 }, async (sim, client) => {
     const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(712).slice(0, 32000);
@@ -244,8 +247,8 @@ void test('prefix cache: a repeated long prompt hits, and its TTFT drops', async
     const warm = await streamChat(client, prompt, 2);
     const stats = sim.stats();
     assert.equal(stats.cacheHitBlocks, 500);
+    // A lower bound only: a timer never fires early, however busy the machine.
     assert.ok(cold.ttftMs >= 38, `cold TTFT ${cold.ttftMs}`);
-    assert.ok(warm.ttftMs < cold.ttftMs / 2, `warm ${warm.ttftMs} vs cold ${cold.ttftMs}`);
     const usage = warm.chunks.at(-1)?.usage;
     assert.equal(usage?.prompt_tokens, 8000);
     assert.equal(usage?.prompt_tokens_details?.cached_tokens, 8000);
@@ -346,9 +349,8 @@ void test('cold start delays the first request, and the first after an idle peri
   await withSim({ speed: 10, coldStartMs: 2000, coldIdleMs: 1000 }, async (sim, client) => {
     const first = await streamChat(client, 'wake up', 1);
     assert.ok(first.ttftMs >= 195, `first TTFT ${first.ttftMs}`);
-    const second = await streamChat(client, 'again', 1);
-    assert.ok(second.ttftMs < 100, `warm TTFT ${second.ttftMs}`);
-    assert.equal(sim.stats().coldStarts, 1);
+    await streamChat(client, 'again', 1);
+    assert.equal(sim.stats().coldStarts, 1, 'the second request found the server warm');
     await new Promise((r) => setTimeout(r, 150));
     const third = await streamChat(client, 'after a nap', 1);
     assert.ok(third.ttftMs >= 195, `TTFT after idling ${third.ttftMs}`);
