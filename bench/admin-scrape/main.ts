@@ -3,8 +3,8 @@
  * pool (64 backends × 64 URLs = 4,096 endpoints). Steps: start one simulator (every endpoint is
  * one of its 127.x.y.z addresses), a standalone sidecar on that pool, warm every endpoint's
  * series; then stream through the sidecar in phases without scrapes, with scrapes that each render
- * (a scrape a second after the last ended, past the 1 s cache), and with scrapes back to back
- * (`ROUNDS` of each in turn, pooled, so a change in the shared machine's load weighs on all
+ * (a scrape a second after the last ended, past the 1 s cache), and with scrapes back to back,
+ * each of the two without and with gzip (`ROUNDS` of each in turn, pooled, so a change in the shared machine's load weighs on all
  * alike); report the streams' chunk-gap and TTFT p99 in each and their difference from the phase
  * without, how long a scrape took, and the CPU each process used. Writes
  * bench/results/admin-scrape.json. Issue 16's target: a scrape moves streaming chunk-gap p99 by
@@ -85,10 +85,11 @@ const { parentPort, workerData } = require('node:worker_threads');
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 let stop = false;
 parentPort.on('message', () => (stop = true));
+const headers = workerData.gzip ? { 'accept-encoding': 'gzip' } : {};
 const scrape = () =>
   new Promise((resolve, reject) => {
     http
-      .get(workerData.url, { agent }, (res) => {
+      .get(workerData.url, { agent, headers }, (res) => {
         res.on('data', () => {});
         res.on('end', resolve);
         res.on('error', reject);
@@ -107,9 +108,12 @@ const scrape = () =>
 })();
 `;
 
-/** Scrapes `url` on a worker thread; `stop` resolves with the durations. */
-function startScraper(url: string, pauseMs: number): { stop(): Promise<number[]> } {
-  const worker = new Worker(SCRAPER_SOURCE, { eval: true, workerData: { url, pauseMs } });
+/**
+ * Scrapes `url` on a worker thread, asking for gzip when `gzip` is set (as Prometheus does unless
+ * its scrape config turns compression off); `stop` resolves with the durations.
+ */
+function startScraper(url: string, pauseMs: number, gzip: boolean): { stop(): Promise<number[]> } {
+  const worker = new Worker(SCRAPER_SOURCE, { eval: true, workerData: { url, pauseMs, gzip } });
   const durationsMs: number[] = [];
   worker.on('message', (ms: number) => durationsMs.push(ms));
   return {
@@ -147,8 +151,10 @@ function cpuNow(pids: { sidecar: number; sim: number }) {
  */
 const SCRAPES = {
   none: undefined,
-  eachRendering: { pauseMs: METRICS_TTL_MS + 10 },
-  backToBack: { pauseMs: 0 },
+  eachRendering: { pauseMs: METRICS_TTL_MS + 10, gzip: false },
+  backToBack: { pauseMs: 0, gzip: false },
+  eachRenderingGzip: { pauseMs: METRICS_TTL_MS + 10, gzip: true },
+  backToBackGzip: { pauseMs: 0, gzip: true },
 } as const;
 type Scrapes = keyof typeof SCRAPES;
 
@@ -164,7 +170,8 @@ async function phase(
   const cpuBefore = cpuNow(pids);
   const until = started + PHASE_MS;
   const how = SCRAPES[scrapes];
-  const scraper = how === undefined ? undefined : startScraper(`${adminUrl}/metrics`, how.pauseMs);
+  const scraper =
+    how === undefined ? undefined : startScraper(`${adminUrl}/metrics`, how.pauseMs, how.gzip);
   await Promise.all(
     Array.from({ length: CLIENTS }, async () => {
       while (performance.now() < until) {
@@ -261,7 +268,22 @@ async function main(): Promise<void> {
     const firstScrapeMs = performance.now() - first;
     // measure: none, each rendering, back to back, none, …
     const pids = { sidecar: fixture.sidecar.pid, sim: sim.pid };
-    const phases: Record<Scrapes, PhaseSamples[]> = { none: [], eachRendering: [], backToBack: [] };
+    const gzippedBytes = await new Promise<number>((resolve, reject) => {
+      http
+        .get(`${adminUrl!}/metrics`, { headers: { 'accept-encoding': 'gzip' } }, (res) => {
+          let bytes = 0;
+          res.on('data', (c: Buffer) => (bytes += c.length));
+          res.on('end', () => resolve(bytes));
+        })
+        .on('error', reject);
+    });
+    const phases: Record<Scrapes, PhaseSamples[]> = {
+      none: [],
+      eachRendering: [],
+      backToBack: [],
+      eachRenderingGzip: [],
+      backToBackGzip: [],
+    };
     for (let round = 0; round < ROUNDS; round++) {
       for (const scrapes of Object.keys(SCRAPES) as Scrapes[])
         phases[scrapes].push(await phase(url, adminUrl!, scrapes, pids));
@@ -271,6 +293,8 @@ async function main(): Promise<void> {
     const without = summary(phases.none, false) as Figures;
     const eachRendering = summary(phases.eachRendering, true) as Figures;
     const backToBack = summary(phases.backToBack, true) as Figures;
+    const eachRenderingGzip = summary(phases.eachRenderingGzip, true) as Figures;
+    const backToBackGzip = summary(phases.backToBackGzip, true) as Figures;
     const effect = (phase: Figures) => ({
       chunkGapP99Ms: round(phase.chunkGapP99Ms - without.chunkGapP99Ms),
       ttftP99Ms: round(phase.ttftP99Ms - without.ttftP99Ms),
@@ -281,6 +305,7 @@ async function main(): Promise<void> {
       endpoints: BACKENDS * URLS_PER_BACKEND,
       sidecarFlags: SIDECAR_FLAGS.join(' '),
       metricsBytes: text.length,
+      metricsGzippedBytes: gzippedBytes,
       firstScrapeMs: round(firstScrapeMs),
       clients: CLIENTS,
       phaseMs: PHASE_MS,
@@ -288,8 +313,12 @@ async function main(): Promise<void> {
       withoutScrapes: without,
       withScrapesEachRendering: eachRendering,
       withScrapesBackToBack: backToBack,
+      withGzipScrapesEachRendering: eachRenderingGzip,
+      withGzipScrapesBackToBack: backToBackGzip,
       effectOfScrapesEachRendering: effect(eachRendering),
       effectOfScrapesBackToBack: effect(backToBack),
+      effectOfGzipScrapesEachRendering: effect(eachRenderingGzip),
+      effectOfGzipScrapesBackToBack: effect(backToBackGzip),
     };
     mkdirSync(dirname(OUT), { recursive: true });
     writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');

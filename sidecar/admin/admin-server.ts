@@ -85,6 +85,22 @@ export function describeBackends(
 }
 
 /**
+ * Whether an Accept-Encoding header accepts gzip: listed (or `*`) without `q=0`. Prometheus sends
+ * `Accept-Encoding: gzip` unless its scrape config turns compression off.
+ */
+export function acceptsGzip(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const weights = new Map<string, number>();
+  for (const part of header.split(',')) {
+    const [coding = '', ...params] = part.split(';').map((p) => p.trim().toLowerCase());
+    const q = params.find((p) => p.startsWith('q='));
+    weights.set(coding, q === undefined ? 1 : Number(q.slice(2)));
+  }
+  const weight = weights.get('gzip') ?? weights.get('*') ?? 0; // an explicit gzip beats `*`
+  return weight > 0;
+}
+
+/**
  * The admin port (127.0.0.1:9090 by default): metrics, probes and a JSON view of the balancer.
  * `/readyz` fails while no configuration is applied and while draining, so Kubernetes stops
  * routing to a pod whose sidecar cannot route. `/startupz` (the injected sidecar's startup probe)
@@ -101,9 +117,10 @@ export function createAdminServer(options: AdminOptions): Server {
     contentType: string,
     body: Promise<RenderedBody>,
     failedCode: string,
+    headers: Record<string, string> = {},
   ): void => {
     body.then(
-      (rendered) => sendBody(res, contentType, rendered),
+      (rendered) => sendBody(res, contentType, rendered, headers),
       (err: unknown) =>
         json(res, 500, { error: { message: String(err), type: 'server_error', code: failedCode } }),
     );
@@ -141,9 +158,16 @@ export function createAdminServer(options: AdminOptions): Server {
       case '/debug/backends':
         send(res, 'application/json', backendsText.get(), 'backends_failed');
         return;
-      case '/metrics':
-        send(res, options.metrics.registry.contentType, metricsText.get(), 'metrics_failed');
+      case '/metrics': {
+        const type = options.metrics.registry.contentType;
+        if (acceptsGzip(req.headers['accept-encoding']))
+          send(res, type, metricsText.getGzipped(), 'metrics_failed', {
+            'content-encoding': 'gzip',
+            vary: 'accept-encoding',
+          });
+        else send(res, type, metricsText.get(), 'metrics_failed', { vary: 'accept-encoding' });
         return;
+      }
       default:
         json(res, 404, {
           error: {

@@ -2,7 +2,14 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, test } from 'node:test';
-import { SharedRender, renderInSlices, sendBody, type RenderedBody } from './shared-render.ts';
+import { gunzipSync } from 'node:zlib';
+import {
+  SharedRender,
+  gzipBody,
+  renderInSlices,
+  sendBody,
+  type RenderedBody,
+} from './shared-render.ts';
 
 const text = (body: RenderedBody): string => Buffer.concat(body.chunks).toString();
 
@@ -58,6 +65,21 @@ describe('a shared render', () => {
     assert.equal(state.renders, 1);
     clock.ms = 1_000;
     assert.notEqual(await shared.get(), one);
+    assert.equal(state.renders, 2);
+  });
+
+  test('gzips a render once, for every request that asks while it is current', async () => {
+    const clock = { ms: 0 };
+    const { state, render } = source(['metric_a 1\n'.repeat(10_000), 'metric_b 2\n']);
+    const shared = new SharedRender(render, 1_000, () => clock.ms);
+    const [one, two] = await Promise.all([shared.getGzipped(), shared.getGzipped()]);
+    assert.equal(one, two);
+    assert.equal(gunzipSync(Buffer.concat(one.chunks)).toString(), text(await shared.get()));
+    assert.equal(one.bytes, Buffer.concat(one.chunks).length);
+    assert.ok(one.bytes < (await shared.get()).bytes / 10, `${one.bytes} bytes gzipped`);
+    clock.ms = 1_000;
+    const fresh = await shared.getGzipped();
+    assert.notEqual(fresh, one);
     assert.equal(state.renders, 2);
   });
 
@@ -148,6 +170,16 @@ describe('sending a rendered body', () => {
     } finally {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
+describe('gzipping a rendered body', () => {
+  test('gives what gunzip turns back into the same bytes, empty bodies too', async () => {
+    for (const chunks of [[], [Buffer.from('é'), Buffer.alloc(300_000, 120)]]) {
+      const body = { chunks, bytes: chunks.reduce((n, c) => n + c.length, 0) };
+      const gzipped = await gzipBody(body);
+      assert.deepEqual(gunzipSync(Buffer.concat(gzipped.chunks)), Buffer.concat(chunks));
     }
   });
 });

@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import { gunzipSync } from 'node:zlib';
 import { after, before, describe, test } from 'node:test';
 import { balancePool } from '../../harness/pool-file.ts';
 import { debugBackends, hello, rawChat, startPool, type PoolFixture } from '../helpers.ts';
@@ -150,6 +152,29 @@ describe('sidecar proxy, through real simulators with the openai client', () => 
     );
     assert.doesNotMatch(text, /SECRET-PROMPT-TEXT/);
     assert.doesNotMatch(text, /client-key/);
+  });
+
+  test('gzips /metrics for a scraper that accepts it (as Prometheus does), and only then', async () => {
+    const get = (acceptEncoding?: string) =>
+      new Promise<{ headers: http.IncomingHttpHeaders; body: Buffer }>((resolve, reject) => {
+        const headers = acceptEncoding === undefined ? {} : { 'accept-encoding': acceptEncoding };
+        http
+          .get(`${pool.sidecar.adminUrl}/metrics`, { headers }, (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (c: Buffer) => chunks.push(c));
+            res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(chunks) }));
+          })
+          .on('error', reject);
+      });
+    // Both within the 1 s a render is reused: the same text, once compressed.
+    const [plain, gzipped] = await Promise.all([get(), get('gzip')]);
+    assert.equal(plain.headers['content-encoding'], undefined);
+    assert.equal(gzipped.headers['content-encoding'], 'gzip');
+    assert.equal(gzipped.headers['vary'], 'accept-encoding');
+    assert.equal(Number(gzipped.headers['content-length']), gzipped.body.length);
+    assert.match(plain.body.toString(), /^# TYPE switchyard_requests_total /m);
+    assert.equal(gunzipSync(gzipped.body).toString(), plain.body.toString());
+    assert.equal((await get('gzip;q=0')).headers['content-encoding'], undefined);
   });
 
   test('reports health and readiness', async () => {
