@@ -26,7 +26,7 @@ import {
   rendezvousOrder,
 } from './bounded-load.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
-import { median } from './median.ts';
+import { lowerBound, median, medianWithout } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import {
   DEFAULT_BLOCKS_PER_ENDPOINT,
@@ -814,25 +814,4 @@ function isSlowReference(state: EndpointState): boolean {
 /** Judged drifted, by the controller (`drifted`) or by this sidecar's own probe. */
 function isDrifted(spec: EndpointSpec): boolean {
   return spec.drifted === true || spec.probe?.drifted === true;
-}
-
-/** The first index of `sorted` whose value is not below `value`. */
-function lowerBound(sorted: readonly number[], value: number): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if ((sorted[mid] as number) < value) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-/** The median of `sorted` without its element at `skip` (equal values are interchangeable). */
-function medianWithout(sorted: readonly number[], skip: number | undefined): number | undefined {
-  const n = sorted.length - (skip === undefined ? 0 : 1);
-  if (n <= 0) return undefined;
-  const at = (i: number): number => sorted[skip !== undefined && i >= skip ? i + 1 : i] as number;
-  const mid = n >> 1;
-  return n % 2 === 1 ? at(mid) : (at(mid - 1) + at(mid)) / 2;
 }

@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
+import { median } from './median.ts';
 import {
   EWMA_NEW_SAMPLE_WEIGHT,
   FALLBACK_DEFAULT_TTFT_MS,
@@ -135,6 +136,31 @@ describe('TtftEwmas', () => {
           assert.ok(v >= floor - 1e-9 && v <= ceiling + 1e-9, `${v} outside ${floor}..${ceiling}`);
         },
       ),
+    );
+  });
+});
+
+describe('the seed kept in order', () => {
+  test('is the median of the endpoints with samples after any sequence of samples and removals', () => {
+    const op = fc.oneof(
+      fc.record({
+        kind: fc.constant('observe' as const),
+        id: fc.integer({ min: 0, max: 5 }),
+        ms: fc.integer({ min: 1, max: 5000 }),
+      }),
+      fc.record({ kind: fc.constant('forget' as const), id: fc.integer({ min: 0, max: 5 }) }),
+    );
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 40 }), (ops) => {
+        const ewmas = new TtftEwmas(250);
+        const ids = ['e0', 'e1', 'e2', 'e3', 'e4', 'e5'];
+        for (const o of ops) {
+          if (o.kind === 'observe') ewmas.observe(`e${o.id}`, o.ms);
+          else ewmas.forget(`e${o.id}`);
+          const own = ids.filter((id) => ewmas.hasSamples(id)).map((id) => ewmas.valueMs(id));
+          assert.equal(ewmas.seedMs(), median(own) ?? 250);
+        }
+      }),
     );
   });
 });

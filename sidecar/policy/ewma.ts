@@ -5,7 +5,7 @@
  * long before errors appear. An EWMA damps single outliers (one long prompt) so that the score
  * does not flap and herd traffic back and forth between endpoints.
  */
-import { median } from './median.ts';
+import { lowerBound, median, medianWithout } from './median.ts';
 
 /**
  * Weight of the newest sample: value ← 0.8·value + 0.2·sample. About the last ten samples
@@ -50,8 +50,12 @@ export function blendEwma(previousMs: number, sampleMs: number): number {
  */
 export class TtftEwmas {
   readonly #own = new Map<string, number>();
+  /**
+   * The values of `#own`, ascending, moved with each sample: the seed is read on picks, and at
+   * 4,096 endpoints a median computed afresh after every sample was a sort per pick (issue 16).
+   */
+  readonly #sorted: number[] = [];
   #defaultTtftMs: number;
-  #seedCache: number | undefined;
 
   constructor(defaultTtftMs: number) {
     this.#defaultTtftMs = sanitizeDefault(defaultTtftMs);
@@ -59,7 +63,6 @@ export class TtftEwmas {
 
   setDefault(defaultTtftMs: number): void {
     this.#defaultTtftMs = sanitizeDefault(defaultTtftMs);
-    this.#seedCache = undefined;
   }
 
   /**
@@ -68,9 +71,11 @@ export class TtftEwmas {
    */
   observe(id: string, sampleMs: number): boolean {
     if (!isUsableTtftSample(sampleMs)) return false;
-    const previous = this.#own.get(id) ?? this.seedMs();
-    this.#own.set(id, blendEwma(previous, Math.max(sampleMs, MIN_TTFT_MS)));
-    this.#seedCache = undefined;
+    const own = this.#own.get(id);
+    const next = blendEwma(own ?? this.seedMs(), Math.max(sampleMs, MIN_TTFT_MS));
+    if (own !== undefined) this.#sorted.splice(lowerBound(this.#sorted, own), 1);
+    this.#sorted.splice(lowerBound(this.#sorted, next), 0, next);
+    this.#own.set(id, next);
     return true;
   }
 
@@ -86,8 +91,7 @@ export class TtftEwmas {
 
   /** The value a seeded endpoint reads as: the median over endpoints with samples, or the default. */
   seedMs(): number {
-    this.#seedCache ??= median(this.#own.values()) ?? this.#defaultTtftMs;
-    return this.#seedCache;
+    return medianWithout(this.#sorted) ?? this.#defaultTtftMs;
   }
 
   /**
@@ -106,7 +110,10 @@ export class TtftEwmas {
 
   /** Drops a removed endpoint, so that its last value no longer moves the pool median. */
   forget(id: string): void {
-    if (this.#own.delete(id)) this.#seedCache = undefined;
+    const own = this.#own.get(id);
+    if (own === undefined) return;
+    this.#own.delete(id);
+    this.#sorted.splice(lowerBound(this.#sorted, own), 1);
   }
 }
 

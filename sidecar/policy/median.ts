@@ -18,3 +18,27 @@ export function median(values: Iterable<number>): number | undefined {
   const upper = sorted[mid] as number;
   return sorted.length % 2 === 1 ? upper : ((sorted[mid - 1] as number) + upper) / 2;
 }
+
+/** The first index of ascending `sorted` whose value is not below `value`. */
+export function lowerBound(sorted: readonly number[], value: number): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if ((sorted[mid] as number) < value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * The median of ascending `sorted` without its element at `skip` (equal values are
+ * interchangeable), as `median` computes it; undefined when nothing is left.
+ */
+export function medianWithout(sorted: readonly number[], skip?: number): number | undefined {
+  const n = sorted.length - (skip === undefined ? 0 : 1);
+  if (n <= 0) return undefined;
+  const at = (i: number): number => sorted[skip !== undefined && i >= skip ? i + 1 : i] as number;
+  const mid = n >> 1;
+  return n % 2 === 1 ? at(mid) : (at(mid - 1) + at(mid)) / 2;
+}
