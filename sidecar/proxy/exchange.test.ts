@@ -290,7 +290,8 @@ describe('exchange', () => {
 
     /**
      * Sends a streaming chat request whose answer is read only while `reading()` is true
-     * (checked every `everyMs`); resolves when the connection closes, with the bytes received.
+     * (checked every `everyMs`); resolves when the response is over (read to its end, or cut
+     * and the cut seen), with the bytes received.
      */
     function streamReadWhile(
       reading: () => boolean,
@@ -307,14 +308,17 @@ describe('exchange', () => {
         });
         clients.push(req);
         req.on('error', () => undefined);
-        req.on('socket', (socket) => socket.once('close', () => resolve({ bytes, ended })));
         req.on('response', (res) => {
           res.on('data', (c: Buffer) => (bytes += c.length));
           res.on('end', () => (ended = true));
           res.on('error', () => undefined);
           res.pause();
           const timer = setInterval(() => (reading() ? res.resume() : res.pause()), everyMs);
-          res.once('close', () => clearInterval(timer));
+          // Not the socket's close: a response paused when it closes has its end still unread.
+          res.once('close', () => {
+            clearInterval(timer);
+            resolve({ bytes, ended });
+          });
         });
         req.end(body);
       });
