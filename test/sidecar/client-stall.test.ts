@@ -131,7 +131,7 @@ describe('a client that stops reading (timeouts.clientStall)', () => {
   });
 
   test('is not cut while it keeps reading, however often its socket fills', async () => {
-    // No decode time: the whole answer (some 57 MB) is there at once, so the client is always
+    // No decode time: the whole answer (some 38 MB) is there at once, so the client is always
     // the slower side and its socket fills whenever it pauses.
     const pool = await startPool(
       [{ name: 'a', flags: ['--slots', '64', '--decode-ms-per-token', '0'] }],
@@ -139,23 +139,30 @@ describe('a client that stops reading (timeouts.clientStall)', () => {
     );
     try {
       const { sidecar } = pool;
-      const reader = await connect(Number(new URL(sidecar.url).port), streamRequest(300_000));
+      const reader = await connect(Number(new URL(sidecar.url).port), streamRequest(200_000));
+      // Takes at most 2 MB every 200 ms, until the stream has ended: a bounded amount, so the
+      // stream spans many times clientStall whatever the socket buffers hold, and enough that
+      // the kernel reports room (once a third of the send buffer is read) every window or two.
+      const WINDOW_BYTES = 2_000_000;
+      let budget = 0;
       reader.socket.pause();
-      // Reads for a moment every 200 ms, until the stream has ended.
-      let pauses = 0;
+      reader.socket.on('data', (data: Buffer) => {
+        budget -= data.length;
+        if (budget <= 0) reader.socket.pause();
+      });
+      let windows = 0;
       let open = true;
       void reader.closed.then(() => (open = false));
       while (open) {
+        budget = WINDOW_BYTES;
         reader.socket.resume();
-        await sleep(10);
-        reader.socket.pause();
-        pauses++;
-        await sleep(190);
+        windows++;
+        await sleep(200);
       }
       assert.ok(reader.tail().includes('data: [DONE]'), 'the stream ran to its end');
       assert.ok(
-        pauses * 200 > 2 * CLIENT_STALL_MS,
-        `the stream outlasted clientStall (${pauses} pauses), so its clock was reset`,
+        windows * 200 > 2 * CLIENT_STALL_MS,
+        `the stream outlasted clientStall (${windows} windows), so drains reset its clock`,
       );
       assert.equal(await stalledTotal(sidecar.adminUrl!), 0);
       const endpoint = (await debugBackends(sidecar)).endpoints[0]!;
