@@ -27,6 +27,7 @@ import {
   AFFINITY_LOAD_FACTOR,
   AFFINITY_MAX_EXTRA_IN_FLIGHT,
   AFFINITY_MAX_SLOWDOWN,
+  CLIENT_STALL_MS,
 } from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
 import { BACKEND_RULES, BACKENDS_RULES, HEALTH_RULES, celValidations } from './semantic.ts';
@@ -387,9 +388,13 @@ export const TimeoutsSchema = Type.Object(
       `Longest gap between two chunks of a response body; past it the response is cut off and counted as an error. ${DURATION_SYNTAX} Default: 5m.`,
       '5m',
     ),
+    clientStall: duration(
+      `Longest time a client may leave its connection full, reading nothing of a response it asked for: counted from the write that filled the connection until the connection has room again. Past it the sidecar closes that client's connection and cancels the upstream request, so the model server frees the request's slot; nothing counts against the endpoint (the attempt ends as aborted, counted in switchyard_client_stalled_total and logged as 'client stopped reading; connection closed'). It restarts whenever the client takes some of the response, so a slow reader is cut only if it takes none of the buffered response for this long (the kernel reports room again once the client has read part of its socket buffer, which is up to a few MB). The default is nginx's send_timeout. ${DURATION_SYNTAX} Default: ${CLIENT_STALL_MS / 1000}s.`,
+      `${CLIENT_STALL_MS / 1000}s`,
+    ),
   },
   {
-    description: 'Timeouts of each attempt to an endpoint.',
+    description: 'Timeouts of each attempt to an endpoint, and of a client that stops reading.',
     additionalProperties: false,
     default: {},
   },

@@ -66,7 +66,7 @@ add('failover example', (d) => {
 add('every section', (d) => {
   d.spec['models'] = ['m1', 'm2'];
   d.spec['drift'] = { probeEvery: '10m' };
-  d.spec['timeouts'] = { idle: '1h30m' };
+  d.spec['timeouts'] = { idle: '1h30m', clientStall: '90s' };
 });
 add('nulls', (d) => {
   d.spec['health'] = null;
@@ -133,7 +133,7 @@ add('maxOpenFor not a duration', (d) => {
 });
 add('bad durations', (d) => {
   d.spec['defaultTtft'] = '0s';
-  d.spec['timeouts'] = { connect: '1h0m', firstByte: '5', idle: '' };
+  d.spec['timeouts'] = { connect: '1h0m', firstByte: '5', idle: '', clientStall: '1m0s' };
 });
 add('out of range', (d) => {
   d.spec['costWeightPerMs'] = 0;

@@ -27,3 +27,11 @@ export const AFFINITY_MAX_EXTRA_IN_FLIGHT = 3;
  * is the factor of the original paper and of KubeAI's PrefixHash.
  */
 export const AFFINITY_LOAD_FACTOR = 1.25;
+
+/**
+ * Default of `timeouts.clientStall`: how long a client's connection may stay full (the client
+ * reads nothing) before the sidecar closes it and frees the upstream request. 60 s is nginx's
+ * `send_timeout`, the bound proxies in front of model servers already apply; the sidecar also
+ * uses it for a snapshot that has no value (one from an older controller).
+ */
+export const CLIENT_STALL_MS = 60_000;

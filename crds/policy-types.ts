@@ -147,7 +147,7 @@ export const EndpointSpecSchema = Type.Object({
 });
 
 /**
- * Upstream timeouts of every attempt, in ms. Not part of PoolPolicy: the proxy applies them, the
+ * Upstream timeouts of every attempt, and the client's, in ms. Not part of PoolPolicy: the proxy applies them, the
  * policy core never sees them.
  */
 export const PoolTimeoutsSchema = Type.Object({
@@ -157,6 +157,12 @@ export const PoolTimeoutsSchema = Type.Object({
   firstByteMs: PositiveMs,
   /** Longest silence between two body chunks once the response is flowing. */
   idleMs: PositiveMs,
+  /**
+   * Longest time the client's connection may stay full (no drain since the write that filled
+   * it) before the sidecar closes it. Optional so that a snapshot of an older controller (or one
+   * an older sidecar cached on disk) still applies: CLIENT_STALL_MS then.
+   */
+  clientStallMs: Type.Optional(PositiveMs),
 });
 
 export type Mode = Static<typeof ModeSchema>;

@@ -48,7 +48,12 @@ const DEFAULT_POLICY: PoolPolicy = {
   retry: { budgetPercent: 20, minPerSecond: 10, maxAttempts: 3 },
   coldStart: { idleAfterMs: 60_000 },
 };
-const DEFAULT_TIMEOUTS = { connectMs: 5_000, firstByteMs: 60_000, idleMs: 300_000 };
+const DEFAULT_TIMEOUTS = {
+  connectMs: 5_000,
+  firstByteMs: 60_000,
+  idleMs: 300_000,
+  clientStallMs: 60_000,
+};
 
 describe('resolvePool: the reference examples', () => {
   it('resolves the Balance example', () => {
@@ -109,7 +114,7 @@ describe('resolvePool: policy', () => {
         affinity: { key: 'Header', header: 'X-Session-ID' },
         health: { window: '1m', openFor: '10s', maxOpenFor: '1h30m' },
         coldStart: { idleAfter: '2m' },
-        timeouts: { connect: '250ms', firstByte: '2m', idle: '1h' },
+        timeouts: { connect: '250ms', firstByte: '2m', idle: '1h', clientStall: '90s' },
         backends: [{ name: 'a', url: 'http://127.0.0.1:1/v1' }],
       },
     });
@@ -122,7 +127,12 @@ describe('resolvePool: policy', () => {
     assert.equal(result.policy.health.openForMs, 10_000);
     assert.equal(result.policy.health.maxOpenForMs, 5_400_000);
     assert.equal(result.policy.coldStart.idleAfterMs, 120_000);
-    assert.deepEqual(result.timeouts, { connectMs: 250, firstByteMs: 120_000, idleMs: 3_600_000 });
+    assert.deepEqual(result.timeouts, {
+      connectMs: 250,
+      firstByteMs: 120_000,
+      idleMs: 3_600_000,
+      clientStallMs: 90_000,
+    });
   });
 
   it('reports a duration that does not parse (a pool that skipped validation)', () => {

@@ -113,6 +113,7 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
     connectMs: ms('timeouts', 'connect', timeouts.connect),
     firstByteMs: ms('timeouts', 'firstByte', timeouts.firstByte),
     idleMs: ms('timeouts', 'idle', timeouts.idle),
+    clientStallMs: ms('timeouts', 'clientStall', timeouts.clientStall),
   };
   if (errors.length > 0) return { ok: false, errors };
   return { ok: true, policy, timeouts: resolvedTimeouts };

@@ -2,13 +2,55 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { execFileSync } from 'node:child_process';
 import { Value } from '@sinclair/typebox/value';
+import { parse } from 'yaml';
+import { BALANCE_EXAMPLE } from './examples.ts';
+import { resolvePool } from './resolve.ts';
 import {
   checkPoolLoad,
   checkPoolSnapshot,
   checkSidecarReport,
 } from './snapshot-checks.generated.ts';
 import { SNAPSHOT_SCHEMAS, type SnapshotMessage } from './snapshot.schema.ts';
-import { metricsUrl, parseLoad } from './snapshot.ts';
+import { metricsUrl, parseLoad, parseSnapshot, type PoolSnapshot } from './snapshot.ts';
+import { validatePool } from './validate.ts';
+
+/** The Balance example as a controller would stream it. */
+function exampleSnapshot(): PoolSnapshot {
+  const validated = validatePool(parse(BALANCE_EXAMPLE));
+  assert.ok(validated.ok);
+  const resolved = resolvePool(validated.pool, {});
+  assert.ok(resolved.ok);
+  const { policy, timeouts, endpoints } = resolved;
+  return {
+    version: 1,
+    hash: 'h',
+    pool: { namespace: 'ns', name: 'p' },
+    policy,
+    timeouts,
+    endpoints,
+  };
+}
+
+describe('parseSnapshot', () => {
+  test('accepts a snapshot of an older controller, which has no clientStallMs', () => {
+    const snapshot = exampleSnapshot();
+    assert.equal(snapshot.timeouts.clientStallMs, 60_000);
+    delete snapshot.timeouts.clientStallMs;
+    assert.equal(parseSnapshot(snapshot).ok, true);
+  });
+
+  test('refuses a clientStallMs that is not a positive number', () => {
+    for (const clientStallMs of [0, -1, '60s']) {
+      const snapshot = exampleSnapshot();
+      const result = parseSnapshot({
+        ...snapshot,
+        timeouts: { ...snapshot.timeouts, clientStallMs },
+      });
+      assert.equal(result.ok, false, String(clientStallMs));
+      if (!result.ok) assert.equal(result.errors[0]?.path, '/timeouts/clientStallMs');
+    }
+  });
+});
 
 describe('parseLoad', () => {
   test('accepts a load message, with only the fields a server reports', () => {

@@ -68,7 +68,7 @@ const DEFAULT_SECTIONS = {
   },
   retry: { budgetPercent: 20, minPerSecond: 10, maxAttempts: 3 },
   coldStart: { idleAfter: '60s' },
-  timeouts: { connect: '5s', firstByte: '60s', idle: '5m' },
+  timeouts: { connect: '5s', firstByte: '60s', idle: '5m', clientStall: '60s' },
   drift: { expect: 'Majority', action: 'Exclude' },
 };
 
@@ -376,7 +376,7 @@ describe('validatePool: types and values', () => {
     doc.spec.defaultTtft = '0s';
     doc.spec.health = { window: '10', openFor: '1h0m', maxOpenFor: '30m1h' };
     doc.spec.coldStart = { idleAfter: '1.5s' };
-    doc.spec.timeouts = { connect: '', firstByte: '2 min', idle: '1d' };
+    doc.spec.timeouts = { connect: '', firstByte: '2 min', idle: '1d', clientStall: '60' };
     doc.spec.drift = { probeEvery: '1000000ms' };
     const help = 'must be a duration like 500ms, 5s, 10m or 1h30m';
     assert.deepEqual(lines(doc), [
@@ -388,6 +388,7 @@ describe('validatePool: types and values', () => {
       `spec.timeouts.connect: ${help}: it is empty`,
       `spec.timeouts.firstByte: ${help}: write numbers with units h, m, s or ms and nothing else`,
       `spec.timeouts.idle: ${help}: unknown unit "d" (use h, m, s or ms)`,
+      `spec.timeouts.clientStall: ${help}: "60" has no unit (60ms? 60s?)`,
       `spec.drift.probeEvery: ${help}: each number may have at most 6 digits`,
     ]);
   });

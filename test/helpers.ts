@@ -83,6 +83,8 @@ export interface SimStats {
   rateLimited: number;
   stalled: number;
   completed: number;
+  /** Requests whose client (here: the sidecar) went away before the answer was complete. */
+  aborted: number;
   lastTraceparent: string | null;
 }
 

@@ -12,7 +12,7 @@ const SNAPSHOT: PoolSnapshot = {
   hash: 'abc',
   pool: { namespace: 'apps', name: 'chat' },
   policy: {} as PoolSnapshot['policy'],
-  timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 1000 },
+  timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 1000 },
   endpoints: [
     {
       id: 'gpus/10.0.0.7:8000',

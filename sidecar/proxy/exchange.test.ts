@@ -21,7 +21,12 @@ import type {
   UpstreamRequestInit,
 } from './upstream.ts';
 
-const logger = pino({ level: 'silent' });
+/** What the proxy logged at warn level and above, since the test began. */
+let logged: Record<string, unknown>[] = [];
+const logger = pino(
+  { level: 'warn' },
+  { write: (line: string) => logged.push(JSON.parse(line) as Record<string, unknown>) },
+);
 
 class FakeCall implements UpstreamCall {
   readonly init: UpstreamRequestInit;
@@ -29,13 +34,21 @@ class FakeCall implements UpstreamCall {
   aborted = false;
   drained = false;
   idleMs: number | undefined;
+  paused = false;
+  /** How often the proxy paused this response because the client's socket was full. */
+  pauses = 0;
 
   constructor(init: UpstreamRequestInit, handler: UpstreamHandler) {
     this.init = init;
     this.handler = handler;
   }
-  pause(): void {}
-  resume(): void {}
+  pause(): void {
+    this.paused = true;
+    this.pauses++;
+  }
+  resume(): void {
+    this.paused = false;
+  }
   watchIdle(ms: number): void {
     this.idleMs = ms;
   }
@@ -71,7 +84,10 @@ interface Answer {
   body: string;
 }
 
-const POOL = (maxAttempts: number): string => `apiVersion: switchyard.dev/v1alpha1
+const POOL = (
+  maxAttempts: number,
+  clientStall: string,
+): string => `apiVersion: switchyard.dev/v1alpha1
 kind: InferencePool
 metadata: {name: exchange}
 spec:
@@ -79,17 +95,18 @@ spec:
   - {name: a, url: 'http://a.test:8000/v1'}
   - {name: b, url: 'http://b.test:8000/v1'}
   retry: {budgetPercent: 100, minPerSecond: 100, maxAttempts: ${maxAttempts}}
-  timeouts: {connect: 1s, firstByte: 300ms, idle: 5s}
+  timeouts: {connect: 1s, firstByte: 300ms, idle: 5s, clientStall: ${clientStall}}
 `;
 
 describe('exchange', () => {
   let upstream: FakeUpstream;
+  let metrics: SidecarMetrics;
   let active: ActivePoolState;
   let proxy: SidecarProxy;
   let url: string;
 
-  async function start(maxAttempts: number): Promise<void> {
-    const loaded = loadPoolText(POOL(maxAttempts), {});
+  async function start(maxAttempts: number, clientStall = '60s'): Promise<void> {
+    const loaded = loadPoolText(POOL(maxAttempts, clientStall), {});
     if (!loaded.ok) throw new Error(JSON.stringify(loaded.problems));
     active.apply(loaded.pool);
     url = await listen(proxy.server, { host: '127.0.0.1', port: 0 });
@@ -130,7 +147,9 @@ describe('exchange', () => {
       .reduce((n, s) => n + s.inFlight, 0);
 
   beforeEach(() => {
+    logged = [];
     upstream = new FakeUpstream();
+    metrics = new SidecarMetrics('exchange');
     active = new ActivePoolState({
       clock: { nowMs: () => performance.now() },
       rng: seededRng(7),
@@ -138,7 +157,7 @@ describe('exchange', () => {
     });
     proxy = new SidecarProxy({
       pool: () => active.current(),
-      metrics: new SidecarMetrics('exchange'),
+      metrics,
       logger,
       maxBodyBytes: 1 << 20,
       nowMs: () => performance.now(),
@@ -257,5 +276,150 @@ describe('exchange', () => {
     }
     assert.equal(call.aborted, true);
     assert.equal(inFlight(), 0);
+  });
+
+  describe('a client that stops reading', () => {
+    /** A chunk large enough that a few of them fill every socket buffer to a non-reader. */
+    const CHUNK = Buffer.alloc(256 * 1024, 'x');
+    /** The clients' requests, destroyed after each test (one that does not read never closes). */
+    let clients: http.ClientRequest[] = [];
+    afterEach(() => {
+      for (const req of clients) req.destroy();
+      clients = [];
+    });
+
+    /**
+     * Sends a streaming chat request whose answer is read only while `reading()` is true
+     * (checked every `everyMs`); resolves when the response is over (read to its end, or cut
+     * and the cut seen), with the bytes received.
+     */
+    function streamReadWhile(
+      reading: () => boolean,
+      everyMs: number,
+    ): Promise<{ bytes: number; ended: boolean }> {
+      const body = JSON.stringify({ model: 'm', stream: true, messages: [] });
+      return new Promise((resolve) => {
+        let bytes = 0;
+        let ended = false;
+        const req = http.request(`${url}/v1/chat/completions`, {
+          method: 'POST',
+          agent: false,
+          headers: { 'content-type': 'application/json' },
+        });
+        clients.push(req);
+        req.on('error', () => undefined);
+        req.on('response', (res) => {
+          res.on('data', (c: Buffer) => (bytes += c.length));
+          res.on('end', () => (ended = true));
+          res.on('error', () => undefined);
+          res.pause();
+          const timer = setInterval(() => (reading() ? res.resume() : res.pause()), everyMs);
+          // Not the socket's close: a response paused when it closes has its end still unread.
+          res.once('close', () => {
+            clearInterval(timer);
+            resolve({ bytes, ended });
+          });
+        });
+        req.end(body);
+      });
+    }
+
+    /** Feeds `call` chunks, `total` bytes in all, waiting whenever the proxy paused it. */
+    async function pump(call: FakeCall, total: number): Promise<void> {
+      for (let sent = 0; sent < total && !call.aborted;) {
+        if (call.paused) {
+          await sleep(5);
+          continue;
+        }
+        call.handler.onData(CHUNK);
+        sent += CHUNK.length;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    }
+
+    /** `switchyard_client_stalled_total` (a counter not incremented yet has no line: 0). */
+    const stalledCount = async (): Promise<number> => {
+      const text = await metrics.registry.getSingleMetricAsString(
+        'switchyard_client_stalled_total',
+      );
+      return Number(
+        /^switchyard_client_stalled_total\{pool="exchange"\} (\d+)$/m.exec(text)?.[1] ?? 0,
+      );
+    };
+
+    test('is disconnected after clientStall; its upstream is aborted and the endpoint not blamed', async () => {
+      await start(1, '200ms');
+      let reading = false;
+      const closed = streamReadWhile(() => reading, 20);
+      const call = await upstream.call(1);
+      call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
+      // Until the client's socket is full and the proxy pauses the upstream.
+      for (let i = 0; i < 400 && !call.paused; i++) {
+        call.handler.onData(CHUNK);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      assert.equal(call.paused, true, 'the client socket filled');
+      for (let i = 0; i < 1_000 && !call.aborted; i++) await sleep(5);
+      assert.equal(call.aborted, true, 'the upstream request is aborted');
+      // A client that does not read cannot see its connection close: it does once it reads.
+      reading = true;
+      const { ended } = await closed;
+      assert.equal(ended, false, 'the stream was cut, not ended');
+      assert.equal(inFlight(), 0);
+      const status = active.current()!.balancer.status();
+      assert.deepEqual(
+        status.map((e) => [e.errors, e.breaker]),
+        status.map(() => [0, 'closed']),
+      );
+      assert.equal(await stalledCount(), 1);
+      let exposition = '';
+      for await (const piece of metrics.exposition()) exposition += piece;
+      assert.match(exposition, /^switchyard_requests_total\{[^}]*code="aborted"\} 1$/m);
+      const warning = logged.find((l) => l['msg'] === 'client stopped reading; connection closed');
+      assert.ok(warning, JSON.stringify(logged));
+      assert.equal(warning['pool'], 'exchange');
+      assert.ok(String(warning['endpoint']).endsWith(`/${call.init.target.host}`));
+      assert.ok(Number(warning['stalledMs']) >= 200, `stalledMs ${String(warning['stalledMs'])}`);
+    });
+
+    test('is not disconnected while it keeps reading, however often its socket fills', async () => {
+      await start(1, '400ms');
+      let tick = 0;
+      // Reads one tick in five: the socket fills while it does not, and drains when it does.
+      const closed = streamReadWhile(() => tick++ % 5 === 4, 20);
+      const call = await upstream.call(1);
+      call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
+      // Far more than the socket buffers hold: the stream outlasts clientStall many times over.
+      const total = 160 * CHUNK.length;
+      await pump(call, total);
+      call.handler.onEnd();
+      const { bytes, ended } = await closed;
+      assert.equal(ended, true, 'the stream ran to its end');
+      assert.equal(bytes, total);
+      assert.ok(call.pauses > 3, `the client socket filled ${call.pauses} times`);
+      assert.equal(call.aborted, false);
+      assert.equal(await stalledCount(), 0);
+    });
+
+    test('is not disconnected once its attempt ended: the clock stops with it', async () => {
+      await start(1, '200ms');
+      let reading = false;
+      const closed = streamReadWhile(() => reading, 20);
+      const call = await upstream.call(1);
+      call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
+      for (let i = 0; i < 400 && !call.paused; i++) {
+        call.handler.onData(CHUNK);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      assert.equal(call.paused, true, 'the client socket filled');
+      // The upstream breaks off: the attempt ends (the client gets the SSE error event, whenever
+      // it reads again), and with it the clock of clientStall.
+      call.handler.onError('ECONNRESET');
+      assert.equal(inFlight(), 0);
+      await sleep(600);
+      assert.equal(await stalledCount(), 0);
+      reading = true;
+      assert.equal((await closed).ended, true, 'the SSE error event ended the stream');
+    });
   });
 });

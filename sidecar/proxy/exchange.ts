@@ -5,7 +5,9 @@
  *
  * Responses are never buffered. The upstream's head is held until its first body byte, so a
  * failure before that (refused, reset, 5xx, 429, a stall past `firstByteMs`) has reached nothing
- * of the client and may be retried on another endpoint; after it, never.
+ * of the client and may be retried on another endpoint; after it, never. While the client's
+ * socket is full the upstream is paused; a client that leaves it full for `clientStallMs` is
+ * disconnected, which frees the upstream request (and its slot on the model server).
  */
 import type {
   IncomingHttpHeaders,
@@ -15,6 +17,7 @@ import type {
 } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
+import { CLIENT_STALL_MS } from '../../crds/policy-defaults.ts';
 import {
   ORCA_REQUEST_HEADER,
   ORCA_RESPONSE_HEADER,
@@ -54,6 +57,9 @@ const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encod
 
 /** How long the body of a retried 5xx/429 may take to drain before its connection is dropped. */
 const UPSTREAM_DRAIN_TIMEOUT_MS = 1_000;
+
+/** The longest delay a Node timer takes; a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** What every exchange of one proxy shares (one object, built once). */
 export interface ExchangeDeps {
@@ -351,7 +357,9 @@ class ExchangeAttempt implements UpstreamHandler {
   #headers: IncomingHttpHeaders = {};
   #driftCheck: PassiveDriftCheck | undefined;
   #tap: ((chunk: Buffer) => void) | undefined;
-  #resumeUpstream: (() => void) | undefined;
+  #onClientDrain: (() => void) | undefined;
+  /** Runs while the client's socket is full: from the write that filled it to its `drain`. */
+  #clientStall: NodeJS.Timeout | undefined;
   #trailers: Readonly<Record<string, string>> | undefined;
   /** This attempt's span while it is open (when tracing is on and it is sampled). */
   #trace: AttemptTrace | undefined;
@@ -424,7 +432,14 @@ class ExchangeAttempt implements UpstreamHandler {
     const { res } = this.#exchange;
     if (!res.write(chunk)) {
       this.#upstream.pause();
-      res.once('drain', (this.#resumeUpstream ??= () => this.#upstream.resume()));
+      res.once(
+        'drain',
+        (this.#onClientDrain ??= () => {
+          this.#stopClientStall();
+          this.#upstream.resume();
+        }),
+      );
+      this.#watchClientStall();
     }
   }
 
@@ -448,6 +463,60 @@ class ExchangeAttempt implements UpstreamHandler {
     });
   };
 
+  /**
+   * The client's socket is full: start the clock of `clientStallMs`, unless it runs already (the
+   * socket has not drained since an earlier write filled it).
+   */
+  #watchClientStall(): void {
+    if (this.#clientStall !== undefined) return;
+    const { deps, pool } = this.#exchange;
+    const sinceMs = deps.nowMs();
+    const limitMs = Math.min(pool.timeouts.clientStallMs ?? CLIENT_STALL_MS, MAX_TIMER_MS);
+    const timer = setTimeout(() => {
+      // As for the first-byte deadline: after a stall of our own the drain may be waiting
+      // unread, so judge after one more poll. Drained or ended meanwhile: the timer is no longer
+      // this one, and nothing happens.
+      setImmediate(() => {
+        if (this.#clientStall !== timer) return;
+        this.#clientStall = undefined;
+        this.#disconnectStalledClient(deps.nowMs() - sinceMs);
+      });
+    }, limitMs);
+    this.#clientStall = timer;
+  }
+
+  #stopClientStall(): void {
+    if (this.#clientStall === undefined) return;
+    clearTimeout(this.#clientStall);
+    this.#clientStall = undefined;
+  }
+
+  /**
+   * The client read nothing for `clientStallMs`. Destroying its connection takes the path of a
+   * client that left: the attempt reports `aborted` (neutral to the balancer, docs/policy.md
+   * "Whose fault an attempt is") and its upstream request is aborted, so the model server frees
+   * the request's slot.
+   */
+  #disconnectStalledClient(stalledMs: number): void {
+    const { res, deps, pool } = this.#exchange;
+    if (res.destroyed) return;
+    deps.metrics.clientStalled.inc();
+    deps.logger.warn(
+      { pool: pool.name, endpoint: this.attempt.endpoint.id, stalledMs: Math.round(stalledMs) },
+      'client stopped reading; connection closed',
+    );
+    // A reset rather than a FIN, as nginx's reset_timedout_connection: the response still in the
+    // socket's buffers (megabytes) is dropped at once instead of lingering in the kernel for a
+    // peer that does not read.
+    const socket = res.socket;
+    try {
+      if (socket === null) res.destroy();
+      else socket.resetAndDestroy();
+    } catch {
+      socket?.destroy(); // not a TCP socket: it cannot send a reset
+    }
+  }
+
   #step(event: AttemptEvent): void {
     const next = transition(this.#state, event);
     if (next === undefined) return;
@@ -457,11 +526,15 @@ class ExchangeAttempt implements UpstreamHandler {
       this.#deadline = undefined;
     }
     for (const effect of next.effects) this.#perform(effect);
-    // A drained attempt hears nothing more from its upstream, so its span ends here too.
     const kind = this.#state.kind;
-    if (this.#trace !== undefined && (kind === 'done' || kind === 'draining')) {
-      this.#trace.end();
-      this.#trace = undefined;
+    if (kind === 'done' || kind === 'draining') {
+      // An attempt that ended writes nothing more to the client: its stall is no longer ours.
+      this.#stopClientStall();
+      // A drained attempt hears nothing more from its upstream, so its span ends here too.
+      if (this.#trace !== undefined) {
+        this.#trace.end();
+        this.#trace = undefined;
+      }
     }
   }
 

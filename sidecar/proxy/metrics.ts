@@ -83,6 +83,7 @@ export class SidecarMetrics {
   readonly retries: { inc(): void };
   readonly retryBudgetExhausted: { inc(): void };
   readonly shed: { inc(): void };
+  readonly clientStalled: { inc(): void };
   private readonly responses: Counter<'pool' | 'code'>;
   private readonly responsesByCode = new Map<number, { inc(): void }>();
   readonly configApplied: { inc(): void };
@@ -116,6 +117,13 @@ export class SidecarMetrics {
       registers,
     });
     this.shed = shed.labels({ pool });
+    const stalled = new Counter({
+      name: 'switchyard_client_stalled_total',
+      help: 'Client connections closed because the client read nothing of its response for timeouts.clientStall; the upstream request was cancelled, and the endpoint not blamed.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.clientStalled = stalled.labels({ pool });
     const affinity = new Counter({
       name: 'switchyard_affinity_total',
       help: 'Affinity decisions: hit (sticky endpoint used), slow or unavailable (fell back to P2C), none (no key).',

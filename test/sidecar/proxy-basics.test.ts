@@ -142,6 +142,7 @@ describe('sidecar proxy, through real simulators with the openai client', () => 
       'switchyard_retries_total',
       'switchyard_retry_budget_exhausted_total',
       'switchyard_shed_total',
+      'switchyard_client_stalled_total',
       'switchyard_affinity_total',
     ]) {
       assert.match(text, new RegExp(`^# TYPE ${name} `, 'm'), name);
