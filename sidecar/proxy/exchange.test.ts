@@ -87,6 +87,7 @@ interface Answer {
 const POOL = (
   maxAttempts: number,
   clientStall: string,
+  firstByte = '300ms',
 ): string => `apiVersion: switchyard.dev/v1alpha1
 kind: InferencePool
 metadata: {name: exchange}
@@ -95,7 +96,7 @@ spec:
   - {name: a, url: 'http://a.test:8000/v1'}
   - {name: b, url: 'http://b.test:8000/v1'}
   retry: {budgetPercent: 100, minPerSecond: 100, maxAttempts: ${maxAttempts}}
-  timeouts: {connect: 1s, firstByte: 300ms, idle: 5s, clientStall: ${clientStall}}
+  timeouts: {connect: 1s, firstByte: ${firstByte}, idle: 5s, clientStall: ${clientStall}}
 `;
 
 describe('exchange', () => {
@@ -105,8 +106,12 @@ describe('exchange', () => {
   let proxy: SidecarProxy;
   let url: string;
 
-  async function start(maxAttempts: number, clientStall = '60s'): Promise<void> {
-    const loaded = loadPoolText(POOL(maxAttempts, clientStall), {});
+  async function start(
+    maxAttempts: number,
+    clientStall = '60s',
+    firstByte?: string,
+  ): Promise<void> {
+    const loaded = loadPoolText(POOL(maxAttempts, clientStall, firstByte), {});
     if (!loaded.ok) throw new Error(JSON.stringify(loaded.problems));
     active.apply(loaded.pool);
     url = await listen(proxy.server, { host: '127.0.0.1', port: 0 });
@@ -212,6 +217,19 @@ describe('exchange', () => {
     assert.match(body, /upstream_timeout/);
     assert.match(body, /answered 503 and sent no body within 300 ms/);
     assert.equal(call.aborted, true);
+  });
+
+  test('a timeout longer than a Node timer can wait (30 days) waits, not fires at once', async () => {
+    await start(2, '720h', '720h');
+    const answer = chat();
+    const call = await upstream.call(1);
+    call.handler.onResponseHead(200, {});
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(call.aborted, false, 'not given up at the first millisecond');
+    call.handler.onData(Buffer.from('late but fine'));
+    call.handler.onEnd();
+    const { status, body } = await answer;
+    assert.deepEqual([status, body], [200, 'late but fine']);
   });
 
   test('a stall before the first byte is given up at the deadline and retried', async () => {

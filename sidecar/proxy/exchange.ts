@@ -61,6 +61,15 @@ const UPSTREAM_DRAIN_TIMEOUT_MS = 1_000;
 /** The longest delay a Node timer takes; a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/**
+ * A configured timeout as a timer delay: the schema takes durations up to 999999h, and a Node
+ * timer of more than ~24.8 days fires at once, so a `firstByte: 720h` meant as "never" would time
+ * out every attempt at its first millisecond.
+ */
+function timerMs(ms: number): number {
+  return Math.min(ms, MAX_TIMER_MS);
+}
+
 /** What every exchange of one proxy shares (one object, built once). */
 export interface ExchangeDeps {
   readonly upstream: UpstreamClient;
@@ -384,11 +393,11 @@ class ExchangeAttempt implements UpstreamHandler {
         method: exchange.req.method ?? 'GET',
         headers,
         body,
-        connectTimeoutMs: pool.timeouts.connectMs,
+        connectTimeoutMs: timerMs(pool.timeouts.connectMs),
       },
       this,
     );
-    this.#deadline = setTimeout(this.#onDeadline, pool.timeouts.firstByteMs);
+    this.#deadline = setTimeout(this.#onDeadline, timerMs(pool.timeouts.firstByteMs));
   }
 
   clientGone(): void {
@@ -471,7 +480,7 @@ class ExchangeAttempt implements UpstreamHandler {
     if (this.#clientStall !== undefined) return;
     const { deps, pool } = this.#exchange;
     const sinceMs = deps.nowMs();
-    const limitMs = Math.min(pool.timeouts.clientStallMs ?? CLIENT_STALL_MS, MAX_TIMER_MS);
+    const limitMs = timerMs(pool.timeouts.clientStallMs ?? CLIENT_STALL_MS);
     const timer = setTimeout(() => {
       // As for the first-byte deadline: after a stall of our own the drain may be waiting
       // unread, so judge after one more poll. Drained or ended meanwhile: the timer is no longer
@@ -557,7 +566,7 @@ class ExchangeAttempt implements UpstreamHandler {
           this.#metrics.ttft.observe((exchange.deps.nowMs() - this.#sentAtMs) / 1000);
         return;
       case 'watch-idle':
-        this.#upstream.watchIdle(pool.timeouts.idleMs);
+        this.#upstream.watchIdle(timerMs(pool.timeouts.idleMs));
         return;
       case 'write-head':
         this.#writeHead();
