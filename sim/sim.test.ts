@@ -45,14 +45,18 @@ const chat = (content: string, extra: Record<string, unknown> = {}) => ({
 });
 
 interface ErrorShape {
-  error: { message: string; type: string; code: string; param: string | null };
+  error: { message: string; type: string; code: number | string; param: string | null };
 }
 
+/**
+ * The error object of an answer, in vLLM's shape: `code` is the HTTP status as a number (only the
+ * admin API, the simulator's own, answers string codes).
+ */
 async function errorOf(res: Response): Promise<ErrorShape['error']> {
   const body = (await res.json()) as ErrorShape;
   assert.equal(typeof body.error.message, 'string');
   assert.equal(typeof body.error.type, 'string');
-  assert.equal(typeof body.error.code, 'string');
+  if (!new URL(res.url).pathname.startsWith('/admin/')) assert.equal(body.error.code, res.status);
   return body.error;
 }
 
@@ -265,7 +269,7 @@ void test('prefix cache: a repeated long prompt hits, and reports its cached tok
   });
 });
 
-void test('slots plus queue full: the overflow gets 429 with Retry-After and an OpenAI error', async () => {
+void test('slots plus queue full: the overflow gets 429 with Retry-After and an error in vLLM’s shape', async () => {
   await withSim({ slots: 1, queueLimit: 1, speed: 1, decodeMsPerToken: 1000 }, async (sim) => {
     const abort = new AbortController();
     const body = chat('busy', { stream: true, max_tokens: 50 });
@@ -279,7 +283,7 @@ void test('slots plus queue full: the overflow gets 429 with Retry-After and an 
     assert.equal(third.status, 429);
     assert.equal(third.headers.get('retry-after'), '1');
     assert.equal(third.headers.get('x-sim-backend'), sim.stats().name);
-    assert.equal((await errorOf(third)).code, 'rate_limit_exceeded');
+    assert.equal((await errorOf(third)).type, 'Too Many Requests');
     assert.equal(sim.stats().queueRejected, 1);
     abort.abort();
     await waitFor('slots freed', () => sim.stats().inFlight === 0 && sim.stats().queued === 0);
@@ -293,7 +297,7 @@ void test('error rate 1: every generation request is a 500', async () => {
       const body = i % 2 === 0 ? chat('e') : { model: 'm', prompt: 'e' };
       const res = await post(sim.url + path, body);
       assert.equal(res.status, 500);
-      assert.equal((await errorOf(res)).type, 'server_error');
+      assert.equal((await errorOf(res)).type, 'InternalServerError');
     }
     await assert.rejects(
       client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
@@ -311,7 +315,7 @@ void test('rate-limit rate 1: every generation request is a 429 with Retry-After
     const res = await post(sim.url + '/v1/chat/completions', chat('r', { stream: true }));
     assert.equal(res.status, 429);
     assert.equal(res.headers.get('retry-after'), '1');
-    assert.equal((await errorOf(res)).code, 'rate_limit_exceeded');
+    assert.equal((await errorOf(res)).type, 'Too Many Requests');
     await assert.rejects(
       client.completions.create({ model: 'm', prompt: 'x' }),
       (err: unknown) => err instanceof OpenAI.RateLimitError,
@@ -433,7 +437,7 @@ void test('/admin/config changes behaviour at run time and rejects bad fields', 
   });
 });
 
-void test('model restriction: other models get 404 model_not_found', async () => {
+void test('model restriction: other models get vLLM’s 404', async () => {
   await withSim({ model: 'llama-3' }, async (sim, client) => {
     const models = await client.models.list();
     assert.deepEqual(
@@ -449,7 +453,9 @@ void test('model restriction: other models get 404 model_not_found', async () =>
     const res = await post(sim.url + '/v1/chat/completions', chat('hi'));
     assert.equal(res.status, 404);
     const err = await errorOf(res);
-    assert.equal(err.code, 'model_not_found');
+    assert.equal(err.type, 'NotFoundError');
+    assert.equal(err.param, 'model');
+    assert.equal(err.message, 'The model `m` does not exist. Valid aliases: llama-3.');
     await assert.rejects(
       client.embeddings.create({ model: 'other', input: 'x' }),
       (e: unknown) => e instanceof OpenAI.NotFoundError,
@@ -531,20 +537,28 @@ void test('embeddings: deterministic small vectors, float and base64', async () 
   });
 });
 
-void test('bad JSON is a 400, unknown paths a 404, both OpenAI-shaped; healthz and stats answer', async () => {
+void test('bad JSON is a 400, unknown paths a 404, as vLLM answers them; healthz and stats answer', async () => {
   await withSim({ name: 'beta' }, async (sim) => {
     const bad = await post(sim.url + '/v1/chat/completions', '{"model":');
     assert.equal(bad.status, 400);
-    assert.equal((await errorOf(bad)).type, 'invalid_request_error');
+    const badJson = await errorOf(bad);
+    assert.equal(badJson.type, 'Bad Request');
+    assert.equal(badJson.param, 'body.9'); // where the body stopped short, as pydantic says
     const badShape = await post(sim.url + '/v1/chat/completions', { model: 'm', messages: 'hi' });
     assert.equal(badShape.status, 400);
-    assert.equal((await errorOf(badShape)).param, 'messages');
+    const shapeError = await errorOf(badShape);
+    assert.equal(shapeError.type, 'BadRequestError');
+    assert.equal(shapeError.param, 'messages');
     const badMax = await post(sim.url + '/v1/chat/completions', chat('x', { max_tokens: -1 }));
     assert.equal(badMax.status, 400);
     const missing = await fetch(sim.url + '/v2/nothing');
     assert.equal(missing.status, 404);
     assert.equal(missing.headers.get('x-sim-backend'), 'beta');
-    await errorOf(missing);
+    assert.deepEqual(await missing.json(), { detail: 'Not Found' }); // FastAPI's, not OpenAI-shaped
+    const wrongMethod = await fetch(sim.url + '/v1/chat/completions');
+    assert.equal(wrongMethod.status, 405);
+    assert.equal(wrongMethod.headers.get('allow'), 'POST');
+    assert.deepEqual(await wrongMethod.json(), { detail: 'Method Not Allowed' });
     const health = await fetch(sim.url + '/healthz');
     assert.equal(health.status, 200);
     assert.equal(health.headers.get('x-sim-backend'), 'beta');

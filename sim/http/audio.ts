@@ -8,7 +8,7 @@
 import { Answer } from '../engine/answer.ts';
 import { hashString32 } from '../engine/hash.ts';
 import type { Simulator } from '../simulator.ts';
-import { isApiError, type ApiError } from './api-error.ts';
+import { badRequest, isApiError } from './api-error.ts';
 import { resolveModel } from './models.ts';
 import { sendBadRequest, sendJson } from './respond.ts';
 import type { Exchange, Route } from './route.ts';
@@ -19,15 +19,11 @@ const BYTES_PER_SECOND = 32_000;
 const WORDS_PER_SECOND = 2.5;
 const MAX_WORDS = 200;
 
-function invalid(message: string, param: string | undefined): ApiError {
-  return { status: 400, message, type: 'invalid_request_error', code: 'invalid_value', param };
-}
-
 async function transcribe(sim: Simulator, ex: Exchange, body: Buffer): Promise<void> {
   const { req, res } = ex;
   const type = req.headers['content-type'] ?? '';
   if (!type.startsWith('multipart/form-data')) {
-    return sendBadRequest(sim, res, invalid('the body must be multipart/form-data', undefined));
+    return sendBadRequest(sim, res, badRequest('the body must be multipart/form-data', undefined));
   }
   let form: FormData;
   try {
@@ -35,11 +31,15 @@ async function transcribe(sim: Simulator, ex: Exchange, body: Buffer): Promise<v
       headers: { 'content-type': type },
     }).formData();
   } catch {
-    return sendBadRequest(sim, res, invalid('the multipart body could not be parsed', undefined));
+    return sendBadRequest(
+      sim,
+      res,
+      badRequest('the multipart body could not be parsed', undefined),
+    );
   }
   const file = form.get('file');
   if (file === null || typeof file === 'string') {
-    return sendBadRequest(sim, res, invalid('file is required', 'file'));
+    return sendBadRequest(sim, res, badRequest('file is required', 'file'));
   }
   const requested = form.get('model');
   const model = resolveModel(sim.options(), typeof requested === 'string' ? requested : undefined);

@@ -1,7 +1,8 @@
 /**
  * The simulator's HTTP server (node:http, no framework): dispatches each request to its route,
- * reads JSON bodies, and answers what no route does (404 unknown_url, 405 method_not_allowed,
- * 413 body_too_large, 400 invalid_json, 500 when a handler throws). Every response carries
+ * reads JSON bodies, and answers what no route does as vLLM's FastAPI app does (404
+ * `{"detail":"Not Found"}`, 405 `{"detail":"Method Not Allowed"}`, 400 for a body that is not
+ * JSON), plus 413 past its body limit and 500 when a handler throws. Every response carries
  * `x-sim-backend: <name>`.
  */
 import { createServer } from 'node:http';
@@ -9,14 +10,8 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import type { Simulator } from '../simulator.ts';
-import {
-  bodyTooLarge,
-  invalidJson,
-  methodNotAllowed,
-  simulatorBug,
-  unknownUrl,
-} from './api-error.ts';
-import { sendError } from './respond.ts';
+import { bodyTooLarge, invalidJson, simulatorBug } from './api-error.ts';
+import { sendError, sendJson } from './respond.ts';
 import type { ActionRoute, Exchange, JsonRoute, ReadRoute, Route, UploadRoute } from './route.ts';
 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
@@ -127,21 +122,22 @@ export class SimHttpServer {
     if (this.#knownPaths.has(path)) {
       // The Allow header the simulator has always sent: POST for the inference paths, else both.
       const allow = path.startsWith('/v1/') && path !== '/v1/models' ? 'POST' : 'GET, POST';
-      return sendError(res, methodNotAllowed(method, path), { allow });
+      return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow });
     }
-    sendError(res, unknownUrl(method, path));
+    sendJson(res, 404, { detail: 'Not Found' });
   }
 
   #withJson(ex: Exchange, route: JsonRoute): void {
     this.#withBody(ex, (raw) => {
       const { res } = ex;
       if (route.inference) this.#sim.countRequest(traceparentOf(ex.req));
+      const text = raw.toString('utf8');
       let body: unknown;
       try {
-        body = JSON.parse(raw.toString('utf8'));
-      } catch {
+        body = JSON.parse(text);
+      } catch (err) {
         if (route.inference) this.#sim.countBadRequest();
-        sendError(res, invalidJson());
+        sendError(res, invalidJson(text, err));
         return;
       }
       route.handle(ex, body);

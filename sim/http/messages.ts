@@ -7,7 +7,7 @@
 import type { FinishReason } from '../engine/answer.ts';
 import { tokenizePrompt } from '../engine/prompt.ts';
 import type { Simulator } from '../simulator.ts';
-import { isApiError, type ApiError } from './api-error.ts';
+import { badRequest, isApiError, type ApiError } from './api-error.ts';
 import { serveGeneration } from './generation.ts';
 import type { AnswerUsage, GenerationWire, ResponseHead, StreamWriter } from './generation.ts';
 import { resolveModel } from './models.ts';
@@ -19,10 +19,6 @@ interface MessagesRequest {
   promptText: string;
   maxTokens: number | undefined;
   stream: boolean;
-}
-
-function invalid(message: string, param: string | undefined): ApiError {
-  return { status: 400, message, type: 'invalid_request_error', code: 'invalid_value', param };
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -45,26 +41,26 @@ function blocksText(content: unknown): string | undefined {
 
 /** `max_tokens` is required by Anthropic's API but not by vLLM's: optional here, as there. */
 function parseMessages(body: unknown, countOnly: boolean): MessagesRequest | ApiError {
-  if (!isRecord(body)) return invalid('the request body must be a JSON object', undefined);
+  if (!isRecord(body)) return badRequest('the request body must be a JSON object', undefined);
   const model = body['model'];
   if (model !== undefined && (typeof model !== 'string' || model === '')) {
-    return invalid('model must be a string', 'model');
+    return badRequest('model must be a string', 'model');
   }
   const texts: string[] = [];
   const system = body['system'];
   if (system !== undefined && system !== null) {
     const text = blocksText(system);
-    if (text === undefined) return invalid('system must be a string or text blocks', 'system');
+    if (text === undefined) return badRequest('system must be a string or text blocks', 'system');
     texts.push(text);
   }
   const messages = body['messages'];
   if (!Array.isArray(messages) || messages.length === 0) {
-    return invalid('messages must be a non-empty array', 'messages');
+    return badRequest('messages must be a non-empty array', 'messages');
   }
   for (let i = 0; i < messages.length; i++) {
     const message: unknown = messages[i];
     const text = isRecord(message) ? blocksText(message['content']) : undefined;
-    if (text === undefined) return invalid(`messages[${i}] is not a valid message`, 'messages');
+    if (text === undefined) return badRequest(`messages[${i}] is not a valid message`, 'messages');
     texts.push(text);
   }
   const maxTokens = body['max_tokens'];
@@ -73,10 +69,10 @@ function parseMessages(body: unknown, countOnly: boolean): MessagesRequest | Api
     maxTokens !== undefined &&
     (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1)
   ) {
-    return invalid('max_tokens must be a positive integer', 'max_tokens');
+    return badRequest('max_tokens must be a positive integer', 'max_tokens');
   }
   const stream = body['stream'] ?? false;
-  if (typeof stream !== 'boolean') return invalid('stream must be a boolean', 'stream');
+  if (typeof stream !== 'boolean') return badRequest('stream must be a boolean', 'stream');
   return {
     model: model,
     promptText: texts.join('\n'),

@@ -19,7 +19,7 @@ function listedModel(o: SimOptions): string {
 export function resolveModel(o: SimOptions, requested: string | undefined): string | ApiError {
   const only = o.model;
   if (only !== undefined && requested !== undefined && requested !== only) {
-    return modelNotFound(requested);
+    return modelNotFound(requested, only);
   }
   return requested ?? listedModel(o);
 }
@@ -44,7 +44,7 @@ export function modelsRoutes(sim: Simulator): Route[] {
         const id = decodeURIComponent(path.slice('/v1/models/'.length));
         const only = sim.options().model;
         if (only === undefined || id === only) return sendJson(res, 200, modelObject(id));
-        sendError(res, modelNotFound(id));
+        sendError(res, modelNotFound(id, only));
       },
     },
   ];

@@ -3,7 +3,7 @@
  * response objects and SSE chunks (errors: api-error.ts).
  */
 import type { FinishReason } from '../engine/answer.ts';
-import { isApiError } from './api-error.ts';
+import { badRequest, isApiError } from './api-error.ts';
 import type { ApiError } from './api-error.ts';
 import type {
   AnswerUsage,
@@ -12,10 +12,6 @@ import type {
   ResponseHead,
   StreamWriter,
 } from './generation.ts';
-
-function invalid(message: string, param?: string, code = 'invalid_value'): ApiError {
-  return { status: 400, message, type: 'invalid_request_error', code, param };
-}
 
 export type GenerationKind = 'chat' | 'completion';
 
@@ -26,7 +22,8 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 function optionalModel(body: Record<string, unknown>): string | ApiError | undefined {
   const model = body['model'];
   if (model === undefined || model === null) return undefined;
-  if (typeof model !== 'string' || model === '') return invalid('model must be a string', 'model');
+  if (typeof model !== 'string' || model === '')
+    return badRequest('model must be a string', 'model');
   return model;
 }
 
@@ -48,7 +45,7 @@ function maxTokensOf(body: Record<string, unknown>): number | ApiError | undefin
     const value = body[field];
     if (value === undefined || value === null) continue;
     if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 10_000_000) {
-      return invalid(`${field} must be a positive integer`, field);
+      return badRequest(`${field} must be a positive integer`, field);
     }
     return value;
   }
@@ -57,7 +54,7 @@ function maxTokensOf(body: Record<string, unknown>): number | ApiError | undefin
 
 /** Chat: the prompt is the messages' text contents joined by newlines. Completions: `prompt`. */
 export function parseGeneration(kind: GenerationKind, body: unknown): GenerationRequest | ApiError {
-  if (!isRecord(body)) return invalid('the request body must be a JSON object', undefined);
+  if (!isRecord(body)) return badRequest('the request body must be a JSON object', undefined);
   const model = optionalModel(body);
   if (isApiError(model)) return model;
 
@@ -65,13 +62,14 @@ export function parseGeneration(kind: GenerationKind, body: unknown): Generation
   if (kind === 'chat') {
     const messages = body['messages'];
     if (!Array.isArray(messages) || messages.length === 0) {
-      return invalid('messages must be a non-empty array', 'messages');
+      return badRequest('messages must be a non-empty array', 'messages');
     }
     const texts: string[] = [];
     for (let i = 0; i < messages.length; i++) {
       const message: unknown = messages[i];
       const text = isRecord(message) ? contentText(message['content']) : undefined;
-      if (text === undefined) return invalid(`messages[${i}] is not a valid message`, 'messages');
+      if (text === undefined)
+        return badRequest(`messages[${i}] is not a valid message`, 'messages');
       texts.push(text);
     }
     promptText = texts.join('\n');
@@ -81,7 +79,7 @@ export function parseGeneration(kind: GenerationKind, body: unknown): Generation
     else if (Array.isArray(prompt) && prompt.every((p) => typeof p === 'string')) {
       promptText = prompt.join('\n');
     } else {
-      return invalid('prompt must be a string or an array of strings', 'prompt');
+      return badRequest('prompt must be a string or an array of strings', 'prompt');
     }
   }
 
@@ -89,13 +87,13 @@ export function parseGeneration(kind: GenerationKind, body: unknown): Generation
   if (isApiError(maxTokens)) return maxTokens;
 
   const stream = body['stream'] ?? false;
-  if (typeof stream !== 'boolean') return invalid('stream must be a boolean', 'stream');
+  if (typeof stream !== 'boolean') return badRequest('stream must be a boolean', 'stream');
   const streamOptions = body['stream_options'] ?? {};
   if (!isRecord(streamOptions))
-    return invalid('stream_options must be an object', 'stream_options');
+    return badRequest('stream_options must be an object', 'stream_options');
   const includeUsage = streamOptions['include_usage'] ?? false;
   if (typeof includeUsage !== 'boolean') {
-    return invalid('stream_options.include_usage must be a boolean', 'stream_options');
+    return badRequest('stream_options.include_usage must be a boolean', 'stream_options');
   }
   return { model, promptText, maxTokens, stream, includeUsage: stream && includeUsage };
 }
@@ -120,7 +118,7 @@ function isTokenArray(value: unknown): value is number[] {
 }
 
 export function parseEmbedding(body: unknown): EmbeddingRequest | ApiError {
-  if (!isRecord(body)) return invalid('the request body must be a JSON object', undefined);
+  if (!isRecord(body)) return badRequest('the request body must be a JSON object', undefined);
   const model = optionalModel(body);
   if (isApiError(model)) return model;
   const input = body['input'];
@@ -137,16 +135,16 @@ export function parseEmbedding(body: unknown): EmbeddingRequest | ApiError {
   } else if (Array.isArray(input) && input.length > 0 && input.every(isTokenArray)) {
     inputs = input.map((ids) => ({ text: ids.join(','), tokens: ids.length }));
   } else {
-    return invalid('input must be a string, an array of strings, or token arrays', 'input');
+    return badRequest('input must be a string, an array of strings, or token arrays', 'input');
   }
   const dimensions = body['dimensions'] ?? DEFAULT_EMBEDDING_DIMENSIONS;
   if (typeof dimensions !== 'number' || !Number.isInteger(dimensions) || dimensions < 1) {
-    return invalid('dimensions must be a positive integer', 'dimensions');
+    return badRequest('dimensions must be a positive integer', 'dimensions');
   }
-  if (dimensions > 4096) return invalid('dimensions must be <= 4096', 'dimensions');
+  if (dimensions > 4096) return badRequest('dimensions must be <= 4096', 'dimensions');
   const format = body['encoding_format'] ?? 'float';
   if (format !== 'float' && format !== 'base64') {
-    return invalid("encoding_format must be 'float' or 'base64'", 'encoding_format');
+    return badRequest("encoding_format must be 'float' or 'base64'", 'encoding_format');
   }
   return { model, inputs, dimensions, base64: format === 'base64' };
 }

@@ -7,14 +7,10 @@
 import { hashString32 } from '../engine/hash.ts';
 import { estimateTokens } from '../engine/prompt.ts';
 import type { Simulator } from '../simulator.ts';
-import { isApiError, type ApiError } from './api-error.ts';
+import { badRequest, isApiError, type ApiError } from './api-error.ts';
 import { resolveModel } from './models.ts';
 import { sendBadRequest, sendJson } from './respond.ts';
 import type { Route } from './route.ts';
-
-function invalid(message: string, param: string | undefined): ApiError {
-  return { status: 400, message, type: 'invalid_request_error', code: 'invalid_value', param };
-}
 
 function relevance(a: string, b: string, seed: number): number {
   return hashString32(`${a}\u0000${b}`, seed) / 2 ** 32;
@@ -57,13 +53,13 @@ export function rerankRoutes(sim: Simulator): Route[] {
     othersField: string,
     othersAre: string,
   ): Scoring | ApiError => {
-    if (!isRecord(body)) return invalid('the body must be an object', undefined);
+    if (!isRecord(body)) return badRequest('the body must be an object', undefined);
     const served = model(body);
     if (isApiError(served)) return served;
     const text = body[textField];
-    if (typeof text !== 'string') return invalid(`${textField} must be a string`, textField);
+    if (typeof text !== 'string') return badRequest(`${textField} must be a string`, textField);
     const others = strings(body[othersField]);
-    if (others === undefined) return invalid(`${othersField} must be ${othersAre}`, othersField);
+    if (others === undefined) return badRequest(`${othersField} must be ${othersAre}`, othersField);
     return { body, served, text, others };
   };
 

@@ -4,7 +4,7 @@
  * (`event:` + `data:`, each with a `sequence_number`, no `[DONE]`).
  */
 import type { FinishReason } from '../engine/answer.ts';
-import type { ApiError } from './api-error.ts';
+import { badRequest, type ApiError } from './api-error.ts';
 import type { AnswerUsage, GenerationWire, ResponseHead, StreamWriter } from './generation.ts';
 
 export interface ResponsesRequest {
@@ -18,10 +18,6 @@ export interface ResponsesRequest {
   /** Keep the answer for `GET /v1/responses/{id}` and `previous_response_id` (default true). */
   store: boolean;
   previousResponseId: string | null;
-}
-
-function invalid(message: string, param: string | undefined): ApiError {
-  return { status: 400, message, type: 'invalid_request_error', code: 'invalid_value', param };
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -40,14 +36,14 @@ function itemText(content: unknown): string | undefined {
 }
 
 export function parseResponsesRequest(body: unknown): ResponsesRequest | ApiError {
-  if (!isRecord(body)) return invalid('the request body must be a JSON object', undefined);
+  if (!isRecord(body)) return badRequest('the request body must be a JSON object', undefined);
   const model = body['model'];
   if (model !== undefined && (typeof model !== 'string' || model === '')) {
-    return invalid('model must be a string', 'model');
+    return badRequest('model must be a string', 'model');
   }
   const instructions = body['instructions'] ?? null;
   if (instructions !== null && typeof instructions !== 'string') {
-    return invalid('instructions must be a string', 'instructions');
+    return badRequest('instructions must be a string', 'instructions');
   }
   const input = body['input'];
   const texts: string[] = instructions === null ? [] : [instructions];
@@ -56,24 +52,24 @@ export function parseResponsesRequest(body: unknown): ResponsesRequest | ApiErro
     for (let i = 0; i < input.length; i++) {
       const item: unknown = input[i];
       const text = isRecord(item) ? itemText(item['content'] ?? item['output'] ?? '') : undefined;
-      if (text === undefined) return invalid(`input[${i}] is not a valid input item`, 'input');
+      if (text === undefined) return badRequest(`input[${i}] is not a valid input item`, 'input');
       texts.push(text);
     }
-  } else return invalid('input must be a string or an array of input items', 'input');
+  } else return badRequest('input must be a string or an array of input items', 'input');
   const max = body['max_output_tokens'] ?? undefined;
   if (max !== undefined && (typeof max !== 'number' || !Number.isInteger(max) || max < 1)) {
-    return invalid('max_output_tokens must be a positive integer', 'max_output_tokens');
+    return badRequest('max_output_tokens must be a positive integer', 'max_output_tokens');
   }
   const temperature = body['temperature'] ?? 1;
   if (typeof temperature !== 'number')
-    return invalid('temperature must be a number', 'temperature');
+    return badRequest('temperature must be a number', 'temperature');
   const stream = body['stream'] ?? false;
-  if (typeof stream !== 'boolean') return invalid('stream must be a boolean', 'stream');
+  if (typeof stream !== 'boolean') return badRequest('stream must be a boolean', 'stream');
   const store = body['store'] ?? true;
-  if (typeof store !== 'boolean') return invalid('store must be a boolean', 'store');
+  if (typeof store !== 'boolean') return badRequest('store must be a boolean', 'store');
   const previous = body['previous_response_id'] ?? null;
   if (previous !== null && typeof previous !== 'string') {
-    return invalid('previous_response_id must be a string', 'previous_response_id');
+    return badRequest('previous_response_id must be a string', 'previous_response_id');
   }
   return {
     model: model,

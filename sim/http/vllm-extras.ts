@@ -16,7 +16,7 @@ import type { ServerResponse } from 'node:http';
 import type { SimOptions } from '../options.ts';
 import type { Simulator } from '../simulator.ts';
 import { hashString32 } from '../engine/hash.ts';
-import { isApiError } from './api-error.ts';
+import { badRequest, isApiError } from './api-error.ts';
 import { parseGeneration } from './openai-wire.ts';
 import { sendError, sendJson } from './respond.ts';
 import type { Route } from './route.ts';
@@ -90,13 +90,7 @@ export function vllmExtraRoutes(sim: Simulator): Route[] {
       handle: ({ res }, body) => {
         const tokens = (body as { tokens?: unknown } | null)?.tokens;
         if (!Array.isArray(tokens) || !tokens.every((t) => Number.isInteger(t))) {
-          return sendError(res, {
-            status: 400,
-            message: 'tokens must be an array of token ids',
-            type: 'invalid_request_error',
-            code: 'invalid_value',
-            param: 'tokens',
-          });
+          return sendError(res, badRequest('tokens must be an array of token ids', 'tokens'));
         }
         // The stand-in tokenizer cannot invert its hash: one placeholder word per token.
         sendJson(res, 200, { prompt: tokens.map((t) => `t${String(t)}`).join(' ') });
