@@ -22,6 +22,17 @@ export interface SimOptions extends EngineOptions {
   /** Returned as `system_fingerprint`; undefined = the field is omitted. */
   fingerprint: string | undefined;
   /**
+   * The context length in tokens, as vLLM's `--max-model-len`: a longer prompt or a larger
+   * `max_tokens` is a 400, an answer that would not fit is cut. Undefined = no limit (and 131,072
+   * reported where vLLM reports its own).
+   */
+  maxModelLen: number | undefined;
+  /**
+   * As vLLM's `--api-key`: requests under `/v1`, `/v2`, `/inference` and `/cohere` need
+   * `Authorization: Bearer <key>` (else 401 `{"error":"Unauthorized"}`); undefined = none needed.
+   */
+  apiKey: string | undefined;
+  /**
    * Whose load reports to imitate: `vllm` (`/metrics` with vLLM's names, the ORCA header on
    * request) or `sglang` (SGLang's metric names, no ORCA header, as SGLang has none).
    */
@@ -51,6 +62,8 @@ export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   coldStartMs: 0,
   coldIdleMs: 10_000,
   fingerprint: undefined,
+  maxModelLen: undefined,
+  apiKey: undefined,
   engine: 'vllm',
   tokensPerChunk: 1,
   speed: 1,
@@ -201,6 +214,26 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
   spec('fingerprint', '<fp>', 'string', 'system_fingerprint to return (default none)', {
     optional: true,
   }),
+  spec(
+    'maxModelLen',
+    '<tokens>',
+    'integer',
+    'context length: longer prompts get 400 (default none)',
+    {
+      min: 1,
+      max: 100_000_000,
+      optional: true,
+    },
+  ),
+  spec(
+    'apiKey',
+    '<key>',
+    'string',
+    'require Authorization: Bearer <key> on /v1 paths (default none)',
+    {
+      optional: true,
+    },
+  ),
   spec(
     'engine',
     '<kind>',

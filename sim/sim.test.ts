@@ -95,29 +95,38 @@ void test('non-streaming chat through the openai client', async () => {
     assert.equal(data.choices[0]?.message.role, 'assistant');
     assert.ok((data.choices[0]?.message.content ?? '').length > 0);
     assert.equal(data.choices[0]?.finish_reason, 'length');
+    // vLLM's usage: no details unless some prompt tokens came from the cache.
     assert.deepEqual(data.usage, {
       prompt_tokens: 3, // ceil(11 chars / 4)
-      completion_tokens: 7,
       total_tokens: 10,
-      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens: 7,
+      prompt_tokens_details: null,
+      completion_tokens_details: null,
     });
     assert.equal(sim.stats().completed, 1);
   });
 });
 
-void test('streaming chat through the openai client: role first, finish, usage', async () => {
+void test('streaming chat through the openai client: a role chunk, the tokens, the finish on the last, usage', async () => {
   await withSim({ fingerprint: 'fp_stream' }, async (_sim, client) => {
     const { chunks } = await streamChat(client, 'stream me', 5);
-    assert.equal(chunks.length, 5 + 1 + 1); // tokens, finish chunk, usage chunk
-    assert.equal(chunks[0]?.choices[0]?.delta.role, 'assistant');
+    assert.equal(chunks.length, 1 + 5 + 1); // role chunk, one chunk a token, usage chunk
+    assert.deepEqual(chunks[0]?.choices[0]?.delta, { role: 'assistant', content: '' });
     for (const c of chunks) {
       assert.equal(c.object, 'chat.completion.chunk');
       assert.equal(c.model, 'm');
-      assert.equal(c.system_fingerprint, 'fp_stream');
     }
+    // As vLLM: the fingerprint once, on the usage chunk when one is asked for.
+    assert.deepEqual(
+      chunks.map((c) => c.system_fingerprint),
+      [...Array<undefined>(6), 'fp_stream'],
+    );
     const text = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
     assert.equal(text.split(' ').length, 5);
-    assert.equal(chunks[5]?.choices[0]?.finish_reason, 'length');
+    assert.deepEqual(
+      chunks.map((c) => c.choices[0]?.finish_reason ?? null),
+      [null, null, null, null, null, 'length', null],
+    );
     assert.deepEqual(chunks[6]?.choices, []);
     assert.equal(chunks[6]?.usage?.completion_tokens, 5);
   });
@@ -145,14 +154,14 @@ void test('completions, streaming and not, through the openai client', async () 
       texts.push(chunk.choices[0]?.text ?? '');
       finish ??= chunk.choices[0]?.finish_reason;
     }
-    assert.equal(texts.length, 5);
+    assert.equal(texts.length, 4); // no role chunk, the finish on the last token's chunk
     // Same prompt, same seed: the same text.
     assert.equal(texts.join(''), full.choices[0]?.text);
     assert.equal(finish, 'length');
   });
 });
 
-void test('SSE framing is exactly OpenAI-like', async () => {
+void test('SSE framing is exactly vLLM’s', async () => {
   await withSim({}, async (sim) => {
     const res = await post(
       sim.url + '/v1/chat/completions',
@@ -165,7 +174,7 @@ void test('SSE framing is exactly OpenAI-like', async () => {
     const events = raw.split('\n\n');
     assert.equal(events.pop(), '');
     assert.equal(events.pop(), 'data: [DONE]');
-    assert.equal(events.length, 3 + 1 + 1);
+    assert.equal(events.length, 1 + 3 + 1); // role, tokens, usage
     const chunks = events.map((e) => {
       assert.ok(e.startsWith('data: '), e);
       assert.ok(!e.includes('\n'));
@@ -173,20 +182,33 @@ void test('SSE framing is exactly OpenAI-like', async () => {
     });
     const ids = new Set(chunks.map((c) => c['id']));
     assert.equal(ids.size, 1);
-    assert.deepEqual((chunks[0]?.['choices'] as unknown[])[0], {
-      index: 0,
-      delta: {
-        role: 'assistant',
-        content: (chunks[0] as { choices: [{ delta: { content: string } }] }).choices[0].delta
-          .content,
-      },
-      logprobs: null,
-      finish_reason: null,
+    assert.deepEqual(chunks[0], {
+      id: chunks[0]?.['id'],
+      object: 'chat.completion.chunk',
+      created: chunks[0]?.['created'],
+      model: 'm',
+      choices: [
+        {
+          index: 0,
+          delta: { role: 'assistant', content: '' },
+          logprobs: null,
+          finish_reason: null,
+        },
+      ],
+      prompt_token_ids: null,
+      prompt_text: null,
     });
-    assert.equal(
-      (chunks[3] as { choices: [{ finish_reason: string }] }).choices[0].finish_reason,
-      'length',
-    );
+    // The last token's chunk carries the finish: there is no empty finish chunk.
+    const [finishing] = (chunks[3] as { choices: [{ delta: { content: string } }] }).choices;
+    assert.ok(finishing.delta.content.length > 0);
+    assert.deepEqual(finishing, {
+      index: 0,
+      delta: { content: finishing.delta.content },
+      logprobs: null,
+      finish_reason: 'length',
+      stop_reason: null,
+      token_ids: null,
+    });
     assert.deepEqual((chunks[4] as { usage: { total_tokens: number } }).usage.total_tokens, 2 + 3);
   });
 });
@@ -201,9 +223,12 @@ void test('tokensPerChunk groups the tokens after the first, and the text stays 
       );
       const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'));
       out = events
-        .map((e) => JSON.parse(e.slice(6)) as { choices: [{ delta: { content?: string } }] })
-        .flatMap((c) =>
-          c.choices[0].delta.content === undefined ? [] : [c.choices[0].delta.content],
+        .map(
+          (e) =>
+            JSON.parse(e.slice(6)) as { choices: [{ delta: { role?: string; content?: string } }] },
+        )
+        .flatMap(({ choices: [{ delta }] }) =>
+          delta.role !== undefined || delta.content === undefined ? [] : [delta.content],
         );
     });
     return out;
@@ -723,7 +748,7 @@ void test('the ORCA header comes with a non-streaming answer when asked, as vLLM
     const text = await ask('TEXT', false);
     assert.match(
       text.headers.get('endpoint-load-metrics') ?? '',
-      /^TEXT named_metrics\.kv_cache_usage_perc=[0-9.]+, named_metrics\.num_requests_waiting=0\.0$/,
+      /^TEXT named_metrics\.num_requests_waiting=0\.0, named_metrics\.kv_cache_usage_perc=[0-9.e-]+$/,
     );
     await text.text();
     const json = await ask('json', false);
@@ -800,5 +825,134 @@ void test('answers the endpoints vLLM-aware routers call: /health, /version, /lo
       400,
     );
     assert.equal(sim.stats().requests, 0, 'none of these count as inference requests');
+  });
+});
+
+void test('maxModelLen: vLLM’s 400s for a prompt or max_tokens too long, an answer cut to fit', async () => {
+  await withSim({ maxModelLen: 100, decodeMsPerToken: 0 }, async (sim, client) => {
+    const long = await post(
+      sim.url + '/v1/chat/completions',
+      chat('x'.repeat(400), { stream: true }),
+    );
+    assert.equal(long.status, 400); // before any streaming, as vLLM answers it
+    const tooLong = await errorOf(long);
+    assert.equal(tooLong.type, 'BadRequestError');
+    assert.equal(tooLong.param, 'input_tokens');
+    assert.match(
+      tooLong.message,
+      /maximum context length is 100 tokens.*at least 100 input tokens/,
+    );
+    const max = await errorOf(
+      await post(sim.url + '/v1/completions', { prompt: 'x', max_tokens: 101 }),
+    );
+    assert.equal(max.param, 'max_tokens');
+    assert.match(max.message, /^max_tokens=101 cannot be greater than max_model_len=100\./);
+    // 80 prompt tokens leave room for 20: no error, the answer stops there.
+    const cut = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'y'.repeat(320) }],
+      max_tokens: 50,
+    });
+    assert.equal(cut.usage?.completion_tokens, 20);
+    assert.equal(cut.choices[0]?.finish_reason, 'length');
+    const models = (await (await fetch(sim.url + '/v1/models')).json()) as {
+      data: [{ max_model_len: number }];
+    };
+    assert.equal(models.data[0].max_model_len, 100);
+    assert.equal(sim.stats().badRequests, 2);
+    assert.equal(sim.stats().errors + sim.stats().rateLimited, 0);
+  });
+});
+
+void test('n answers as many choices, summed in usage; greedy n > 1 is vLLM’s 400', async () => {
+  await withSim({ decodeMsPerToken: 0 }, async (sim, client) => {
+    const two = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'pick' }],
+      max_tokens: 4,
+      n: 2,
+    });
+    assert.deepEqual(
+      two.choices.map((c) => c.index),
+      [0, 1],
+    );
+    assert.notEqual(two.choices[0]?.message.content, two.choices[1]?.message.content);
+    assert.equal(two.usage?.completion_tokens, 8);
+    const one = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'pick' }],
+      max_tokens: 4,
+    });
+    assert.equal(one.choices[0]?.message.content, two.choices[0]?.message.content);
+    const greedy = await post(sim.url + '/v1/completions', {
+      prompt: 'p',
+      n: 3,
+      temperature: 0,
+    });
+    assert.equal(greedy.status, 400);
+    const err = await errorOf(greedy);
+    assert.equal(err.message, 'n must be 1 when using greedy sampling, got 3.');
+    assert.equal(err.param, null);
+  });
+});
+
+void test('a stop string ends the answer before it, streamed or not', async () => {
+  await withSim({ decodeMsPerToken: 0 }, async (_sim, client) => {
+    const plain = await client.completions.create({ model: 'm', prompt: 'stop', max_tokens: 10 });
+    const text = plain.choices[0]!.text;
+    const word = text.split(' ')[3]!;
+    const stopped = await client.completions.create({
+      model: 'm',
+      prompt: 'stop',
+      max_tokens: 10,
+      stop: [word],
+    });
+    const choice = stopped.choices[0] as (typeof stopped.choices)[0] & { stop_reason: unknown };
+    assert.equal(choice.finish_reason, 'stop');
+    assert.equal(choice.stop_reason, word);
+    assert.equal(choice.text, text.slice(0, text.indexOf(word)));
+    const stream = await client.completions.create({
+      model: 'm',
+      prompt: 'stop',
+      max_tokens: 10,
+      stop: word,
+      stream: true,
+    });
+    let streamed = '';
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      streamed += chunk.choices[0]?.text ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(streamed, choice.text);
+    assert.equal(finish, 'stop');
+  });
+});
+
+void test('apiKey: vLLM’s 401 on the API paths without the bearer key; the rest stays open', async () => {
+  await withSim({ apiKey: 'k1' }, async (sim) => {
+    const chatWith = (headers: Record<string, string>) =>
+      fetch(sim.url + '/v1/chat/completions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(chat('hi', { max_tokens: 1 })),
+      });
+    const refused: Record<string, string>[] = [
+      {},
+      { authorization: 'Bearer nope' },
+      { 'x-api-key': 'k1' }, // vLLM takes the key as a bearer token only, even for Messages
+    ];
+    for (const headers of refused) {
+      const res = await chatWith(headers);
+      assert.equal(res.status, 401, JSON.stringify(headers));
+      assert.deepEqual(await res.json(), { error: 'Unauthorized' });
+    }
+    assert.equal((await chatWith({ authorization: 'Bearer k1' })).status, 200);
+    assert.equal((await fetch(sim.url + '/v1/models')).status, 401);
+    for (const open of ['/health', '/metrics', '/load', '/version', '/admin/stats']) {
+      assert.equal((await fetch(sim.url + open)).status, 200, open);
+    }
+    sim.configure({ apiKey: undefined });
+    assert.equal((await fetch(sim.url + '/v1/models')).status, 200);
   });
 });

@@ -8,9 +8,9 @@
 import { Answer } from '../engine/answer.ts';
 import { hashString32 } from '../engine/hash.ts';
 import type { Simulator } from '../simulator.ts';
-import { badRequest, isApiError } from './api-error.ts';
+import { badRequest, isApiError, simulatorBug } from './api-error.ts';
 import { resolveModel } from './models.ts';
-import { sendBadRequest, sendJson } from './respond.ts';
+import { sendBadRequest, sendError, sendJson } from './respond.ts';
 import type { Exchange, Route } from './route.ts';
 
 /** 16 kHz, 16-bit mono PCM: what the simulated duration of an upload assumes. */
@@ -49,7 +49,7 @@ async function transcribe(sim: Simulator, ex: Exchange, body: Buffer): Promise<v
   const words = Math.min(MAX_WORDS, Math.ceil(seconds * WORDS_PER_SECOND));
   const answer = new Answer(
     String(hashString32(Buffer.from(bytes).toString('latin1'))),
-    words,
+    { maxTokens: words },
     sim.options().seed,
   );
   let text = '';
@@ -74,7 +74,7 @@ export function audioRoutes(sim: Simulator): Route[] {
     handle: (ex, body) => {
       transcribe(sim, ex, body).catch((err: unknown) => {
         sim.log.warn({ err }, 'transcription failed');
-        sendJson(ex.res, 500, { error: { message: 'simulator bug', type: 'server_error' } });
+        sendError(ex.res, simulatorBug());
       });
     },
   });

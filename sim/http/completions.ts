@@ -10,7 +10,7 @@ import { sendBadRequest } from './respond.ts';
 import type { Route } from './route.ts';
 
 function generationRoute(sim: Simulator, path: string, kind: GenerationKind): Route {
-  const wire = openAiGenerationWire(kind);
+  const single = openAiGenerationWire(kind);
   return {
     kind: 'json',
     path,
@@ -18,6 +18,7 @@ function generationRoute(sim: Simulator, path: string, kind: GenerationKind): Ro
     handle: (ex, body) => {
       const request = parseGeneration(kind, body);
       if (isApiError(request)) return sendBadRequest(sim, ex.res, request);
+      const wire = request.n === 1 ? single : openAiGenerationWire(kind, request.n);
       serveGeneration(sim, ex, request, wire);
     },
   };

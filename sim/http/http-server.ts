@@ -1,9 +1,9 @@
 /**
- * The simulator's HTTP server (node:http, no framework): dispatches each request to its route,
- * reads JSON bodies, and answers what no route does as vLLM's FastAPI app does (404
- * `{"detail":"Not Found"}`, 405 `{"detail":"Method Not Allowed"}`, 400 for a body that is not
- * JSON), plus 413 past its body limit and 500 when a handler throws. Every response carries
- * `x-sim-backend: <name>`.
+ * The simulator's HTTP server (node:http, no framework): checks the API key when it has one,
+ * dispatches each request to its route, reads JSON bodies, and answers what no route does as
+ * vLLM's FastAPI app does (401 `{"error":"Unauthorized"}`, 404 `{"detail":"Not Found"}`, 405
+ * `{"detail":"Method Not Allowed"}`, 400 for a body that is not JSON), plus 413 past its body
+ * limit and 500 when a handler throws. Every response carries `x-sim-backend: <name>`.
  */
 import { createServer } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
@@ -15,6 +15,8 @@ import { sendError, sendJson } from './respond.ts';
 import type { ActionRoute, Exchange, JsonRoute, ReadRoute, Route, UploadRoute } from './route.ts';
 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
+/** The paths vLLM's `--api-key` guards. */
+const GUARDED_PATHS = /^\/(v1|v2|inference|cohere)(\/|$)/;
 /**
  * A long keep-alive: a proxy's pooled upstream socket should not be closed under it by the
  * server's idle timer (Node's default is 5 s), which would show up as spurious resets.
@@ -83,12 +85,28 @@ export class SimHttpServer {
     });
     req.on('error', () => {}); // a client that resets mid-body: res 'close' handles it
     res.setHeader('x-sim-backend', this.#sim.name());
+    if (!this.#authorized(req, path)) {
+      req.resume();
+      sendJson(res, 401, { error: 'Unauthorized' });
+      return;
+    }
     try {
       this.#dispatch(ex);
     } catch (err) {
       this.#sim.log.warn({ err }, 'request handler failed');
       sendError(res, simulatorBug());
     }
+  }
+
+  /**
+   * vLLM's `--api-key` check: only the API paths need the key, only as `Authorization: Bearer`
+   * (no `x-api-key`, even on `/v1/messages`), and CORS preflights pass; `/health`, `/metrics`,
+   * `/load` and the rest stay open.
+   */
+  #authorized(req: IncomingMessage, path: string): boolean {
+    const key = this.#sim.options().apiKey;
+    if (key === undefined || req.method === 'OPTIONS' || !GUARDED_PATHS.test(path)) return true;
+    return req.headers.authorization === `Bearer ${key}`;
   }
 
   #dispatch(ex: Exchange): void {

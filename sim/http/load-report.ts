@@ -30,7 +30,7 @@ export function metricsText(sim: Simulator): string {
     lines.push(
       `# HELP ${name} ${help}`,
       `# TYPE ${name} ${type}`,
-      `${name}{${labels}} ${float(value)}`,
+      `${name}{${labels}} ${pythonFloat(value)}`,
     );
   };
   if (o.engine === 'sglang') {
@@ -98,8 +98,18 @@ export function metricsText(sim: Simulator): string {
   return lines.join('\n') + '\n';
 }
 
-/** Python's float repr for whole numbers ("3.0"), as prometheus_client prints them. */
-function float(value: number): string {
+/**
+ * Python's float repr, as prometheus_client and json.dumps print values: `3.0` for whole numbers,
+ * and an exponent of at least two digits below 1e-4 and from 1e16 on (`1e-05`), where JavaScript
+ * writes `0.00001`.
+ */
+function pythonFloat(value: number): string {
+  const magnitude = Math.abs(value);
+  if (value !== 0 && (magnitude < 1e-4 || magnitude >= 1e16)) {
+    return value
+      .toExponential()
+      .replace(/e([+-])(\d)$/, (_, sign: string, digit: string) => `e${sign}0${digit}`);
+  }
   return Number.isInteger(value) ? value.toFixed(1) : String(value);
 }
 
@@ -110,15 +120,18 @@ function float(value: number): string {
 export function orcaHeaders(sim: Simulator, format: string | undefined): Record<string, string> {
   if (sim.options().engine !== 'vllm' || format === undefined) return {};
   const load = sim.engine.load();
+  const waiting = pythonFloat(load.waiting);
+  const usage = pythonFloat(load.kvCacheUsage);
   const kind = format.trim().toUpperCase();
+  // vLLM's order and Python's json.dumps spacing, values as Python floats (test/engine/fixtures/orca-*.http).
   if (kind === 'TEXT') {
     return {
-      'endpoint-load-metrics': `TEXT named_metrics.kv_cache_usage_perc=${float(load.kvCacheUsage)}, named_metrics.num_requests_waiting=${float(load.waiting)}`,
+      'endpoint-load-metrics': `TEXT named_metrics.num_requests_waiting=${waiting}, named_metrics.kv_cache_usage_perc=${usage}`,
     };
   }
   if (kind === 'JSON') {
     return {
-      'endpoint-load-metrics': `JSON ${JSON.stringify({ named_metrics: { kv_cache_usage_perc: load.kvCacheUsage, num_requests_waiting: load.waiting } })}`,
+      'endpoint-load-metrics': `JSON {"named_metrics": {"num_requests_waiting": ${waiting}, "kv_cache_usage_perc": ${usage}}}`,
     };
   }
   return {};

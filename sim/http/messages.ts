@@ -9,7 +9,13 @@ import { tokenizePrompt } from '../engine/prompt.ts';
 import type { Simulator } from '../simulator.ts';
 import { badRequest, isApiError, type ApiError } from './api-error.ts';
 import { serveGeneration } from './generation.ts';
-import type { AnswerUsage, GenerationWire, ResponseHead, StreamWriter } from './generation.ts';
+import type {
+  AnswerUsage,
+  ChoiceEnd,
+  GenerationWire,
+  ResponseHead,
+  StreamWriter,
+} from './generation.ts';
 import { resolveModel } from './models.ts';
 import { sendBadRequest, sendJson } from './respond.ts';
 import type { Route } from './route.ts';
@@ -90,6 +96,7 @@ function event(type: string, data: Record<string, unknown>): string {
 class MessagesStreamWriter implements StreamWriter {
   readonly #head: ResponseHead;
   readonly #inputTokens: number;
+  #finish: FinishReason = 'stop';
 
   constructor(head: ResponseHead, inputTokens: number) {
     this.#head = head;
@@ -100,7 +107,7 @@ class MessagesStreamWriter implements StreamWriter {
     return event('content_block_delta', { delta: { type: 'text_delta', text }, index: 0 });
   }
 
-  first(text: string): string {
+  start(): string {
     const message = {
       id: this.#head.id,
       type: 'message',
@@ -113,20 +120,20 @@ class MessagesStreamWriter implements StreamWriter {
     };
     return (
       event('message_start', { message }) +
-      event('content_block_start', { content_block: { type: 'text', text: '' }, index: 0 }) +
-      this.#delta(text)
+      event('content_block_start', { content_block: { type: 'text', text: '' }, index: 0 })
     );
   }
 
-  token(text: string): string {
+  tokens(_index: number, text: string, end: ChoiceEnd | undefined): string {
+    if (end !== undefined) this.#finish = end.finish;
     return this.#delta(text);
   }
 
-  end(finish: FinishReason, usage: AnswerUsage): string {
+  end(usage: AnswerUsage): string {
     return (
       event('content_block_stop', { index: 0 }) +
       event('message_delta', {
-        delta: { stop_reason: stopReason(finish), stop_sequence: null },
+        delta: { stop_reason: stopReason(this.#finish), stop_sequence: null },
         usage: { input_tokens: usage.promptTokens, output_tokens: usage.completionTokens },
       }) +
       event('message_stop', {})
@@ -138,14 +145,15 @@ function messagesWire(inputTokens: number): GenerationWire {
   return {
     kind: 'messages',
     idPrefix: 'chatcmpl',
+    orca: false,
     streamWriter: (head) => new MessagesStreamWriter(head, inputTokens),
-    fullBody: (head, text, finish, usage) => ({
+    fullBody: (head, [choice], usage) => ({
       id: head.id,
       type: 'message',
       role: 'assistant',
-      content: [{ type: 'text', text }],
+      content: [{ type: 'text', text: choice?.text ?? '' }],
       model: head.model,
-      stop_reason: stopReason(finish),
+      stop_reason: stopReason(choice?.finish ?? 'stop'),
       usage: { input_tokens: usage.promptTokens, output_tokens: usage.completionTokens },
     }),
   };
@@ -161,7 +169,12 @@ export function messagesRoutes(sim: Simulator): Route[] {
         const request = parseMessages(body, false);
         if (isApiError(request)) return sendBadRequest(sim, ex.res, request);
         const inputTokens = tokenizePrompt(request.promptText, sim.options()).tokens;
-        serveGeneration(sim, ex, { ...request, includeUsage: false }, messagesWire(inputTokens));
+        serveGeneration(
+          sim,
+          ex,
+          { ...request, maxTokensField: 'max_tokens', n: 1, stop: [], includeUsage: false },
+          messagesWire(inputTokens),
+        );
       },
     },
     {

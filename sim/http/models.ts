@@ -1,6 +1,7 @@
 /**
  * The served model: which names the simulator answers to, and `GET /v1/models[/<id>]`.
  */
+import { randomBytes } from 'node:crypto';
 import type { SimOptions } from '../options.ts';
 import type { Simulator } from '../simulator.ts';
 import { modelNotFound } from './api-error.ts';
@@ -24,8 +25,45 @@ export function resolveModel(o: SimOptions, requested: string | undefined): stri
   return requested ?? listedModel(o);
 }
 
-function modelObject(id: string): Record<string, unknown> {
-  return { id, object: 'model', created: 0, owned_by: 'switchyard-sim' };
+/** The context length reported (`/v1/models`, `/tokenize`) when `maxModelLen` is unset. */
+const UNLIMITED_MODEL_LEN = 131_072;
+
+/** The context length vLLM would report: `maxModelLen`, or a large one when there is no limit. */
+export function reportedMaxModelLen(o: SimOptions): number {
+  return o.maxModelLen ?? UNLIMITED_MODEL_LEN;
+}
+
+/**
+ * A model as vLLM lists it: `created` the current time, `owned_by: "vllm"`, `root` the model's
+ * path (here its name: the simulator loads no files), and a permission entry of fixed flags.
+ */
+function modelObject(id: string, o: SimOptions): Record<string, unknown> {
+  const created = Math.floor(Date.now() / 1000);
+  return {
+    id,
+    object: 'model',
+    created,
+    owned_by: 'vllm',
+    root: id,
+    parent: null,
+    max_model_len: reportedMaxModelLen(o),
+    permission: [
+      {
+        id: `modelperm-${randomBytes(8).toString('hex')}`,
+        object: 'model_permission',
+        created,
+        allow_create_engine: false,
+        allow_sampling: true,
+        allow_logprobs: true,
+        allow_search_indices: false,
+        allow_view: true,
+        allow_fine_tuning: false,
+        organization: '*',
+        group: null,
+        is_blocking: false,
+      },
+    ],
+  };
 }
 
 export function modelsRoutes(sim: Simulator): Route[] {
@@ -34,7 +72,10 @@ export function modelsRoutes(sim: Simulator): Route[] {
       kind: 'read',
       path: '/v1/models',
       handle: ({ res }) =>
-        sendJson(res, 200, { object: 'list', data: [modelObject(listedModel(sim.options()))] }),
+        sendJson(res, 200, {
+          object: 'list',
+          data: [modelObject(listedModel(sim.options()), sim.options())],
+        }),
     },
     {
       kind: 'read',
@@ -43,7 +84,9 @@ export function modelsRoutes(sim: Simulator): Route[] {
       handle: ({ res, path }) => {
         const id = decodeURIComponent(path.slice('/v1/models/'.length));
         const only = sim.options().model;
-        if (only === undefined || id === only) return sendJson(res, 200, modelObject(id));
+        if (only === undefined || id === only) {
+          return sendJson(res, 200, modelObject(id, sim.options()));
+        }
         sendError(res, modelNotFound(id, only));
       },
     },

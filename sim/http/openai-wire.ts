@@ -1,12 +1,14 @@
 /**
- * OpenAI's wire format as far as the simulator speaks it: request parsing and validation,
- * response objects and SSE chunks (errors: api-error.ts).
+ * OpenAI's wire format as vLLM 0.32 speaks it (test/engine/fixtures/chat*.http,
+ * completions*.http): request parsing and validation, response objects and SSE chunks, with
+ * vLLM's own fields (errors: api-error.ts).
  */
-import type { FinishReason } from '../engine/answer.ts';
 import { badRequest, isApiError } from './api-error.ts';
 import type { ApiError } from './api-error.ts';
 import type {
   AnswerUsage,
+  ChoiceEnd,
+  ChoiceOutput,
   GenerationRequest,
   GenerationWire,
   ResponseHead,
@@ -40,16 +42,47 @@ function contentText(content: unknown): string | undefined {
   return text;
 }
 
-function maxTokensOf(body: Record<string, unknown>): number | ApiError | undefined {
+function maxTokensOf(
+  body: Record<string, unknown>,
+): { value: number | undefined; field: string } | ApiError {
   for (const field of ['max_completion_tokens', 'max_tokens']) {
     const value = body[field];
     if (value === undefined || value === null) continue;
     if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 10_000_000) {
       return badRequest(`${field} must be a positive integer`, field);
     }
-    return value;
+    return { value, field };
   }
-  return undefined;
+  return { value: undefined, field: 'max_tokens' };
+}
+
+/** Below this temperature vLLM samples greedily (its `_SAMPLING_EPS`). */
+const GREEDY_BELOW = 1e-5;
+/** vLLM's default temperature when the request sets none (and the model's config neither). */
+const DEFAULT_TEMPERATURE = 1;
+
+/** `n` and `temperature`: several answers need sampling, as vLLM refuses them when greedy. */
+function choicesOf(body: Record<string, unknown>): number | ApiError {
+  const n = body['n'] ?? 1;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 128) {
+    return badRequest('n must be an integer from 1 to 128', 'n');
+  }
+  const temperature = body['temperature'] ?? DEFAULT_TEMPERATURE;
+  if (typeof temperature !== 'number' || temperature < 0) {
+    return badRequest('temperature must be a number >= 0', 'temperature');
+  }
+  if (n > 1 && temperature < GREEDY_BELOW) {
+    return badRequest(`n must be 1 when using greedy sampling, got ${n}.`);
+  }
+  return n;
+}
+
+/** `stop`: a string or a list of them. */
+function stopOf(body: Record<string, unknown>): string[] | ApiError {
+  const stop = body['stop'] ?? [];
+  if (typeof stop === 'string') return [stop];
+  if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) return stop;
+  return badRequest('stop must be a string or a list of strings', 'stop');
 }
 
 /** Chat: the prompt is the messages' text contents joined by newlines. Completions: `prompt`. */
@@ -85,6 +118,10 @@ export function parseGeneration(kind: GenerationKind, body: unknown): Generation
 
   const maxTokens = maxTokensOf(body);
   if (isApiError(maxTokens)) return maxTokens;
+  const n = choicesOf(body);
+  if (isApiError(n)) return n;
+  const stop = stopOf(body);
+  if (isApiError(stop)) return stop;
 
   const stream = body['stream'] ?? false;
   if (typeof stream !== 'boolean') return badRequest('stream must be a boolean', 'stream');
@@ -95,7 +132,16 @@ export function parseGeneration(kind: GenerationKind, body: unknown): Generation
   if (typeof includeUsage !== 'boolean') {
     return badRequest('stream_options.include_usage must be a boolean', 'stream_options');
   }
-  return { model, promptText, maxTokens, stream, includeUsage: stream && includeUsage };
+  return {
+    model,
+    promptText,
+    maxTokens: maxTokens.value,
+    maxTokensField: maxTokens.field,
+    n,
+    stop,
+    stream,
+    includeUsage: stream && includeUsage,
+  };
 }
 
 export interface EmbeddingInput {
@@ -149,116 +195,165 @@ export function parseEmbedding(body: unknown): EmbeddingRequest | ApiError {
   return { model, inputs, dimensions, base64: format === 'base64' };
 }
 
-interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
-}
-
-function openAiUsage(u: AnswerUsage): Usage {
-  return {
+/**
+ * vLLM's `usage`: `prompt_tokens_details` only says `cached_tokens` when some were (as vLLM
+ * started with `--enable-prompt-tokens-details` does; without that flag it is always null), and a
+ * stream's usage chunk drops the null details altogether.
+ */
+function openAiUsage(u: AnswerUsage, inStream: boolean): Record<string, unknown> {
+  const usage: Record<string, unknown> = {
     prompt_tokens: u.promptTokens,
-    completion_tokens: u.completionTokens,
     total_tokens: u.promptTokens + u.completionTokens,
-    prompt_tokens_details: { cached_tokens: u.cachedTokens },
+    completion_tokens: u.completionTokens,
   };
+  const details = u.cachedTokens > 0 ? { cached_tokens: u.cachedTokens } : null;
+  if (!inStream) {
+    usage['prompt_tokens_details'] = details;
+    usage['completion_tokens_details'] = null;
+  } else if (details !== null) usage['prompt_tokens_details'] = details;
+  return usage;
 }
 
 /**
- * Builds the SSE events of one stream. The invariant parts of a chunk are serialised once, so a
- * token costs one string concatenation instead of a JSON.stringify.
+ * Builds the SSE events of one stream as vLLM writes them: chat opens with one role chunk per
+ * choice (`delta: {role, content: ""}`, no text), then each chunk of tokens is one event, the last
+ * of a choice carrying its `finish_reason` and `stop_reason` (no empty finish chunk of its own);
+ * `system_fingerprint` comes once, on the finishing chunk, or on the usage chunk (`choices: []`)
+ * when `stream_options.include_usage` asked for one; then `data: [DONE]`. Completions have no role
+ * chunk. The invariant parts of a chunk are serialised once, so a token costs a few string
+ * concatenations instead of a JSON.stringify.
  */
 export class ChunkWriter implements StreamWriter {
   readonly #kind: GenerationKind;
-  readonly #head: string;
+  readonly #choiceCount: number;
+  /** `data: {"id":…,"model":…,"choices":[{"index":` */
   readonly #open: string;
+  /** `,"system_fingerprint":…` or '' */
+  readonly #fingerprint: string;
   readonly #includeUsage: boolean;
-  readonly #usageNull: string;
+  readonly #head: string;
 
-  constructor(kind: GenerationKind, head: ResponseHead, includeUsage: boolean) {
+  constructor(kind: GenerationKind, head: ResponseHead, includeUsage: boolean, choices = 1) {
     this.#kind = kind;
+    this.#choiceCount = choices;
     const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
-    const fp =
+    this.#head =
+      `data: {"id":${JSON.stringify(head.id)},"object":"${object}","created":${head.created},` +
+      `"model":${JSON.stringify(head.model)},"choices":`;
+    this.#open = `${this.#head}[{"index":`;
+    this.#fingerprint =
       head.fingerprint === undefined
         ? ''
         : `,"system_fingerprint":${JSON.stringify(head.fingerprint)}`;
-    this.#head =
-      `data: {"id":${JSON.stringify(head.id)},"object":"${object}","created":${head.created},` +
-      `"model":${JSON.stringify(head.model)}${fp},"choices":`;
-    this.#open = this.#head + (kind === 'chat' ? '[{"index":0,"delta":' : '[{"text":');
     this.#includeUsage = includeUsage;
-    this.#usageNull = includeUsage ? ',"usage":null' : '';
   }
 
-  #chunk(deltaOrText: string, finish: FinishReason | undefined): string {
-    const reason = finish === undefined ? 'null' : `"${finish}"`;
-    const rest =
-      this.#kind === 'chat'
-        ? `,"logprobs":null,"finish_reason":${reason}}]`
-        : `,"index":0,"logprobs":null,"finish_reason":${reason}}]`;
-    return this.#open + deltaOrText + rest + this.#usageNull + '}\n\n';
-  }
-
-  /** The first token's chunk (chat: carries `delta.role`). */
-  first(text: string): string {
-    return this.#kind === 'chat'
-      ? this.#chunk(`{"role":"assistant","content":${JSON.stringify(text)}}`, undefined)
-      : this.#chunk(JSON.stringify(text), undefined);
-  }
-
-  token(text: string): string {
-    return this.#kind === 'chat'
-      ? this.#chunk(`{"content":${JSON.stringify(text)}}`, undefined)
-      : this.#chunk(JSON.stringify(text), undefined);
-  }
-
-  /** The finish chunk (an empty delta), the usage chunk when asked for, then `[DONE]`. */
-  end(finish: FinishReason, usage: AnswerUsage): string {
-    let tail = this.#chunk(this.#kind === 'chat' ? '{}' : '""', finish);
-    if (this.#includeUsage) {
-      tail += this.#head + `[],"usage":${JSON.stringify(openAiUsage(usage))}}\n\n`;
+  start(): string {
+    if (this.#kind !== 'chat') return '';
+    let out = '';
+    for (let index = 0; index < this.#choiceCount; index++) {
+      out +=
+        `${this.#open}${index},"delta":{"role":"assistant","content":""},"logprobs":null,` +
+        `"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n`;
     }
-    return tail + 'data: [DONE]\n\n';
+    return out;
+  }
+
+  tokens(index: number, text: string, end: ChoiceEnd | undefined): string {
+    const body =
+      this.#kind === 'chat'
+        ? `,"delta":{"content":${JSON.stringify(text)}},"logprobs":null,`
+        : `,"text":${JSON.stringify(text)},"logprobs":null,`;
+    let tail: string;
+    if (end === undefined) {
+      tail =
+        this.#kind === 'chat'
+          ? '"finish_reason":null,"token_ids":null}]}'
+          : '"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}';
+    } else {
+      const reasons = `"finish_reason":"${end.finish}","stop_reason":${JSON.stringify(end.stopReason)}`;
+      const fingerprint = this.#includeUsage ? '' : this.#fingerprint;
+      tail =
+        this.#kind === 'chat'
+          ? `${reasons},"token_ids":null}]${fingerprint}}`
+          : `${reasons},"prompt_token_ids":null,"token_ids":null}]${fingerprint}}`;
+    }
+    return `${this.#open}${index}${body}${tail}\n\n`;
+  }
+
+  end(usage: AnswerUsage): string {
+    const usageChunk = this.#includeUsage
+      ? `${this.#head}[],"usage":${JSON.stringify(openAiUsage(usage, true))}${this.#fingerprint}}\n\n`
+      : '';
+    return `${usageChunk}data: [DONE]\n\n`;
   }
 }
 
+/** A whole answer, with vLLM's fields in vLLM's order (most of them null on this server). */
 function fullResponse(
   kind: GenerationKind,
   head: ResponseHead,
-  text: string,
-  finish: FinishReason,
-  u: Usage,
+  choices: readonly ChoiceOutput[],
+  usage: AnswerUsage,
 ): Record<string, unknown> {
-  const base: Record<string, unknown> = {
+  const body: Record<string, unknown> = {
     id: head.id,
     object: kind === 'chat' ? 'chat.completion' : 'text_completion',
     created: head.created,
     model: head.model,
-  };
-  if (head.fingerprint !== undefined) base['system_fingerprint'] = head.fingerprint;
-  base['choices'] =
-    kind === 'chat'
-      ? [
-          {
-            index: 0,
-            message: { role: 'assistant', content: text, refusal: null },
+    choices: choices.map((c, index) =>
+      kind === 'chat'
+        ? {
+            index,
+            message: {
+              role: 'assistant',
+              content: c.text,
+              refusal: null,
+              annotations: null,
+              audio: null,
+              function_call: null,
+              reasoning: null,
+            },
             logprobs: null,
-            finish_reason: finish,
+            finish_reason: c.finish,
+            stop_reason: c.stopReason,
+            token_ids: null,
+            routed_experts: null,
+          }
+        : {
+            index,
+            text: c.text,
+            logprobs: null,
+            finish_reason: c.finish,
+            stop_reason: c.stopReason,
+            token_ids: null,
+            prompt_logprobs: null,
+            prompt_token_ids: null,
+            routed_experts: null,
           },
-        ]
-      : [{ text, index: 0, logprobs: null, finish_reason: finish }];
-  base['usage'] = u;
-  return base;
+    ),
+    service_tier: null,
+  };
+  if (head.fingerprint !== undefined) body['system_fingerprint'] = head.fingerprint;
+  body['usage'] = openAiUsage(usage, false);
+  if (kind === 'chat') {
+    body['prompt_logprobs'] = null;
+    body['prompt_token_ids'] = null;
+    body['prompt_text'] = null;
+  }
+  body['kv_transfer_params'] = null;
+  body['ec_transfer_params'] = null;
+  body['metrics'] = null;
+  return body;
 }
 
-/** Chat completions (`chat`) or legacy completions (`completion`): one format, two shapes. */
-export function openAiGenerationWire(kind: GenerationKind): GenerationWire {
+/** Chat completions (`chat`) or legacy completions (`completion`) of `n` choices. */
+export function openAiGenerationWire(kind: GenerationKind, n = 1): GenerationWire {
   return {
     kind,
     idPrefix: kind === 'chat' ? 'chatcmpl' : 'cmpl',
-    streamWriter: (head, includeUsage) => new ChunkWriter(kind, head, includeUsage),
-    fullBody: (head, text, finish, usage) =>
-      fullResponse(kind, head, text, finish, openAiUsage(usage)),
+    orca: true,
+    streamWriter: (head, includeUsage) => new ChunkWriter(kind, head, includeUsage, n),
+    fullBody: (head, choices, usage) => fullResponse(kind, head, choices, usage),
   };
 }

@@ -5,7 +5,13 @@
  */
 import type { FinishReason } from '../engine/answer.ts';
 import { badRequest, type ApiError } from './api-error.ts';
-import type { AnswerUsage, GenerationWire, ResponseHead, StreamWriter } from './generation.ts';
+import type {
+  AnswerUsage,
+  ChoiceEnd,
+  GenerationWire,
+  ResponseHead,
+  StreamWriter,
+} from './generation.ts';
 
 export interface ResponsesRequest {
   model: string | undefined;
@@ -101,9 +107,19 @@ function usageOf(u: AnswerUsage | null): unknown {
   if (u === null) return null;
   return {
     input_tokens: u.promptTokens,
-    input_tokens_details: { cached_tokens: u.cachedTokens },
+    input_tokens_details: {
+      cached_tokens: u.cachedTokens,
+      cache_write_tokens: 0,
+      input_tokens_per_turn: [],
+      cached_tokens_per_turn: [],
+    },
     output_tokens: u.completionTokens,
-    output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens_details: {
+      reasoning_tokens: 0,
+      tool_output_tokens: 0,
+      output_tokens_per_turn: [],
+      tool_output_tokens_per_turn: [],
+    },
     total_tokens: u.promptTokens + u.completionTokens,
   };
 }
@@ -119,6 +135,7 @@ function messageItem(itemId: string, text: string, status: string): Record<strin
     role: 'assistant',
     status,
     type: 'message',
+    phase: null,
   };
 }
 
@@ -157,6 +174,12 @@ function responseObject(
     truncation: 'disabled',
     usage: usageOf(usage),
     user: null,
+    presence_penalty: 0,
+    frequency_penalty: 0,
+    kv_transfer_params: null,
+    ec_transfer_params: null,
+    input_messages: null,
+    output_messages: null,
   };
 }
 
@@ -170,6 +193,7 @@ class ResponsesStreamWriter implements StreamWriter {
   readonly #onDone: (response: ResponseObject) => void;
   #sequence = 0;
   #text = '';
+  #finish: FinishReason = 'stop';
 
   constructor(
     head: ResponseHead,
@@ -198,7 +222,7 @@ class ResponsesStreamWriter implements StreamWriter {
     });
   }
 
-  first(text: string): string {
+  start(): string {
     const created = responseObject(this.#head, this.#request, [], 'in_progress', null);
     return (
       this.#event('response.created', { response: created }) +
@@ -212,19 +236,25 @@ class ResponsesStreamWriter implements StreamWriter {
         item_id: this.#itemId,
         output_index: 0,
         part: { annotations: [], text: '', type: 'output_text', logprobs: [] },
-      }) +
-      this.#delta(text)
+      })
     );
   }
 
-  token(text: string): string {
+  tokens(_index: number, text: string, end: ChoiceEnd | undefined): string {
+    if (end !== undefined) this.#finish = end.finish;
     return this.#delta(text);
   }
 
-  end(finish: FinishReason, usage: AnswerUsage): string {
+  end(usage: AnswerUsage): string {
     const text = this.#text;
     const item = messageItem(this.#itemId, text, 'completed');
-    const done = responseObject(this.#head, this.#request, [item], finalStatus(finish), usage);
+    const done = responseObject(
+      this.#head,
+      this.#request,
+      [item],
+      finalStatus(this.#finish),
+      usage,
+    );
     this.#onDone(done);
     return (
       this.#event('response.output_text.done', {
@@ -254,13 +284,16 @@ export function responsesWire(
   return {
     kind: 'responses',
     idPrefix: 'resp',
+    orca: false,
     streamWriter: (head) =>
       new ResponsesStreamWriter(head, request, (response) =>
         onDone(response, outputText(response)),
       ),
-    fullBody: (head, text, finish, usage) => {
+    fullBody: (head, [choice], usage) => {
+      const text = choice?.text ?? '';
       const item = messageItem(`msg_${head.id}`, text, 'completed');
-      const response = responseObject(head, request, [item], finalStatus(finish), usage);
+      const status = finalStatus(choice?.finish ?? 'stop');
+      const response = responseObject(head, request, [item], status, usage);
       onDone(response, text);
       return response;
     },

@@ -17,6 +17,7 @@ import type { SimOptions } from '../options.ts';
 import type { Simulator } from '../simulator.ts';
 import { hashString32 } from '../engine/hash.ts';
 import { badRequest, isApiError } from './api-error.ts';
+import { reportedMaxModelLen } from './models.ts';
 import { parseGeneration } from './openai-wire.ts';
 import { sendError, sendJson } from './respond.ts';
 import type { Route } from './route.ts';
@@ -26,9 +27,6 @@ export const IMITATED_VLLM_VERSION = '0.32.0';
 
 /** A vocabulary of this many ids: `hash(text of a token) mod VOCAB`. */
 const VOCAB = 32_000;
-
-/** The context length `/tokenize` reports. */
-const MAX_MODEL_LEN = 131_072;
 
 /** The stand-in tokenizer: one token per `charsPerToken` characters, its id a hash of them. */
 export function tokenIds(text: string, o: Pick<SimOptions, 'charsPerToken'>): number[] {
@@ -44,7 +42,7 @@ export function vllmExtraRoutes(sim: Simulator): Route[] {
     const tokens = tokenIds(text, sim.options());
     sendJson(ex.res, 200, {
       count: tokens.length,
-      max_model_len: MAX_MODEL_LEN,
+      max_model_len: reportedMaxModelLen(sim.options()),
       tokens,
       token_strs: null,
     });
