@@ -955,4 +955,17 @@ void test('apiKey: vLLM’s 401 on the API paths without the bearer key; the res
     sim.configure({ apiKey: undefined });
     assert.equal((await fetch(sim.url + '/v1/models')).status, 200);
   });
+  const logged: string[] = [];
+  const log = (obj: object, msg: string) => logged.push(JSON.stringify({ ...obj, msg }));
+  const quiet = await startSim({}, { logger: { debug: log, info: log, warn: log } });
+  try {
+    quiet.configure({ apiKey: 'secret-k2' });
+    assert.ok(
+      logged.some((l) => l.includes('"apiKey":"[set]"')),
+      logged.join('\n'),
+    );
+    assert.ok(!logged.some((l) => l.includes('secret-k2')), 'the key stays out of the log');
+  } finally {
+    await quiet.close();
+  }
 });

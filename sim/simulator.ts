@@ -138,7 +138,11 @@ export class Simulator {
     if (!checked.ok) throw new SimOptionError(checked.field, checked.message);
     this.#opts = { ...this.#opts, ...checked.patch };
     this.engine.setOptions(this.#opts);
-    this.log.info({ patch: checked.patch }, 'options changed');
+    const { apiKey, ...rest } = checked.patch;
+    // The key itself stays out of the log.
+    const logged =
+      'apiKey' in checked.patch ? { ...rest, apiKey: apiKey === undefined ? null : '[set]' } : rest;
+    this.log.info({ patch: logged }, 'options changed');
     return this.effectiveOptions();
   }
 
