@@ -89,25 +89,31 @@ export async function startClusterDns(cluster: Cluster, address: string): Promis
     );
     return res.status === 200 ? (res.body.spec?.clusterIP ?? 'None') : undefined;
   };
+  let closed = false;
+  // A lookup still waiting on the API server when the test closes the server must not answer
+  // into the closed socket: send() throws there, as an unhandled rejection after the test ended.
+  const reply = (buf: Buffer, port: number, address: string): void => {
+    if (!closed) socket.send(buf, port, address);
+  };
   socket.on('message', (msg, from) => {
     const q = parseQuestion(msg);
     if (q === undefined) return;
     void clusterIp(q.name).then(
       (ip) => {
-        let reply: Buffer;
+        let response: Buffer;
         if (ip === undefined) {
           counts.nxdomain++;
-          reply = answer(q, 3);
+          response = answer(q, 3);
         } else if (q.type === TYPE_A && /^\d+\.\d+\.\d+\.\d+$/.test(ip)) {
           counts.a++;
-          reply = answer(q, 0, ip);
+          response = answer(q, 0, ip);
         } else {
           counts.nodata++;
-          reply = answer(q, 0);
+          response = answer(q, 0);
         }
-        socket.send(reply, from.port, from.address);
+        reply(response, from.port, from.address);
       },
-      () => socket.send(answer(q, 2), from.port, from.address), // SERVFAIL
+      () => reply(answer(q, 2), from.port, from.address), // SERVFAIL
     );
   });
   await new Promise<void>((resolve, reject) => {
@@ -119,6 +125,10 @@ export async function startClusterDns(cluster: Cluster, address: string): Promis
   });
   return {
     counts,
-    close: () => new Promise((resolve) => socket.close(() => resolve())),
+    close: () =>
+      new Promise((resolve) => {
+        closed = true;
+        socket.close(() => resolve());
+      }),
   };
 }
