@@ -355,6 +355,15 @@ describe('exchange', () => {
       }
     }
 
+    /** Feeds `call` chunks until the client's socket is full and the proxy pauses the upstream. */
+    async function fillClientSocket(call: FakeCall): Promise<void> {
+      for (let i = 0; i < 400 && !call.paused; i++) {
+        call.handler.onData(CHUNK);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      assert.equal(call.paused, true, 'the client socket filled');
+    }
+
     /** `switchyard_client_stalled_total` (a counter not incremented yet has no line: 0). */
     const stalledCount = async (): Promise<number> => {
       const text = await metrics.registry.getSingleMetricAsString(
@@ -371,12 +380,7 @@ describe('exchange', () => {
       const closed = streamReadWhile(() => reading, 20);
       const call = await upstream.call(1);
       call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
-      // Until the client's socket is full and the proxy pauses the upstream.
-      for (let i = 0; i < 400 && !call.paused; i++) {
-        call.handler.onData(CHUNK);
-        await new Promise((resolve) => setImmediate(resolve));
-      }
-      assert.equal(call.paused, true, 'the client socket filled');
+      await fillClientSocket(call);
       for (let i = 0; i < 1_000 && !call.aborted; i++) await sleep(5);
       assert.equal(call.aborted, true, 'the upstream request is aborted');
       // A client that does not read cannot see its connection close: it does once it reads.
@@ -425,11 +429,7 @@ describe('exchange', () => {
       const closed = streamReadWhile(() => reading, 20);
       const call = await upstream.call(1);
       call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
-      for (let i = 0; i < 400 && !call.paused; i++) {
-        call.handler.onData(CHUNK);
-        await new Promise((resolve) => setImmediate(resolve));
-      }
-      assert.equal(call.paused, true, 'the client socket filled');
+      await fillClientSocket(call);
       // The upstream breaks off: the attempt ends (the client gets the SSE error event, whenever
       // it reads again), and with it the clock of clientStall.
       call.handler.onError('ECONNRESET');
