@@ -11,3 +11,6 @@ export function parseDuration(value: string): number | undefined {
   const unit = match[2] ?? 's';
   return n * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[unit]!;
 }
+
+/** The longest delay a Node timer takes (2^31 − 1 ms, ~24.8 days); a longer one fires at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;

@@ -2,10 +2,8 @@
  * The engine's time on the real clock: `performance.now()` and Node timers.
  */
 import { performance } from 'node:perf_hooks';
+import { MAX_TIMER_MS } from '../lib/duration.ts';
 import type { EngineTime, TimerId } from './engine/engine-time.ts';
-
-/** Node's setTimeout fires at once (with a warning) beyond 2^31 − 1 ms: clamp instead. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export const wallTime: EngineTime = {
   nowMs: () => performance.now(),

@@ -18,6 +18,7 @@ import type {
 import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import { CLIENT_STALL_MS } from '../../crds/policy-defaults.ts';
+import { MAX_TIMER_MS } from '../../lib/duration.ts';
 import {
   ORCA_REQUEST_HEADER,
   ORCA_RESPONSE_HEADER,
@@ -57,9 +58,6 @@ const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encod
 
 /** How long the body of a retried 5xx/429 may take to drain before its connection is dropped. */
 const UPSTREAM_DRAIN_TIMEOUT_MS = 1_000;
-
-/** The longest delay a Node timer takes; a longer one fires at once. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * A configured timeout as a timer delay: the schema takes durations up to 999999h, and a Node
