@@ -5,7 +5,7 @@
 #
 #   scripts/engine/capture-fixtures.sh URL MODEL [KEYED_URL KEY]
 #
-#     URL        a vLLM server started as test/engine/vllm.ts starts it, e.g. http://127.0.0.1:8000
+#     URL        a vLLM server started as harness/engine/vllm.ts starts it, e.g. http://127.0.0.1:8000
 #     MODEL      its served model name
 #     KEYED_URL  optionally a second one started with --api-key KEY (for the 401 samples)
 #

@@ -16,11 +16,14 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { APIError } from 'openai';
 import { startSidecar, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import { METRICS_TTL_MS } from '../../sidecar/admin/admin-server.ts';
 import { debugBackends, eventually } from '../helpers.ts';
-import { engineInstalled, engineVenv, tinyModel } from './engine-install.ts';
-import { startVllm, stopVllms, type VllmServer } from './vllm.ts';
+import { engineInstalled, engineVenv, tinyModel } from '../../harness/engine/install.ts';
+import { startVllm, stopVllms, type VllmServer } from '../../harness/engine/vllm.ts';
 
 const ENABLED = process.env['SWITCHYARD_ENGINE_TESTS'] !== '0' || engineInstalled();
 const SKIP = ENABLED
@@ -30,6 +33,11 @@ const SKIP = ENABLED
 const SETUP_TIMEOUT_MS = 40 * 60_000;
 const SERVER_KEY = 'engine-test-key';
 const KEY_ENV = 'SWITCHYARD_ENGINE_TEST_KEY';
+/**
+ * a and b keep Responses in memory, so that `previous_response_id` works through the sidecar; c
+ * keeps vLLM's default (not stored), which the direct checks show.
+ */
+const STORE = { VLLM_ENABLE_RESPONSES_API_STORE: '1' };
 const HELLO = [{ role: 'user' as const, content: 'hello there' }];
 /** Over the 2,048-token context of every server (3 tokens a repetition with the tiny tokenizer). */
 const TOO_LONG = 'hello model answer '.repeat(800);
@@ -43,6 +51,8 @@ interface DriftEndpoint {
   driftMismatches: number;
   requests: number;
   errors: number;
+  /** The server's last load report, while fresh (ORCA header or a /metrics scrape). */
+  reported: { running?: number; waiting?: number; kvCacheUsage?: number } | null;
 }
 
 const endpoints = async (sidecar: RunningProcess): Promise<DriftEndpoint[]> =>
@@ -56,6 +66,8 @@ const endpointOf = async (sidecar: RunningProcess, backend: string): Promise<Dri
 
 /** The sidecar's count of attempts answered 4xx, over all endpoints. */
 async function attempts4xx(sidecar: RunningProcess): Promise<number> {
+  // The sidecar reuses a /metrics text for METRICS_TTL_MS: wait for one rendered after now.
+  await sleep(METRICS_TTL_MS + 50);
   const text = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();
   let sum = 0;
   for (const line of text.split('\n')) {
@@ -76,7 +88,11 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
   const sidecars: RunningProcess[] = [];
 
   /** Writes a pool file and starts a sidecar on it (stopped in `after`). */
-  const sidecar = async (name: string, spec: string[]): Promise<RunningProcess> => {
+  const sidecar = async (
+    name: string,
+    spec: string[],
+    flags: string[] = [],
+  ): Promise<RunningProcess> => {
     const file = join(dir, `${name}.yaml`);
     await writeFile(
       file,
@@ -89,7 +105,7 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
         '',
       ].join('\n'),
     );
-    const started = await startSidecar(file, [], { [KEY_ENV]: SERVER_KEY });
+    const started = await startSidecar(file, flags, { [KEY_ENV]: SERVER_KEY });
     sidecars.push(started);
     return started;
   };
@@ -105,12 +121,13 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
       const [seed1, seed2] = await Promise.all([tinyModel(1), tinyModel(2)]);
       const log = (name: string): string => join(dir, `vllm-${name}.log`);
       [a, b, c] = await Promise.all([
-        startVllm({ venv, model: seed1, servedName: 'tiny', logFile: log('a') }),
+        startVllm({ venv, model: seed1, servedName: 'tiny', logFile: log('a'), env: STORE }),
         startVllm({
           venv,
           model: seed1,
           servedName: 'tiny',
           logFile: log('b'),
+          env: STORE,
           apiKey: SERVER_KEY,
           // A second name, for the model rewrite; responses carry the first one.
           extraArgs: ['--served-model-name', 'tiny', 'tiny-b'],
@@ -199,7 +216,7 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
     });
 
     test('Responses and Messages are served directly; a response is not stored by default', async () => {
-      const direct = clientFor(a!.url);
+      const direct = clientFor(c!.url);
       const response = await direct.responses.create({
         model: 'tiny',
         input: 'hello there',
@@ -208,9 +225,9 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
       });
       assert.equal(response.status, 'incomplete');
       assert.equal(response.usage?.output_tokens, 3);
-      const missing = await fetch(`${a!.url}/v1/responses/${response.id}`);
+      const missing = await fetch(`${c!.url}/v1/responses/${response.id}`);
       assert.equal(missing.status, 404);
-      const message = await fetch(`${a!.url}/v1/messages`, {
+      const message = await fetch(`${c!.url}/v1/messages`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ model: 'tiny', max_tokens: 3, messages: HELLO }),
@@ -502,21 +519,129 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
     test('/v1/models as the union of the endpoints’ lists when the pool declares none', {
       todo: 'the sidecar asks one live endpoint today (docs/sidecar.md)',
     });
-    test('POST /v1/responses, streamed and not, and previous_response_id through the sidecar', {
-      todo: 'the sidecar serves it (test/sidecar/inference-api.test.ts, against the simulator); not yet checked against vLLM, whose servers here would need VLLM_ENABLE_RESPONSES_API_STORE=1',
+
+    test('POST /v1/responses through the sidecar: whole, streamed, and previous_response_id pinned to the endpoint that stored it', async () => {
+      const { data: whole, response } = await client.responses
+        .create({ model: 'tiny', input: 'hello there', max_output_tokens: 3, temperature: 0 })
+        .withResponse();
+      assert.equal(whole.object, 'response');
+      assert.equal(whole.status, 'incomplete');
+      assert.equal(whole.usage?.output_tokens, 3);
+      const home = response.headers.get('x-switchyard-backend') ?? '';
+      assert.match(home, /^[ab]\//);
+
+      const stream = await client.responses.create({
+        model: 'tiny',
+        input: 'hello there',
+        max_output_tokens: 4,
+        temperature: 0,
+        stream: true,
+      });
+      const types: string[] = [];
+      let finished: { status?: string; usage?: { output_tokens?: number } | null } | undefined;
+      for await (const event of stream) {
+        types.push(event.type);
+        if (event.type === 'response.completed' || event.type === 'response.incomplete')
+          finished = event.response;
+      }
+      assert.equal(types[0], 'response.created', types.join(' '));
+      assert.ok(types.includes('response.output_text.delta'), types.join(' '));
+      assert.equal(finished?.usage?.output_tokens, 4, types.join(' '));
+
+      // vLLM keeps a response only in the memory of the server that made it (a and b run with
+      // VLLM_ENABLE_RESPONSES_API_STORE=1): a follow-up routed anywhere else would be a 404.
+      for (let turn = 0; turn < 6; turn++) {
+        const { data: next, response: nextResponse } = await client.responses
+          .create({
+            model: 'tiny',
+            input: 'and then?',
+            previous_response_id: whole.id,
+            max_output_tokens: 2,
+            temperature: 0,
+          })
+          .withResponse();
+        assert.equal(nextResponse.headers.get('x-switchyard-backend'), home);
+        assert.equal(next.previous_response_id, whole.id);
+        assert.ok((next.usage?.input_tokens ?? 0) > (whole.usage?.input_tokens ?? 0));
+      }
+      const stored = await fetch(`${proxy.url}/v1/responses/${whole.id}`);
+      assert.equal(stored.status, 200);
+      assert.equal(((await stored.json()) as { id: string }).id, whole.id);
     });
-    test('POST /v1/messages, streamed and not, through the sidecar', {
-      todo: 'the sidecar serves it (test/sidecar/inference-api.test.ts, against the simulator); not yet checked against vLLM',
+
+    test('POST /v1/messages through the sidecar, whole and streamed, as vLLM answers it directly', async () => {
+      const anthropic = (url: string): Anthropic =>
+        new Anthropic({ baseURL: url, apiKey: 'client-key', maxRetries: 0, timeout: 120_000 });
+      const request = { model: 'tiny', max_tokens: 5, temperature: 0, messages: HELLO };
+      const direct = await anthropic(a!.url).messages.create(request);
+      const through = await anthropic(proxy.url).messages.create(request);
+      assert.equal(through.type, 'message');
+      assert.equal(through.stop_reason, 'max_tokens');
+      assert.equal(through.usage.output_tokens, 5);
+      assert.deepEqual(through.content, direct.content);
+
+      const types: string[] = [];
+      let text = '';
+      const stream = await anthropic(proxy.url).messages.create({ ...request, stream: true });
+      for await (const event of stream) {
+        types.push(event.type);
+        if (event.type === 'content_block_delta' && event.delta.type === 'text_delta')
+          text += event.delta.text;
+      }
+      assert.equal(types[0], 'message_start', types.join(' '));
+      assert.equal(types.at(-1), 'message_stop', types.join(' '));
+      assert.ok(types.includes('content_block_delta'), types.join(' '));
+      const first = direct.content[0];
+      assert.equal(text, first?.type === 'text' ? first.text : undefined);
     });
-    test('the sidecar balances on the ORCA endpoint-load-metrics header vLLM sends', {
-      todo: 'the sidecar does not ask for it or read it yet (issue 15)',
+
+    test('the sidecar asks vLLM for its ORCA load report and keeps it (the client that did not ask gets no header)', async () => {
+      // Scraping off (a standalone sidecar scrapes /metrics every second by default): what is
+      // reported here came in the answer's header.
+      const orcaOnly = await sidecar(
+        'orca-only',
+        ['  affinity: {key: None}', '  backends:', backendA()],
+        ['--load-scrape-every', '0'],
+      );
+      const { response } = await clientFor(orcaOnly.url)
+        .chat.completions.create({ model: 'tiny', messages: HELLO, max_tokens: 2 })
+        .withResponse();
+      assert.equal(response.headers.get('endpoint-load-metrics'), null);
+      // A report counts for two seconds (DEFAULT_REPORT_MAX_AGE_MS): read it at once.
+      const reported = (await endpoints(orcaOnly))[0]?.reported;
+      assert.ok(reported, 'no load report kept from the ORCA header');
+      // vLLM's header names the waiting queue and the KV cache, not the running requests.
+      assert.equal(typeof reported.waiting, 'number');
+      assert.equal(typeof reported.kvCacheUsage, 'number');
+      assert.equal(reported.running, undefined);
     });
-    test(
-      'the sidecar scrapes vLLM /metrics (num_requests_waiting, num_requests_running, kv_cache_usage_perc)',
-      {
-        todo: 'the sidecar does not scrape endpoints yet (issue 15)',
-      },
-    );
+
+    test('a standalone sidecar with --load-scrape-every reads vLLM /metrics: running, waiting, kv_cache_usage_perc', async () => {
+      const scraping = await sidecar(
+        'scraping',
+        ['  affinity: {key: None}', '  backends:', backendA()],
+        ['--load-scrape-every', '100ms'],
+      );
+      // A long answer (ignore_eos: the tiny model would stop at random) is running while we look.
+      const long = fetch(`${a!.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny', prompt: 'hi', max_tokens: 1500, ignore_eos: true }),
+      }).then((r) => r.arrayBuffer());
+      let seen: Record<string, unknown> | undefined;
+      await eventually(
+        async () => {
+          const reported = (await endpoints(scraping))[0]?.reported;
+          seen = reported ?? undefined;
+          return (reported?.running ?? 0) >= 1;
+        },
+        30_000,
+        'a scrape that shows the running request',
+      );
+      await long;
+      assert.equal(typeof seen?.['waiting'], 'number');
+      assert.equal(typeof seen?.['kvCacheUsage'], 'number');
+    });
   });
 
   describe('API keys and model rewrite', () => {

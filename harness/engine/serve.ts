@@ -2,7 +2,7 @@
  * Runs vLLM servers on the tiny models by hand, the way the engine test starts them: for probing
  * with curl, capturing fixtures (scripts/engine/capture-fixtures.sh) or calibrating the simulator.
  *
- *   node test/engine/serve.ts [--seed 1] [--name tiny] [--api-key KEY] [--count 1]
+ *   node harness/engine/serve.ts [--seed 1] [--name tiny] [--api-key KEY] [--count 1]
  *
  * Installs vLLM and makes the model first if needed, prints one line per server once it serves
  * (`<url> pid <pid> seed <seed> ...`), and stops them all on Ctrl-C or SIGTERM. Logs go to
@@ -11,7 +11,7 @@
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { engineVenv, tinyModel } from './engine-install.ts';
+import { engineVenv, tinyModel } from './install.ts';
 import { startVllm, stopVllms, type VllmServer } from './vllm.ts';
 
 const { values } = parseArgs({
