@@ -11,7 +11,8 @@
  * - `stream`: passed through byte for byte as it arrives, never parsed or held whole (multipart
  *   audio uploads): no affinity, no model check or rewrite, and no retry once bytes have gone;
  * - `opaque`: read whole (up to the limit) and forwarded as it is (GET, DELETE, cancel);
- * - `models`: `/v1/models`, answered from the pool's list when it declares one.
+ * - `models`: `/v1/models`, answered from the pool's list when it declares one, else with the
+ *   union of its backends' lists (models-union.ts).
  */
 export type BodyHandling = 'json' | 'stream' | 'opaque' | 'models';
 

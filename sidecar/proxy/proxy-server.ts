@@ -11,6 +11,7 @@ import { Exchange, type ExchangeDeps, type ExchangeInit, type ResponseTap } from
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
 import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
+import { serveModelsUnion, type ModelsUnionDeps } from './models-union.ts';
 import { StoredResponses } from './stored-responses.ts';
 import type { ProxyTracer } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
@@ -53,14 +54,15 @@ export interface ProxyOptions {
 
 /**
  * The proxy's HTTP server: routes, reads and parses each client request, answers what it can
- * itself (errors, a declared model list), and hands the rest to an `Exchange` (exchange.ts), which
- * sends it upstream through `Upstream` (upstream.ts).
+ * itself (errors, a declared model list, the union of the backends' lists), and hands the rest
+ * to an `Exchange` (exchange.ts), which sends it upstream through `Upstream` (upstream.ts).
  */
 export class SidecarProxy {
   readonly server: Server;
   private readonly upstream: UpstreamClient;
   /** Shared by every exchange: built once, not per request. */
   private readonly exchangeDeps: ExchangeDeps;
+  private readonly modelsUnionDeps: ModelsUnionDeps;
   /** Which endpoint holds which stored response (Responses API). */
   private readonly storedResponses: StoredResponses;
   /** The response in progress on each client connection, for `onClientError`. */
@@ -79,6 +81,12 @@ export class SidecarProxy {
       metrics: options.metrics,
       logger: options.logger,
       nowMs: options.nowMs,
+    };
+    this.modelsUnionDeps = {
+      upstream: this.upstream,
+      metrics: options.metrics,
+      logger: options.logger,
+      maxBodyBytes: options.maxBodyBytes,
     };
     this.storedResponses = new StoredResponses(options.nowMs);
     this.server = http.createServer(
@@ -418,8 +426,10 @@ export class SidecarProxy {
       res.end(body);
       return;
     }
-    // No declared model list: ask one live endpoint.
-    this.startExchange(routed, {});
+    // No declared model list: the union of what the backends list (models-union.ts).
+    serveModelsUnion(this.modelsUnionDeps, routed.req, res, pool).catch((err: unknown) =>
+      this.internalError(res, err),
+    );
   }
 
   private serveGeneration(routed: Routed, route: InferenceRoute, raw: Buffer): void {
