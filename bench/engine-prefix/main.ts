@@ -239,6 +239,8 @@ async function main(): Promise<void> {
   const dir = tempDir('engine-prefix');
   const venv = await engineVenv();
   const model = await tinyModel(1);
+  // Before the servers start: idle vLLM servers poll, which would read as a busy machine.
+  const otherCpu = await waitQuiet(120, { belowPct: 30, windows: 2, log });
   log(`starting ${SERVERS} vLLM servers (about a minute each on 2 cores)`);
   const servers: VllmServer[] = [];
   const sidecars: RunningProcess[] = [];
@@ -276,7 +278,6 @@ async function main(): Promise<void> {
       return started;
     };
     const bySidecar = { Prefix: await sidecarFor('Prefix'), None: await sidecarFor('None') };
-    const otherCpu = await waitQuiet(60, { belowPct: 30, windows: 2, log });
     const phases: PhaseResult[] = [];
     for (let round = 1; round <= ROUNDS; round++) {
       const order: Mode[] = round % 2 === 1 ? ['None', 'Prefix'] : ['Prefix', 'None'];

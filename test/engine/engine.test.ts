@@ -515,9 +515,31 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
       for (const e of await endpoints(drift)) assert.equal(e.driftMismatches, 0, e.id);
     });
 
-    // What the issue asks for that the sidecar does not do yet.
-    test('/v1/models as the union of the endpoints’ lists when the pool declares none', {
-      todo: 'the sidecar asks one live endpoint today (docs/sidecar.md)',
+    test('/v1/models without a declared list: the union of the backends’ lists, as vLLM sent them', async () => {
+      // b serves `tiny` and `tiny-b` behind its key; a serves `tiny`, and comes first.
+      const union = await sidecar('union', [
+        '  affinity: {key: None}',
+        '  backends:',
+        backendA(),
+        `  - {name: b, url: '${b!.url}/v1', apiKeyEnv: ${KEY_ENV}}`,
+      ]);
+      const listed = [];
+      for await (const model of clientFor(union.url).models.list()) listed.push(model);
+      assert.deepEqual(
+        listed.map((m) => m.id),
+        ['tiny', 'tiny-b'],
+      );
+      // Each entry as its server sent it, vLLM's own fields included (`created` and the
+      // permission ids are made anew for every answer).
+      const fromA = (await clientFor(a!.url).models.list()).data[0]! as unknown as Record<
+        string,
+        unknown
+      >;
+      const first = listed[0] as unknown as Record<string, unknown>;
+      for (const field of ['object', 'owned_by', 'root', 'parent', 'max_model_len'])
+        assert.deepEqual(first[field], fromA[field], field);
+      assert.equal(first['max_model_len'], 2048);
+      assert.equal(listed[1]?.owned_by, 'vllm');
     });
 
     test('POST /v1/responses through the sidecar: whole, streamed, and previous_response_id pinned to the endpoint that stored it', async () => {
@@ -662,10 +684,11 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
         max_tokens: 2,
       });
       assert.equal(answer.usage?.completion_tokens, 2);
+      // b rewrites the model (to tiny-b): its own list names no name a client routes by, so a
+      // pool of b alone that declares no models lists none (the union test asks b with its key).
       const models = [];
       for await (const model of clientFor(keyed.url).models.list()) models.push(model.id);
-      // No declared models: one endpoint's own list, in vLLM's shape, fetched with the key.
-      assert.deepEqual(models.sort(), ['tiny', 'tiny-b']);
+      assert.deepEqual(models, []);
     });
 
     test('model rewrite: the client’s name is replaced by the backend’s; the answer carries the server’s first name', async () => {
