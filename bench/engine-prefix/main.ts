@@ -88,6 +88,23 @@ const SPEC: ConversationSpec = {
 /** Tokens generated per turn: the answers sent back are the workload's, not the model's. */
 const MAX_TOKENS = 8;
 const MAX_MODEL_LEN = 4096;
+/** vLLM's CPU KV block: the prefix cache finds whole blocks only. */
+const BLOCK_TOKENS = 128;
+const wholeBlocks = (tokens: number): number => Math.floor(tokens / BLOCK_TOKENS) * BLOCK_TOKENS;
+
+/** Tokens of the shared system prompt as the chat template renders it (vLLM's /tokenize). */
+async function systemTokens(server: VllmServer, system: string): Promise<number> {
+  const res = await fetch(`${server.url}/tokenize`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'tiny',
+      messages: [{ role: 'system', content: system }],
+      add_generation_prompt: false,
+    }),
+  });
+  return ((await res.json()) as { count: number }).count;
+}
 
 type Mode = 'Prefix' | 'None';
 
@@ -129,6 +146,12 @@ interface PhaseResult {
   prefixCacheQueries: number;
   prefixCacheHits: number;
   prefixCacheHitRate: number;
+  /**
+   * The hit rate of a router that sends every turn to the server of the turn before, on servers
+   * that never evict: each later turn finds the whole blocks of the previous turn's prompt, each
+   * first turn those of the shared system prompt (every server but the first to see it).
+   */
+  idealHitRate: number;
   /** Per server: hit tokens / query tokens, and how many requests it served. */
   perServer: { server: string; queries: number; hits: number; requests: number }[];
   ttftMs: { p50: number; p90: number; p99: number; mean: number };
@@ -151,6 +174,9 @@ async function runPhase(
     timeout: 120_000,
   });
   const conversations = conversationWorkload(SPEC, seed);
+  const shared = wholeBlocks(await systemTokens(servers[0]!, conversations[0]!.system));
+  /** Prompt tokens of each turn, by conversation, from the usage vLLM reports. */
+  const turnTokens = conversations.map(() => new Array<number>(TURNS).fill(0));
   const before = await Promise.all(servers.map(prefixCounters));
   const records: TurnRecord[] = [];
   const ttfts: number[] = [];
@@ -188,6 +214,7 @@ async function runPhase(
               first = false;
             }
             promptTokens += chunk.usage?.prompt_tokens ?? 0;
+            if (chunk.usage) turnTokens[c]![turn] = chunk.usage.prompt_tokens;
           }
           ok = true;
         } catch (err) {
@@ -210,6 +237,11 @@ async function runPhase(
   }));
   const queries = perServer.reduce((a, s) => a + s.queries, 0);
   const hits = perServer.reduce((a, s) => a + s.hits, 0);
+  let idealHits = 0;
+  for (const tokens of turnTokens)
+    for (const [turn, n] of tokens.entries())
+      idealHits += Math.min(n, turn === 0 ? shared : wholeBlocks(tokens[turn - 1]!));
+  idealHits -= shared * Math.min(servers.length, conversations.length);
   ttfts.sort((a, b) => a - b);
   const affinity = conversationAffinity(records);
   return {
@@ -222,6 +254,7 @@ async function runPhase(
     prefixCacheQueries: queries,
     prefixCacheHits: hits,
     prefixCacheHitRate: queries === 0 ? 0 : hits / queries,
+    idealHitRate: promptTokens === 0 ? 0 : idealHits / promptTokens,
     perServer,
     ttftMs: {
       p50: round1(quantile(ttfts, 0.5)),
@@ -286,7 +319,8 @@ async function main(): Promise<void> {
         const phase = await runPhase(round, mode, seed, bySidecar[mode], servers);
         log(
           `round ${round} ${mode}: hit rate ${(phase.prefixCacheHitRate * 100).toFixed(1)} % ` +
-            `(${phase.prefixCacheHits}/${phase.prefixCacheQueries} tokens), TTFT p50 ` +
+            `(${phase.prefixCacheHits}/${phase.prefixCacheQueries} tokens; ideal ` +
+            `${(phase.idealHitRate * 100).toFixed(1)} %), TTFT p50 ` +
             `${phase.ttftMs.p50} ms p99 ${phase.ttftMs.p99} ms, later turns home ` +
             `${((phase.laterTurnsHome ?? 0) * 100).toFixed(1)} %, ${phase.errors} errors`,
         );
@@ -297,6 +331,8 @@ async function main(): Promise<void> {
       const of = phases.filter((p) => p.mode === mode);
       const queries = of.reduce((a, p) => a + p.prefixCacheQueries, 0);
       const hits = of.reduce((a, p) => a + p.prefixCacheHits, 0);
+      const prompts = of.reduce((a, p) => a + p.promptTokens, 0);
+      const ideal = of.reduce((a, p) => a + p.idealHitRate * p.promptTokens, 0);
       const mean = (f: (p: PhaseResult) => number): number =>
         round1(of.reduce((a, p) => a + f(p), 0) / of.length);
       return {
@@ -306,6 +342,7 @@ async function main(): Promise<void> {
         prefixCacheQueries: queries,
         prefixCacheHits: hits,
         prefixCacheHitRate: queries === 0 ? 0 : hits / queries,
+        idealHitRate: prompts === 0 ? 0 : ideal / prompts,
         ttftP50MsMean: mean((p) => p.ttftMs.p50),
         ttftP99MsMean: mean((p) => p.ttftMs.p99),
         laterTurnsHome: mean((p) => (p.laterTurnsHome ?? 0) * 100) / 100,
@@ -328,7 +365,8 @@ async function main(): Promise<void> {
     writeFileSync(OUT, `${JSON.stringify(result, null, 2)}\n`);
     for (const s of result.summary)
       log(
-        `${s.mode}: prefix-cache hit rate ${(s.prefixCacheHitRate * 100).toFixed(1)} %, ` +
+        `${s.mode}: prefix-cache hit rate ${(s.prefixCacheHitRate * 100).toFixed(1)} % ` +
+          `(ideal ${(s.idealHitRate * 100).toFixed(1)} %), ` +
           `TTFT p50 ${s.ttftP50MsMean} ms p99 ${s.ttftP99MsMean} ms, later turns home ` +
           `${(s.laterTurnsHome * 100).toFixed(1)} %, errors ${s.errors}/${s.requests}`,
       );
