@@ -4,11 +4,11 @@
  * ~/.cache/switchyard/ (or $SWITCHYARD_CACHE_DIR) and are no-ops once it is there, like
  * test/k8s/binaries.ts for the Kubernetes binaries.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { runBuildScript } from '../build-script.ts';
 
 export const INSTALL_SCRIPT = fileURLToPath(
   new URL('../../scripts/engine/install.sh', import.meta.url),
@@ -48,10 +48,12 @@ let venvPromise: Promise<string> | undefined;
  * stderr.
  */
 export function engineVenv(): Promise<string> {
-  venvPromise ??= runScript('bash', [INSTALL_SCRIPT], '[engine-install]').catch((err: unknown) => {
-    venvPromise = undefined;
-    throw err;
-  });
+  venvPromise ??= runBuildScript('bash', [INSTALL_SCRIPT], '[engine-install]').catch(
+    (err: unknown) => {
+      venvPromise = undefined;
+      throw err;
+    },
+  );
   return venvPromise;
 }
 
@@ -64,41 +66,14 @@ export function tinyModel(seed: number): Promise<string> {
   let made = models.get(seed);
   if (made === undefined) {
     made = engineVenv().then((venv) =>
-      runScript(venvPython(venv), [MAKE_MODEL_SCRIPT, '--seed', String(seed)], '[engine-model]'),
+      runBuildScript(
+        venvPython(venv),
+        [MAKE_MODEL_SCRIPT, '--seed', String(seed)],
+        '[engine-model]',
+      ),
     );
     models.set(seed, made);
     made.catch(() => models.delete(seed));
   }
   return made;
-}
-
-/** Runs a script that prints progress on stderr and its result as the last stdout line. */
-function runScript(command: string, args: string[], progressPrefix: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (text: string) => (stdout += text));
-    child.stderr.setEncoding('utf8').on('data', (text: string) => {
-      stderr += text;
-      if (stderr.length > 200_000) stderr = stderr.slice(-100_000);
-      // pip's own output is too much to be useful; the script's progress lines are not.
-      for (const line of text.split('\n')) {
-        if (line.startsWith(progressPrefix)) process.stderr.write(line + '\n');
-      }
-    });
-    child.once('error', reject);
-    child.once('close', (code) => {
-      const result = stdout.trim().split('\n').pop() ?? '';
-      if (code !== 0 || result === '') {
-        reject(
-          new Error(
-            `${args[0]} failed (exit ${code}):\n${stderr.split('\n').slice(-60).join('\n')}`,
-          ),
-        );
-        return;
-      }
-      resolve(result);
-    });
-  });
 }

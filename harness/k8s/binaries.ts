@@ -4,9 +4,9 @@
  * cached per version under ~/.cache/switchyard/k8s/<version>/, or taken from $KUBEBUILDER_ASSETS
  * when that is set (it must hold all three, as envtest's assets do).
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { runBuildScript } from '../build-script.ts';
 
 export const BUILD_SCRIPT = fileURLToPath(new URL('../../scripts/k8s/build.sh', import.meta.url));
 
@@ -37,39 +37,16 @@ export function k8sBinaries(version?: string): Promise<K8sBinaries> {
   return result;
 }
 
-function runBuild(version: string | undefined): Promise<K8sBinaries> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('bash', [BUILD_SCRIPT, ...(version === undefined ? [] : [version])], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (text: string) => (stdout += text));
-    child.stderr.setEncoding('utf8').on('data', (text: string) => {
-      stderr += text;
-      if (stderr.length > 200_000) stderr = stderr.slice(-100_000);
-      // Progress lines only (go's "downloading" lines are too many to be useful).
-      for (const line of text.split('\n')) {
-        if (line.startsWith('[k8s-build]')) process.stderr.write(line + '\n');
-      }
-    });
-    child.once('error', reject);
-    child.once('close', (code) => {
-      const dir = stdout.trim().split('\n').pop() ?? '';
-      if (code !== 0 || dir === '') {
-        reject(
-          new Error(
-            `${BUILD_SCRIPT} failed (exit ${code}):\n${stderr.split('\n').slice(-60).join('\n')}`,
-          ),
-        );
-        return;
-      }
-      resolve({
-        dir,
-        kubeApiserver: join(dir, 'kube-apiserver'),
-        kubectl: join(dir, 'kubectl'),
-        etcd: join(dir, 'etcd'),
-      });
-    });
-  });
+async function runBuild(version: string | undefined): Promise<K8sBinaries> {
+  const dir = await runBuildScript(
+    'bash',
+    [BUILD_SCRIPT, ...(version === undefined ? [] : [version])],
+    '[k8s-build]',
+  );
+  return {
+    dir,
+    kubeApiserver: join(dir, 'kube-apiserver'),
+    kubectl: join(dir, 'kubectl'),
+    etcd: join(dir, 'etcd'),
+  };
 }

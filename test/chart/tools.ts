@@ -2,12 +2,13 @@
  * The chart tests' tools, built once from the Go module proxy by the scripts in scripts/ and
  * cached under ~/.cache/switchyard (each script prints the binary's path as its last line).
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { runBuildScript } from '../../harness/build-script.ts';
 
 const run = promisify(execFile);
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -15,25 +16,7 @@ export const CHART = join(ROOT, 'charts/switchyard');
 
 /** Runs a build script (a no-op once built) and returns the path it prints last. */
 export function buildTool(script: string, progressPrefix: string): Promise<string> {
-  const path = join(ROOT, script);
-  return new Promise((resolvePath, reject) => {
-    const child = spawn('bash', [path], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (text: string) => (stdout += text));
-    child.stderr.setEncoding('utf8').on('data', (text: string) => {
-      stderr = (stderr + text).slice(-100_000);
-      for (const line of text.split('\n')) {
-        if (line.startsWith(progressPrefix)) process.stderr.write(line + '\n');
-      }
-    });
-    child.once('error', reject);
-    child.once('close', (code) => {
-      const out = stdout.trim().split('\n').pop() ?? '';
-      if (code === 0 && out !== '') resolvePath(out);
-      else reject(new Error(`${path} failed (exit ${code}):\n${stderr.slice(-6000)}`));
-    });
-  });
+  return runBuildScript('bash', [join(ROOT, script)], progressPrefix);
 }
 
 export const buildHelm = (): Promise<string> => buildTool('scripts/helm/build.sh', '[helm-build]');

@@ -38,6 +38,7 @@ import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.t
 import { createTestHost, type TestHost } from '../k8s/test-hosts.ts';
 import { onExit } from '../../harness/exit-hooks.ts';
 import { isAlive } from '../../harness/proc.ts';
+import { runBuildScript } from '../../harness/build-script.ts';
 import { startClusterDns, type ClusterDns } from './cluster-dns.ts';
 
 const run = promisify(execFile);
@@ -85,27 +86,11 @@ interface RunRecord {
 }
 
 /** Runs scripts/node/build.sh (a no-op once built) and returns what it built. */
-export function buildNode(): Promise<NodeBuild> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('bash', [join(ROOT, 'scripts/node/build.sh')], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (t: string) => (stdout += t));
-    child.stderr.setEncoding('utf8').on('data', (t: string) => {
-      stderr = (stderr + t).slice(-50_000);
-      for (const line of t.split('\n'))
-        if (/^\[(node|k8s)-build\]/.test(line)) process.stderr.write(line + '\n');
-    });
-    child.once('error', reject);
-    child.once('close', (code) => {
-      const last = stdout.trim().split('\n').pop() ?? '';
-      if (code === 0 && last.startsWith('{')) resolve(JSON.parse(last) as NodeBuild);
-      else
-        reject(new Error(`scripts/node/build.sh failed (exit ${code}):\n${stderr.slice(-6000)}`));
-    });
-  });
+export async function buildNode(): Promise<NodeBuild> {
+  const script = join(ROOT, 'scripts/node/build.sh');
+  const last = await runBuildScript('bash', [script], /^\[(node|k8s)-build\]/);
+  if (!last.startsWith('{')) throw new Error(`${script} printed no build record: ${last}`);
+  return JSON.parse(last) as NodeBuild;
 }
 
 function exeOf(pid: number): string | undefined {
