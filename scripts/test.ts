@@ -1,8 +1,8 @@
 /**
  * `npm test`: every test layer, in lanes that run side by side.
  *
- *   simulated  verify → test:unit → test:integration → test:reliability
- *   real       test:k8s → test:node → test:engine (after engine install)
+ *   simulated  verify → test:unit → test:integration
+ *   real       test:k8s → test:node → test:engine (after engine install) → test:reliability (alone)
  *   install    engine:prepare (vLLM and the tiny models; a no-op once cached)
  *
  * Why lanes: one after the other the layers took 16.8 minutes warm on the 2-core CI machine,
@@ -43,12 +43,7 @@ const LANES: readonly Lane[] = [
   {
     name: 'simulated',
     streams: true,
-    steps: [
-      { script: 'verify' },
-      { script: 'test:unit' },
-      { script: 'test:integration' },
-      { script: 'test:reliability' },
-    ],
+    steps: [{ script: 'verify' }, { script: 'test:unit' }, { script: 'test:integration' }],
   },
   {
     name: 'real',
@@ -57,6 +52,10 @@ const LANES: readonly Lane[] = [
       { script: 'test:k8s' },
       { script: 'test:node' },
       { script: 'test:engine', after: ['engine:prepare'] },
+      // Alone at the end: its 10,000-abort test twice found a connection still open after 30 s
+      // while the real lane ran beside it (never when run alone); until that is understood it
+      // runs with the machine to itself.
+      { script: 'test:reliability', after: ['test:integration'] },
     ],
   },
   { name: 'install', streams: false, steps: [{ script: 'engine:prepare' }] },
