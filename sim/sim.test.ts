@@ -952,6 +952,11 @@ void test('apiKey: vLLM’s 401 on the API paths without the bearer key; the res
     for (const open of ['/health', '/metrics', '/load', '/version', '/admin/stats']) {
       assert.equal((await fetch(sim.url + open)).status, 200, open);
     }
+    const shown = (await (await fetch(sim.url + '/admin/config')).json()) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(shown['apiKey'], '[set]', 'the open admin endpoint does not hand out the key');
     sim.configure({ apiKey: undefined });
     assert.equal((await fetch(sim.url + '/v1/models')).status, 200);
   });

@@ -9,9 +9,18 @@ import { invalidOption } from './api-error.ts';
 import { sendError, sendJson } from './respond.ts';
 import type { Route } from './route.ts';
 
-/** Options as JSON: unset optional options appear as null rather than disappearing. */
+/**
+ * Options as JSON: unset optional options appear as null rather than disappearing. The API key
+ * reads `[set]`, as in the log: these endpoints are open (like vLLM's, only the API paths ask for
+ * the key), and must not hand out the key that guards the rest.
+ */
 function optionsJson(o: SimOptions): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, v ?? null]));
+  return Object.fromEntries(
+    Object.entries(o).map(([k, v]) => [
+      k,
+      k === 'apiKey' && v !== undefined ? '[set]' : (v ?? null),
+    ]),
+  );
 }
 
 export function adminRoutes(sim: Simulator): Route[] {
