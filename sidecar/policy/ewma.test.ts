@@ -114,15 +114,6 @@ describe('TtftEwmas', () => {
     assert.equal(ewmas.seedMs(), 420);
   });
 
-  test('computes the median of peers, without the endpoint itself and without seeded peers', () => {
-    const ewmas = new TtftEwmas(500);
-    ewmas.observe('a', 100); // 420
-    ewmas.observe('b', 1000); // seed 420 → 536
-    ewmas.observe('c', 2500); // seed 478 → 882.4
-    assert.equal(ewmas.medianOfPeersMs('c', ['a', 'b', 'c', 'seeded']), 478);
-    assert.equal(ewmas.medianOfPeersMs('a', ['a', 'seeded']), undefined);
-  });
-
   test('property: the EWMA stays between the smallest and largest of seed and samples', () => {
     fc.assert(
       fc.property(

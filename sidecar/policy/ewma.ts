@@ -5,7 +5,7 @@
  * long before errors appear. An EWMA damps single outliers (one long prompt) so that the score
  * does not flap and herd traffic back and forth between endpoints.
  */
-import { lowerBound, median, medianWithout } from './median.ts';
+import { lowerBound, medianWithout } from './median.ts';
 
 /**
  * Weight of the newest sample: value ← 0.8·value + 0.2·sample. About the last ten samples
@@ -92,20 +92,6 @@ export class TtftEwmas {
   /** The value a seeded endpoint reads as: the median over endpoints with samples, or the default. */
   seedMs(): number {
     return medianWithout(this.#sorted) ?? this.#defaultTtftMs;
-  }
-
-  /**
-   * Median EWMA of those `peerIds` other than `id` that have samples of their own; undefined
-   * when none has (then nobody can be called slow relative to them).
-   */
-  medianOfPeersMs(id: string, peerIds: Iterable<string>): number | undefined {
-    const values: number[] = [];
-    for (const peer of peerIds) {
-      if (peer === id) continue;
-      const v = this.#own.get(peer);
-      if (v !== undefined) values.push(v);
-    }
-    return median(values);
   }
 
   /** Drops a removed endpoint, so that its last value no longer moves the pool median. */
