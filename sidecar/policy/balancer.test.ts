@@ -691,6 +691,119 @@ describe('prefix affinity', () => {
     assert.equal(turn2.attempt.endpoint.id, order(12, specs)[0]);
   });
 
+  describe('a long known prefix buys queue positions at its full holder', () => {
+    /** A conversation's later turn whose known prefix (through block 13) is `cachedChars` long. */
+    const longTurn = (cachedChars: number): PromptBlocks => ({
+      hashes: [11, 12, 13, 14],
+      ends: [256, 400, cachedChars, cachedChars + 300],
+      homeDepth: 2,
+    });
+    /**
+     * A pool whose holder `e` of blocks 11–13 runs a full batch of 6 with one waiting (a request
+     * there waits two positions), whose other servers report no batch; with `learned`, the pool
+     * has seen requests of 32 KiB take 500 ms to their first token and hold a slot 1,200 ms: a
+     * position is 200 ms, a KiB of prefill 15.6 ms.
+     */
+    function fullHolder(learned: boolean) {
+      const specs = eight();
+      const t = setup({ endpoints: specs, policy: PREFIX });
+      const first = picked(t.balancer.pick({ prompt: { ...longTurn(0), hashes: [11, 12, 13] } }));
+      t.balancer.finish(first.attempt, OK);
+      const holder = first.attempt.endpoint.id;
+      if (learned) {
+        for (let i = 0; i < 3; i++) {
+          const other = specs.find((s) => s.id !== holder)?.id as string;
+          const attempt = t.pickOn(other, { requestBytes: 32_768 });
+          t.clock.advance(500);
+          t.balancer.firstByte(attempt);
+          t.clock.advance(700);
+          t.balancer.finish(attempt, OK);
+        }
+      }
+      t.balancer.reportLoad(holder, { running: 6, waiting: 1 });
+      return { ...t, holder };
+    }
+
+    test('goes to the holder when the prefill it saves is worth more than the wait', () => {
+      // 40,000 characters ≈ 610 ms of prefill, three positions; it would wait two.
+      const { balancer, holder } = fullHolder(true);
+      const result = picked(balancer.pick({ prompt: longTurn(40_000) }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, holder);
+    });
+
+    test('is balanced when the prefix is worth less than the wait', () => {
+      // 20,000 characters ≈ 305 ms, one position: not worth two.
+      const { balancer, holder } = fullHolder(true);
+      const result = picked(balancer.pick({ prompt: longTurn(20_000) }));
+      assert.notEqual(result.attempt.endpoint.id, holder);
+    });
+
+    test('is balanced until the pool has measured what prefill and a position cost', () => {
+      const { balancer, holder } = fullHolder(false);
+      const result = picked(balancer.pick({ prompt: longTurn(400_000) }));
+      assert.notEqual(result.attempt.endpoint.id, holder);
+    });
+
+    test('a match through every hashed block of a longer prompt is worth its earlier messages', () => {
+      // The blocks matched cover only 1,000 characters, but the prompt was cut at its hashing cap
+      // and 40,000 characters come before its last message.
+      const { balancer, holder } = fullHolder(true);
+      const cut: PromptBlocks = {
+        hashes: [11, 12, 13],
+        ends: [256, 400, 1000],
+        homeDepth: 2,
+        historyChars: 40_000,
+        cut: true,
+      };
+      const result = picked(balancer.pick({ prompt: cut }));
+      assert.equal(result.attempt.endpoint.id, holder);
+      const whole = picked(balancer.pick({ prompt: { ...cut, cut: false } }));
+      assert.notEqual(whole.attempt.endpoint.id, holder, 'all hashed: 1,000 characters matched');
+    });
+
+    test("a conversation's home is worth half its history, when another sidecar sent the earlier turns", () => {
+      const specs = eight();
+      const t = setup({ endpoints: specs, policy: PREFIX });
+      const home = order(12, specs)[0] as string;
+      const other = order(12, specs)[1] as string;
+      for (let i = 0; i < 3; i++) {
+        const attempt = t.pickOn(other, { requestBytes: 32_768 });
+        t.clock.advance(500);
+        t.balancer.firstByte(attempt);
+        t.clock.advance(700);
+        t.balancer.finish(attempt, OK);
+      }
+      // The home runs a full batch of 6 and queues one: a request there waits two positions.
+      t.balancer.reportLoad(home, { running: 6, waiting: 1 });
+      // 80,000 characters of history: 40,000 taken as there, ≈ 610 ms, three positions.
+      const later = picked(
+        t.balancer.pick({ prompt: { ...nextTurn(PROMPT, 13), historyChars: 80_000 } }),
+      );
+      assert.equal(later.affinity, 'hit');
+      assert.equal(later.attempt.endpoint.id, home);
+      // 30,000 of history: 15,000 taken as there, one position.
+      const short = picked(
+        t.balancer.pick({ prompt: { ...nextTurn(PROMPT, 14), historyChars: 30_000 } }),
+      );
+      assert.equal(short.affinity, 'overloaded');
+      assert.notEqual(short.attempt.endpoint.id, home);
+    });
+
+    test('weighs only the wait beyond what balancing would meet', () => {
+      // Every server reports a full batch: elsewhere the request would wait one position too, so
+      // at the holder it waits one more than balancing, which 20,000 characters are worth.
+      const { balancer, holder } = fullHolder(true);
+      for (const s of eight()) {
+        if (s.id === holder) continue;
+        balancer.reportLoad(s.id, { running: 6, waiting: 1 });
+        balancer.reportLoad(s.id, { running: 6, waiting: 0 });
+      }
+      const result = picked(balancer.pick({ prompt: longTurn(20_000) }));
+      assert.equal(result.attempt.endpoint.id, holder);
+    });
+  });
+
   test('records nothing with a Header policy', () => {
     const specs = eight();
     const { balancer } = setup({ endpoints: specs, policy: { affinity: { key: 'Header' } } });

@@ -4,7 +4,8 @@
  *   candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
  *     → tier (Failover: the first tier with a candidate; Balance: all)
  *     → affinity (the endpoint holding the longest known prefix, else the prompt's home by
- *       rendezvous hashing, spilling along that order past endpoints over their load bound)
+ *       rendezvous hashing, spilling along that order past endpoints over their load bound; a
+ *       full server keeps a request whose cached prefix is worth the wait, prefill-exchange.ts)
  *     → least loaded, then P2C on score (load: this sidecar's in-flight, corrected by what the
  *       servers report)
  *     → half-open breaker probe slot, in-flight +1
@@ -28,11 +29,13 @@ import {
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { lowerBound, median, medianWithout } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
+import { PrefillExchange } from './prefill-exchange.ts';
 import {
   DEFAULT_BLOCKS_PER_ENDPOINT,
   DEFAULT_PREFIX_MAX_AGE_MS,
   PrefixIndex,
 } from './prefix-index.ts';
+import type { PromptBlocks } from './prompt-blocks.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { costTermMs, score } from './score.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
@@ -75,6 +78,13 @@ export const MAX_RETRY_AFTER_COOLDOWN_MS = 60_000;
  * are (their TTFT is mostly fixed cost). Without a size (the shell did not say) it is kept.
  */
 export const REFERENCE_REQUEST_BYTES = 4096;
+
+/**
+ * The share of a conversation's history its home is taken to hold when this sidecar did not route
+ * its earlier turns: they went home only while it had room. 0.5 measured best of 0.5 and 1 on the
+ * routing benchmark (docs/benchmarks.md): 1 queued more at homes that turned out not to hold it.
+ */
+export const HISTORY_AT_HOME_SHARE = 0.5;
 
 export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
   if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
@@ -144,6 +154,8 @@ interface AttemptRecord {
   readonly halfOpenProbeToken: number | undefined;
   /** Size of the request body, when the shell told: TTFT samples are normalised by it. */
   readonly requestBytes: number | undefined;
+  /** Its endpoint had a free slot when it started, or never showed a full batch: no queue in its TTFT. */
+  readonly startedWithFreeSlot: boolean;
   ttftMs: number | undefined;
   finished: boolean;
 }
@@ -172,6 +184,8 @@ export class Balancer implements PoolBalancer {
     maxAgeMs: DEFAULT_PREFIX_MAX_AGE_MS,
   });
   readonly #reportMaxAgeMs: number;
+  /** What a known cached prefix is worth in queue positions, learned from this pool's attempts. */
+  readonly #exchange = new PrefillExchange();
   #lastNowMs = 0;
   /** What slow detection compares with, per group of peers; undefined until asked (#isSlow). */
   #slowRefs: Map<number, SlowReference> | undefined;
@@ -327,6 +341,8 @@ export class Balancer implements PoolBalancer {
       // whole generation and would make long answers look like a slow endpoint (docs/policy.md).
       if ((outcome as { streamed?: unknown }).streamed === true && record.ttftMs !== undefined) {
         this.#feedEwma(state, normalisedTtftMs(record.ttftMs, record.requestBytes));
+        if (record.startedWithFreeSlot && record.requestBytes !== undefined)
+          this.#exchange.observe(record.ttftMs, now - attempt.startedAtMs, record.requestBytes);
       }
     } else if (kind === 'error') {
       this.#count(state, now, 'errors');
@@ -614,8 +630,21 @@ export class Balancer implements PoolBalancer {
           const s = byId.get(id) as EndpointState;
           if (best === undefined || this.#load(s, now) < this.#load(best, now)) best = s;
         }
-        if (best !== undefined && fits(best, freeSlots(best)))
-          return { endpoint: best, result: 'hit' };
+        if (best !== undefined) {
+          const free = freeSlots(best);
+          if (fits(best, free)) return { endpoint: best, result: 'hit' };
+          if (
+            free !== undefined &&
+            this.#worthQueueing(
+              best,
+              free,
+              matchedChars(prompt, match.depth),
+              candidates,
+              freeSlots,
+            )
+          )
+            return { endpoint: best, result: 'hit' };
+        }
         key = prompt.hashes[match.depth - 1] as number;
       } else {
         key = prompt.hashes[prompt.homeDepth - 1] as number;
@@ -628,9 +657,45 @@ export class Balancer implements PoolBalancer {
       if (!admissible(s)) continue;
       const free = freeSlots(s);
       if (fits(s, free)) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
-      if (free !== undefined) break; // its batch is known and full: balance, do not walk on
+      if (free === undefined) continue;
+      // Its batch is known and full. It holds the conversation so far if earlier turns found room
+      // there, which this sidecar cannot know when other sidecars sent them: half the history is
+      // what the wait may buy. Otherwise balance; do not walk on (every sidecar holds the same
+      // report and would queue on the next endpoint together).
+      const history = Math.floor(HISTORY_AT_HOME_SHARE * (prompt?.historyChars ?? 0));
+      if (this.#worthQueueing(s, free, history, candidates, freeSlots))
+        return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
+      break;
     }
     return { result: 'overloaded' };
+  }
+
+  /**
+   * Whether an endpoint whose batch is full (`free` < 1) is worth its queue for a request of which
+   * it holds about `cachedChars`: the positions the request would wait there, beyond the fewest
+   * it would wait anywhere else, cost less than the prefill the cached prefix saves
+   * (`PrefillExchange`). Endpoints that never showed a full batch count as free elsewhere: the
+   * endpoint must beat an empty queue then.
+   */
+  #worthQueueing(
+    target: EndpointState,
+    free: number,
+    cachedChars: number,
+    candidates: readonly EndpointState[],
+    freeSlots: (s: EndpointState) => number | undefined,
+  ): boolean {
+    const batch = target.reported.batch(this.#now());
+    if (batch === undefined) return false;
+    const worth = this.#exchange.positionsWorth(cachedChars, batch);
+    if (worth === 0) return false;
+    let elsewhere = Infinity;
+    for (const s of candidates) {
+      if (s === target) continue;
+      const f = freeSlots(s);
+      elsewhere = Math.min(elsewhere, f === undefined ? 0 : Math.max(0, 1 - f));
+    }
+    if (elsewhere === Infinity) elsewhere = 0;
+    return 1 - free - elsewhere <= worth;
   }
 
   /** This sidecar's in-flight count corrected by the server's last report (server-load.ts). */
@@ -662,11 +727,13 @@ export class Balancer implements PoolBalancer {
       startedAtMs: now,
       halfOpenProbe: halfOpenProbeToken !== undefined,
     });
+    const free = state.reported.freeSlots(state.inFlight, now, this.#reportMaxAgeMs);
     state.inFlight += 1;
     this.#attempts.set(attempt, {
       state,
       halfOpenProbeToken,
       requestBytes,
+      startedWithFreeSlot: free === undefined || free >= 1,
       ttftMs: undefined,
       finished: false,
     });
@@ -804,6 +871,17 @@ export class Balancer implements PoolBalancer {
     if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
     this.#onEvent(event);
   }
+}
+
+/**
+ * How much of a prompt the holder of its first `depth` blocks has: those blocks' characters, or,
+ * when the match runs through every block of a prompt cut at the hashing cap, at least everything
+ * before its last message (an earlier turn sent that much, and the match says it went there).
+ */
+function matchedChars(prompt: PromptBlocks, depth: number): number {
+  const chars = prompt.ends[depth - 1] as number;
+  if (prompt.cut !== true || depth < prompt.hashes.length) return chars;
+  return Math.max(chars, prompt.historyChars ?? 0);
 }
 
 /** Whether slow detection counts `state` among its group's peers: serving, not drifted, not open. */

@@ -250,6 +250,42 @@ describe('promptBlocks', () => {
     assert.equal(manyItems.hashes.length, 5);
   });
 
+  test('tells how much of the prompt comes before its last message', () => {
+    const single = blocks({ prompt: 'abcdefghijklmnopqrstuvwxyz' });
+    assert.equal(single.historyChars, 0, 'one message: no history');
+    assert.equal(single.cut, undefined);
+    const turns = blocks(chat({ role: 'user', content: 'abc' }, { role: 'user', content: 'de' }));
+    // "user" + separator + "abc" + separator: the first message, as hashed.
+    assert.equal(turns.historyChars, 9);
+    assert.equal(turns.cut, undefined, 'all of it was hashed: the ends tell the rest');
+  });
+
+  test('past the hashing cap, counts the earlier messages by their lengths', () => {
+    const options = { blockChars: 10, maxBlocks: 5, homeChars: 4096 };
+    const history = chat(
+      { role: 'system', content: 's'.repeat(300) },
+      { role: 'user', content: [{ type: 'text', text: 'u'.repeat(200) }, { type: 'image_url' }] },
+      { role: 'assistant', content: null, tool_calls: [] },
+      { role: 'user', content: 'q'.repeat(500) },
+    );
+    const cut = blocks(history, options);
+    assert.equal(cut.cut, true);
+    assert.equal(cut.historyChars, 500, 'system and first user turn');
+    const anthropic = { system: 'x'.repeat(100), messages: [{ role: 'user', content: 'y' }] };
+    assert.equal(blocks(anthropic, options).historyChars, 100);
+    const responses = {
+      instructions: 'i'.repeat(60),
+      input: [
+        { type: 'function_call_output', output: 'o'.repeat(40) },
+        { role: 'user', content: 'z' },
+      ],
+    };
+    assert.equal(blocks(responses, options).historyChars, 100);
+    assert.equal(blocks({ prompt: ['p'.repeat(70), 'q'] }, options).historyChars, 70);
+    const one = blocks({ prompt: 'z'.repeat(1000) }, options);
+    assert.deepEqual([one.cut, one.historyChars], [true, 0], 'one long message: no history');
+  });
+
   test('the home depth ends with the first user message, capped at homeChars', () => {
     const body = chat(
       { role: 'system', content: 's'.repeat(40) },

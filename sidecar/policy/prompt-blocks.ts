@@ -51,6 +51,15 @@ export interface PromptBlocks {
   readonly ends: readonly number[];
   /** Blocks that make up the conversation-stable home key (≥ 1): `hashes[homeDepth - 1]`. */
   readonly homeDepth: number;
+  /**
+   * About how many characters come before the prompt's last message: what an earlier turn of the
+   * same conversation sent, and its server may still hold (0 or absent for a single message).
+   * Counted while hashing, or by string lengths past the hashing cap. The worth of a known prefix
+   * is estimated from it (`PrefillExchange`, docs/policy.md §3).
+   */
+  readonly historyChars?: number;
+  /** The prompt went on past the hashing cap (`maxBlocks`): a match through every block may run further. */
+  readonly cut?: boolean;
 }
 
 /** Separators between role and content, and after every message, as the old affinity key had. */
@@ -87,6 +96,11 @@ class BlockHasher {
 
   get chars(): number {
     return this.#chars;
+  }
+
+  /** Whether hashing stopped before the prompt's end could be known (a cap was reached). */
+  get truncated(): boolean {
+    return this.full || this.#chars >= this.#maxChars;
   }
 
   code(c: number): void {
@@ -184,7 +198,9 @@ export function promptBlocks(
   if (!isRecord(body)) return undefined;
   const hasher = new BlockHasher(options);
   let homeEnd = -1; // chars through the first user message
+  let lastStart = 0; // chars before the message read last
   const message = (role: string, visit: () => void): void => {
+    lastStart = hasher.chars;
     hasher.text(role);
     hasher.code(FIELD_SEP);
     visit();
@@ -229,11 +245,51 @@ export function promptBlocks(
     return undefined;
   }
   if (hasher.hashes.length === 0 || hasher.chars < minChars) return undefined;
-  return {
+  const blocks = {
     hashes: hasher.hashes,
     ends: hasher.ends,
     homeDepth: homeDepthOf(hasher.ends, homeEnd, options.homeChars),
   };
+  if (!hasher.truncated) return { ...blocks, historyChars: lastStart };
+  return { ...blocks, historyChars: Math.max(lastStart, priorCharsOf(body)), cut: true };
+}
+
+/**
+ * The characters before a prompt's last message, by string lengths (O(messages), not O(chars)):
+ * the messages but the last, a top-level system prompt or instructions. A single prompt string
+ * has none before it.
+ */
+function priorCharsOf(body: Record<string, unknown>): number {
+  try {
+    const list = Array.isArray(body['messages'])
+      ? body['messages']
+      : Array.isArray(body['input'])
+        ? body['input']
+        : Array.isArray(body['prompt'])
+          ? body['prompt']
+          : [];
+    let chars = charsOf(body['system']) + charsOf(body['instructions']);
+    for (let i = 0; i < list.length - 1; i++) {
+      const m: unknown = list[i];
+      chars += isRecord(m)
+        ? charsOf(m['content']) + charsOf(m['output']) + charsOf(m['arguments'])
+        : charsOf(m);
+    }
+    return chars;
+  } catch {
+    return 0;
+  }
+}
+
+function charsOf(value: unknown): number {
+  if (typeof value === 'string') return value.length;
+  if (!Array.isArray(value)) return 0;
+  let chars = 0;
+  for (const part of value) {
+    if (typeof part === 'string') chars += part.length;
+    else if (isRecord(part) && typeof part['text'] === 'string') chars += part['text'].length;
+  }
+  return chars;
 }
 
 /**

@@ -35,6 +35,16 @@ describe('ReportedLoad', () => {
       assert.equal(idle.freeSlots(0, 0, 1000), undefined, 'six is what it was given');
     });
 
+    test('batch: the largest running count, once the server has queued', () => {
+      const load = new ReportedLoad();
+      load.update({ running: 4, waiting: 0 }, 0, 0);
+      assert.equal(load.batch(0), undefined);
+      load.update({ running: 6, waiting: 2 }, 0, 10);
+      load.update({ running: 3, waiting: 0 }, 0, 20);
+      assert.equal(load.batch(20), 6);
+      assert.equal(load.batch(10 + BATCH_KNOWN_FOR_MS + 1), undefined);
+    });
+
     test('is the largest batch seen minus the load estimate', () => {
       const load = new ReportedLoad();
       load.update({ running: 6, waiting: 1 }, 0, 0);

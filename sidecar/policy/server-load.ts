@@ -95,8 +95,9 @@ export class ReportedLoad {
    * a waiting queue.
    */
   freeSlots(local: number, nowMs: number, maxAgeMs: number): number | undefined {
-    if (this.#maxRunning === 0 || !this.#fullRecently(nowMs)) return undefined;
-    const free = this.#maxRunning - this.estimate(local, nowMs, maxAgeMs);
+    const batch = this.batch(nowMs);
+    if (batch === undefined) return undefined;
+    const free = batch - this.estimate(local, nowMs, maxAgeMs);
     const r = this.#reading;
     // Without a fresh report the batch size still holds: this sidecar's own requests fill it.
     if (r === undefined || !(nowMs - r.atMs <= maxAgeMs)) return free;
@@ -104,6 +105,14 @@ export class ReportedLoad {
     // Requests this sidecar started since the report queue behind the waiting ones; those it
     // finished hand their slots to them.
     return waiting > 0 ? Math.min(free, -waiting - (local - r.localAtReport)) : free;
+  }
+
+  /**
+   * The server's batch as this sidecar knows it: the most requests it has reported running at
+   * once, while it has reported a waiting queue within `BATCH_KNOWN_FOR_MS`; else undefined.
+   */
+  batch(nowMs: number): number | undefined {
+    return this.#maxRunning === 0 || !this.#fullRecently(nowMs) ? undefined : this.#maxRunning;
   }
 
   /**
