@@ -704,22 +704,24 @@ describe('prefix affinity', () => {
      * has seen requests of 32 KiB take 500 ms to their first token and hold a slot 1,200 ms: a
      * position is 200 ms, a KiB of prefill 15.6 ms.
      */
+    /** Three requests of 32 KiB on `id`: first token after 500 ms, slot held 1,200 ms. */
+    function teachExchange(t: ReturnType<typeof setup>, id: string): void {
+      for (let i = 0; i < 3; i++) {
+        const attempt = t.pickOn(id, { requestBytes: 32_768 });
+        t.clock.advance(500);
+        t.balancer.firstByte(attempt);
+        t.clock.advance(700);
+        t.balancer.finish(attempt, OK);
+      }
+    }
+
     function fullHolder(learned: boolean) {
       const specs = eight();
       const t = setup({ endpoints: specs, policy: PREFIX });
       const first = picked(t.balancer.pick({ prompt: { ...longTurn(0), hashes: [11, 12, 13] } }));
       t.balancer.finish(first.attempt, OK);
       const holder = first.attempt.endpoint.id;
-      if (learned) {
-        for (let i = 0; i < 3; i++) {
-          const other = specs.find((s) => s.id !== holder)?.id as string;
-          const attempt = t.pickOn(other, { requestBytes: 32_768 });
-          t.clock.advance(500);
-          t.balancer.firstByte(attempt);
-          t.clock.advance(700);
-          t.balancer.finish(attempt, OK);
-        }
-      }
+      if (learned) teachExchange(t, specs.find((s) => s.id !== holder)?.id as string);
       t.balancer.reportLoad(holder, { running: 6, waiting: 1 });
       return { ...t, holder };
     }
@@ -766,14 +768,7 @@ describe('prefix affinity', () => {
       const specs = eight();
       const t = setup({ endpoints: specs, policy: PREFIX });
       const home = order(12, specs)[0] as string;
-      const other = order(12, specs)[1] as string;
-      for (let i = 0; i < 3; i++) {
-        const attempt = t.pickOn(other, { requestBytes: 32_768 });
-        t.clock.advance(500);
-        t.balancer.firstByte(attempt);
-        t.clock.advance(700);
-        t.balancer.finish(attempt, OK);
-      }
+      teachExchange(t, order(12, specs)[1] as string);
       // The home runs a full batch of 6 and queues one: a request there waits two positions.
       t.balancer.reportLoad(home, { running: 6, waiting: 1 });
       // 80,000 characters of history: 40,000 taken as there, ≈ 610 ms, three positions.
