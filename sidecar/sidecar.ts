@@ -73,6 +73,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     },
   });
   metrics.readGaugesFrom(() => active.current()?.balancer.gauges() ?? []);
+  metrics.readExchangeFrom(() => active.current()?.balancer.prefillExchange());
   let config: RunningConfigSource;
   if (source.kind === 'file') {
     config = new poolFile!.PoolFileSource({

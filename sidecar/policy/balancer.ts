@@ -55,6 +55,7 @@ import type {
   PolicyEvent,
   PoolBalancer,
   PoolPolicy,
+  PrefillExchangeReading,
   RetryDecision,
   Rng,
 } from './types.ts';
@@ -373,6 +374,10 @@ export class Balancer implements PoolBalancer {
   tryRetry(attemptsSoFar: number): RetryDecision {
     if (!(attemptsSoFar < this.#policy.retry.maxAttempts)) return { kind: 'max-attempts' };
     return this.#budget.tryWithdraw() ? { kind: 'retry' } : { kind: 'budget-exhausted' };
+  }
+
+  prefillExchange(): PrefillExchangeReading {
+    return this.#exchange.snapshot();
   }
 
   /** The retry budget's window, for a metrics gauge (not part of PoolBalancer). */

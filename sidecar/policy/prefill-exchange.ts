@@ -20,6 +20,7 @@
  * Both are pool-wide EWMAs (the endpoints of a pool serve one model on like hardware); until each
  * has a sample the answer is 0 positions, which is the rule without this module.
  */
+import type { PrefillExchangeReading } from './types.ts';
 
 /** Smaller requests' TTFT is mostly fixed cost (connection, scheduling, first decode step). */
 export const MIN_SAMPLE_BYTES = 16_384;
@@ -59,8 +60,8 @@ export class PrefillExchange {
     return Math.min(MAX_QUEUE_POSITIONS, positions);
   }
 
-  /** The learned rates, for status: undefined until sampled. */
-  snapshot(): { prefillMsPerKiB: number | undefined; holdMs: number | undefined } {
+  /** The learned rates, for metrics: undefined until sampled. */
+  snapshot(): PrefillExchangeReading {
     return {
       prefillMsPerKiB: this.#msPerByte === undefined ? undefined : this.#msPerByte * 1024,
       holdMs: this.#holdMs,

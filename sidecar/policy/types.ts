@@ -197,6 +197,19 @@ export interface PoolBalancer {
   health(): EndpointHealth[];
   /** One endpoint's standing now, for a trace of why it was picked; undefined when unknown. */
   endpointReading(endpointId: string): EndpointReading | undefined;
+  /**
+   * What the pool has measured of prefill and slot times (`PrefillExchange`): the rate at which a
+   * cached prefix buys queue positions. Undefined fields are not measured yet.
+   */
+  prefillExchange(): PrefillExchangeReading;
+}
+
+/** The learned rates of `PrefillExchange`, for metrics. */
+export interface PrefillExchangeReading {
+  /** Time to first token per KiB of request, on servers with a free slot. */
+  prefillMsPerKiB: number | undefined;
+  /** How long a request holds its slot, start to end. */
+  holdMs: number | undefined;
 }
 
 /** The part of an endpoint's status a pick weighed, read cheaply for one endpoint. */

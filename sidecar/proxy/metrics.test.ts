@@ -193,6 +193,26 @@ describe('sidecar metrics', () => {
     ]);
   });
 
+  test("the prefill exchange's rates are pool gauges in seconds, absent until measured", async () => {
+    const metrics = new SidecarMetrics('pool-1');
+    let reading: { prefillMsPerKiB: number | undefined; holdMs: number | undefined } | undefined;
+    metrics.readExchangeFrom(() => reading);
+    const text = async (): Promise<string> => {
+      let all = '';
+      for await (const piece of metrics.exposition()) all += piece;
+      return all;
+    };
+    const series = /^switchyard_(prefill_seconds_per_kib|slot_hold_seconds)\{.*$/gm;
+    assert.deepEqual((await text()).match(series), null, 'no balancer yet');
+    reading = { prefillMsPerKiB: undefined, holdMs: undefined };
+    assert.deepEqual((await text()).match(series), null, 'nothing measured yet');
+    reading = { prefillMsPerKiB: 16, holdMs: 1200 };
+    assert.deepEqual((await text()).match(series), [
+      'switchyard_prefill_seconds_per_kib{pool="pool-1"} 0.016',
+      'switchyard_slot_hold_seconds{pool="pool-1"} 1.2',
+    ]);
+  });
+
   test('the four gauges read the balancer once per render', () => {
     const metrics = new SidecarMetrics('p');
     let reads = 0;

@@ -8,8 +8,13 @@ import {
   labelValue,
   type Family,
 } from './exposition.ts';
-import { Counter, Registry, collectDefaultMetrics } from './prom.ts';
-import type { AffinityResult, EndpointGauges, EndpointSpec } from '../policy/index.ts';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from './prom.ts';
+import type {
+  AffinityResult,
+  EndpointGauges,
+  EndpointSpec,
+  PrefillExchangeReading,
+} from '../policy/index.ts';
 
 /** How an attempt ended, as the `code` label of `switchyard_requests_total`: a bounded set. */
 export type CodeClass = '2xx' | '4xx' | '429' | '5xx' | 'error' | 'timeout' | 'aborted';
@@ -89,6 +94,7 @@ export class SidecarMetrics {
   readonly configApplied: { inc(): void };
   readonly configRejected: { inc(): void };
   private gaugeSource: () => readonly EndpointGauges[] = () => [];
+  private exchangeSource: () => PrefillExchangeReading | undefined = () => undefined;
 
   private readonly pool: string;
 
@@ -153,6 +159,35 @@ export class SidecarMetrics {
       registers,
     });
     this.configRejected = rejected.labels({ pool });
+    // The prefill exchange's two rates, read at scrape time; absent until measured.
+    const exchangeGauge = (
+      name: string,
+      help: string,
+      field: keyof PrefillExchangeReading,
+    ): void => {
+      const read = (): number | undefined => this.exchangeSource()?.[field];
+      new Gauge({
+        name,
+        help,
+        labelNames: ['pool'],
+        registers,
+        collect() {
+          const ms = read();
+          if (ms === undefined || !Number.isFinite(ms)) this.reset();
+          else this.set({ pool }, ms / 1000);
+        },
+      });
+    };
+    exchangeGauge(
+      'switchyard_prefill_seconds_per_kib',
+      'Time to first token per KiB of request on servers with a free slot, as the pool measured it: with switchyard_slot_hold_seconds, what a cached prefix is worth in queue positions.',
+      'prefillMsPerKiB',
+    );
+    exchangeGauge(
+      'switchyard_slot_hold_seconds',
+      'How long a request holds its server slot, start to end, as the pool measured it; over the server batch, the cost of one queue position.',
+      'holdMs',
+    );
   }
 
   /** Counts a response the client saw; children are bound once per status code. */
@@ -163,6 +198,11 @@ export class SidecarMetrics {
       this.responsesByCode.set(status, child);
     }
     child.inc();
+  }
+
+  /** The prefill exchange's rates are read from the balancer at scrape time. */
+  readExchangeFrom(source: () => PrefillExchangeReading | undefined): void {
+    this.exchangeSource = source;
   }
 
   /** Gauges are read from the balancer at scrape time: nothing to update per request. */

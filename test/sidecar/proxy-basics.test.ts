@@ -144,6 +144,8 @@ describe('sidecar proxy, through real simulators with the openai client', () => 
       'switchyard_shed_total',
       'switchyard_client_stalled_total',
       'switchyard_affinity_total',
+      'switchyard_prefill_seconds_per_kib',
+      'switchyard_slot_hold_seconds',
     ]) {
       assert.match(text, new RegExp(`^# TYPE ${name} `, 'm'), name);
     }
