@@ -132,7 +132,7 @@ export class SidecarMetrics {
     this.clientStalled = stalled.labels({ pool });
     const affinity = new Counter({
       name: 'switchyard_affinity_total',
-      help: 'Affinity decisions: hit (sticky endpoint used), slow or unavailable (fell back to P2C), none (no key).',
+      help: "Affinity decisions: hit (the key's home, or the holder of the prompt's longest known prefix), spill (a later endpoint of the key's order), overloaded (no endpoint of the key had room: balanced), none (no key).",
       labelNames: ['pool', 'result'],
       registers,
     });
