@@ -698,12 +698,6 @@ describe('prefix affinity', () => {
       ends: [256, 400, cachedChars, cachedChars + 300],
       homeDepth: 2,
     });
-    /**
-     * A pool whose holder `e` of blocks 11–13 runs a full batch of 6 with one waiting (a request
-     * there waits two positions), whose other servers report no batch; with `learned`, the pool
-     * has seen requests of 32 KiB take 500 ms to their first token and hold a slot 1,200 ms: a
-     * position is 200 ms, a KiB of prefill 15.6 ms.
-     */
     /** Three requests of 32 KiB on `id`: first token after 500 ms, slot held 1,200 ms. */
     function teachExchange(t: ReturnType<typeof setup>, id: string): void {
       for (let i = 0; i < 3; i++) {
@@ -715,6 +709,12 @@ describe('prefix affinity', () => {
       }
     }
 
+    /**
+     * A pool whose holder `e` of blocks 11–13 runs a full batch of 6 with one waiting (a request
+     * there waits two positions), whose other servers report no batch; with `learned`, the pool
+     * has seen requests of 32 KiB take 500 ms to their first token and hold a slot 1,200 ms: a
+     * position is 200 ms, a KiB of prefill 15.6 ms.
+     */
     function fullHolder(learned: boolean) {
       const specs = eight();
       const t = setup({ endpoints: specs, policy: PREFIX });
@@ -729,6 +729,7 @@ describe('prefix affinity', () => {
     test('goes to the holder when the prefill it saves is worth more than the wait', () => {
       // 40,000 characters ≈ 610 ms of prefill, three positions; it would wait two.
       const { balancer, holder } = fullHolder(true);
+      assert.deepEqual(balancer.prefillExchange(), { prefillMsPerKiB: 15.625, holdMs: 1200 });
       const result = picked(balancer.pick({ prompt: longTurn(40_000) }));
       assert.equal(result.affinity, 'hit');
       assert.equal(result.attempt.endpoint.id, holder);
@@ -777,7 +778,7 @@ describe('prefix affinity', () => {
       );
       assert.equal(later.affinity, 'hit');
       assert.equal(later.attempt.endpoint.id, home);
-      // 30,000 of history: 15,000 taken as there, one position.
+      // 30,000 of history: 15,000 taken as there, ≈ 230 ms, one position; it would wait three.
       const short = picked(
         t.balancer.pick({ prompt: { ...nextTurn(PROMPT, 14), historyChars: 30_000 } }),
       );

@@ -29,7 +29,7 @@ import {
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { lowerBound, median, medianWithout } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
-import { PrefillExchange } from './prefill-exchange.ts';
+import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
 import {
   DEFAULT_BLOCKS_PER_ENDPOINT,
   DEFAULT_PREFIX_MAX_AGE_MS,
@@ -155,7 +155,10 @@ interface AttemptRecord {
   readonly halfOpenProbeToken: number | undefined;
   /** Size of the request body, when the shell told: TTFT samples are normalised by it. */
   readonly requestBytes: number | undefined;
-  /** Its endpoint had a free slot when it started, or never showed a full batch: no queue in its TTFT. */
+  /**
+   * Its endpoint had a free slot when it started, or never showed a full batch: no queue in its
+   * TTFT. Asked only of requests large enough to feed the prefill exchange (true for the rest).
+   */
   readonly startedWithFreeSlot: boolean;
   ttftMs: number | undefined;
   finished: boolean;
@@ -565,11 +568,13 @@ export class Balancer implements PoolBalancer {
    *
    * 1. The endpoint that holds the longest known prefix of the prompt, when that prefix reaches at
    *    least the prompt's home key (a turn of a conversation this sidecar has seen), and it fits
-   *    under the load bound: `hit`.
+   *    under the load bound, or its prefix is worth the queue there (`#worthQueueing`): `hit`.
    * 2. Otherwise the endpoints in the rendezvous order of the key (the matched prefix, the
    *    prompt's conversation-stable home key, or the affinity header): the first that is a
    *    closed, not-slow candidate under the load bound. The first in order is a `hit`, a later
-   *    one a `spill` — the same second home from every sidecar.
+   *    one a `spill` — the same second home from every sidecar. The walk stops at the first whose
+   *    batch is known and full, which keeps the request only if half its history is worth the
+   *    queue.
    * 3. None fits: `overloaded`, and the request is balanced.
    *
    * The order is over the whole tier set (`pool`), live or not, so that a key keeps its place
@@ -637,17 +642,8 @@ export class Balancer implements PoolBalancer {
         }
         if (best !== undefined) {
           const free = freeSlots(best);
-          if (fits(best, free)) return { endpoint: best, result: 'hit' };
-          if (
-            free !== undefined &&
-            this.#worthQueueing(
-              best,
-              free,
-              matchedChars(prompt, match.depth),
-              candidates,
-              freeSlots,
-            )
-          )
+          const cachedChars = matchedChars(prompt, match.depth);
+          if (fits(best, free) || this.#worthQueueing(best, free, cachedChars, candidates, now))
             return { endpoint: best, result: 'hit' };
         }
         key = prompt.hashes[match.depth - 1] as number;
@@ -668,7 +664,7 @@ export class Balancer implements PoolBalancer {
       // what the wait may buy. Otherwise balance; do not walk on (every sidecar holds the same
       // report and would queue on the next endpoint together).
       const history = Math.floor(HISTORY_AT_HOME_SHARE * (prompt?.historyChars ?? 0));
-      if (this.#worthQueueing(s, free, history, candidates, freeSlots))
+      if (this.#worthQueueing(s, free, history, candidates, now))
         return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
       break;
     }
@@ -676,27 +672,27 @@ export class Balancer implements PoolBalancer {
   }
 
   /**
-   * Whether an endpoint whose batch is full (`free` < 1) is worth its queue for a request of which
-   * it holds about `cachedChars`: the positions the request would wait there, beyond the fewest
-   * it would wait anywhere else, cost less than the prefill the cached prefix saves
-   * (`PrefillExchange`). Endpoints that never showed a full batch count as free elsewhere: the
-   * endpoint must beat an empty queue then.
+   * Whether an endpoint whose batch is full (`free` < 1; undefined: its batch is not known, and
+   * the answer is no) is worth its queue for a request of which it holds about `cachedChars`: the
+   * positions the request would wait there, beyond the fewest it would wait anywhere else, cost
+   * less than the prefill the cached prefix saves (`PrefillExchange`). Endpoints that never showed
+   * a full batch count as free elsewhere: the endpoint must beat an empty queue then.
    */
   #worthQueueing(
     target: EndpointState,
-    free: number,
+    free: number | undefined,
     cachedChars: number,
     candidates: readonly EndpointState[],
-    freeSlots: (s: EndpointState) => number | undefined,
+    now: number,
   ): boolean {
-    const batch = target.reported.batch(this.#now());
-    if (batch === undefined) return false;
+    const batch = target.reported.batch(now);
+    if (free === undefined || batch === undefined) return false;
     const worth = this.#exchange.positionsWorth(cachedChars, batch);
     if (worth === 0) return false;
     let elsewhere = Infinity;
     for (const s of candidates) {
       if (s === target) continue;
-      const f = freeSlots(s);
+      const f = s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs);
       elsewhere = Math.min(elsewhere, f === undefined ? 0 : Math.max(0, 1 - f));
     }
     if (elsewhere === Infinity) elsewhere = 0;
@@ -732,7 +728,11 @@ export class Balancer implements PoolBalancer {
       startedAtMs: now,
       halfOpenProbe: halfOpenProbeToken !== undefined,
     });
-    const free = state.reported.freeSlots(state.inFlight, now, this.#reportMaxAgeMs);
+    // Only an attempt large enough to feed the prefill exchange needs to know whether it queued.
+    const free =
+      requestBytes !== undefined && requestBytes >= MIN_SAMPLE_BYTES
+        ? state.reported.freeSlots(state.inFlight, now, this.#reportMaxAgeMs)
+        : undefined;
     state.inFlight += 1;
     this.#attempts.set(attempt, {
       state,
