@@ -352,3 +352,11 @@ export function parseSimOptionValue(key: SimOptionKey, raw: string): number | st
   if (why !== undefined) throw new SimOptionError(key, `${why} (got ${JSON.stringify(raw)})`);
   return value;
 }
+
+/**
+ * How the API key shows outside the process (the log, `GET /admin/config`): `[set]` or null,
+ * never the key itself.
+ */
+export function shownApiKey(apiKey: string | undefined): '[set]' | null {
+  return apiKey === undefined ? null : '[set]';
+}

@@ -5,7 +5,7 @@
  */
 import { Engine } from './engine/engine.ts';
 import type { EngineTime } from './engine/engine-time.ts';
-import { checkSimOptionsPatch, SimOptionError } from './options.ts';
+import { checkSimOptionsPatch, shownApiKey, SimOptionError } from './options.ts';
 import type { SimOptions } from './options.ts';
 
 export interface SimStats {
@@ -140,8 +140,7 @@ export class Simulator {
     this.engine.setOptions(this.#opts);
     const { apiKey, ...rest } = checked.patch;
     // The key itself stays out of the log.
-    const logged =
-      'apiKey' in checked.patch ? { ...rest, apiKey: apiKey === undefined ? null : '[set]' } : rest;
+    const logged = 'apiKey' in checked.patch ? { ...rest, apiKey: shownApiKey(apiKey) } : rest;
     this.log.info({ patch: logged }, 'options changed');
     return this.effectiveOptions();
   }

@@ -2,7 +2,7 @@
  * The simulator's own endpoints: `GET /healthz`, `GET /admin/stats`, `GET|POST /admin/config`,
  * `POST /admin/reset`.
  */
-import { checkSimOptionsPatch } from '../options.ts';
+import { checkSimOptionsPatch, shownApiKey } from '../options.ts';
 import type { SimOptions } from '../options.ts';
 import type { Simulator } from '../simulator.ts';
 import { invalidOption } from './api-error.ts';
@@ -16,10 +16,7 @@ import type { Route } from './route.ts';
  */
 function optionsJson(o: SimOptions): Record<string, unknown> {
   return Object.fromEntries(
-    Object.entries(o).map(([k, v]) => [
-      k,
-      k === 'apiKey' && v !== undefined ? '[set]' : (v ?? null),
-    ]),
+    Object.entries(o).map(([k, v]) => [k, k === 'apiKey' ? shownApiKey(o.apiKey) : (v ?? null)]),
   );
 }
 
