@@ -27,6 +27,8 @@ import {
   AFFINITY_LOAD_FACTOR,
   AFFINITY_MAX_EXTRA_IN_FLIGHT,
   AFFINITY_MAX_SLOWDOWN,
+  AFFINITY_SLOWDOWN_MIN_MS,
+  AFFINITY_SLOWDOWN_MIN_SAMPLES,
   CLIENT_STALL_MS,
 } from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
@@ -255,7 +257,7 @@ export const AffinitySchema = Type.Object(
       default: 4096,
     }),
     maxSlowdown: Type.Number({
-      description: `An endpoint is passed over for affinity while its breaker is not closed or its EWMA time to first token exceeds this multiple of the candidates' median; the request goes to the next endpoint of its order. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
+      description: `An endpoint is passed over for affinity while its breaker is not closed or its time to first token, measured over at least ${AFFINITY_SLOWDOWN_MIN_SAMPLES} of its own requests, exceeds both this multiple of the candidates' median and that median plus ${AFFINITY_SLOWDOWN_MIN_MS} ms; the request goes to the next endpoint of its order. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
       minimum: 1,
       default: AFFINITY_MAX_SLOWDOWN,
     }),

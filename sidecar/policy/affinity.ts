@@ -13,8 +13,16 @@ import {
 } from './prompt-blocks.ts';
 import type { AffinityPolicy } from './types.ts';
 
-/** The defaults of `affinity.maxSlowdown` and `maxExtraInFlight`; defined with the schema's other defaults. */
-export { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from '../../crds/policy-defaults.ts';
+/**
+ * The defaults of `affinity.maxSlowdown` and `maxExtraInFlight`, and the fixed part of the
+ * slowdown check; defined with the schema's other defaults, whose descriptions quote them.
+ */
+export {
+  AFFINITY_MAX_EXTRA_IN_FLIGHT,
+  AFFINITY_MAX_SLOWDOWN,
+  AFFINITY_SLOWDOWN_MIN_MS,
+  AFFINITY_SLOWDOWN_MIN_SAMPLES,
+} from '../../crds/policy-defaults.ts';
 
 /**
  * Prompts shorter than this get no affinity and are load-balanced. 64 characters is about 16

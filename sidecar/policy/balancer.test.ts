@@ -1,6 +1,10 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './affinity.ts';
+import {
+  AFFINITY_MAX_EXTRA_IN_FLIGHT,
+  AFFINITY_SLOWDOWN_MIN_MS,
+  AFFINITY_SLOWDOWN_MIN_SAMPLES,
+} from './affinity.ts';
 import { idHash, keyNumber, rendezvousOrder } from './bounded-load.ts';
 import { BATCH_KNOWN_FOR_MS } from './server-load.ts';
 import {
@@ -456,6 +460,10 @@ describe('affinity', () => {
     assert.equal(homes.size, 5);
   });
 
+  // Attempts that give AFFINITY_SLOWDOWN_MIN_SAMPLES samples: the first on an idle endpoint is a
+  // cold start, and its TTFT is not a sample.
+  const MEASURED = AFFINITY_SLOWDOWN_MIN_SAMPLES + 1;
+
   test(`passes over a home slower than ${AFFINITY_MAX_SLOWDOWN}× the candidates' median, to the next in order`, () => {
     const specs = five();
     const key = 'session-slow';
@@ -465,10 +473,72 @@ describe('affinity', () => {
       endpoints: specs,
       policy: withKey({ health: { maxTtftSlowdown: 100 } }),
     });
-    for (const s of specs) repeat(5, s.id, OK, s.id === home ? 2_000 : 100);
+    for (const s of specs) {
+      repeat(MEASURED, s.id, OK, s.id === home ? 2_000 : 100);
+    }
     const result = picked(balancer.pick({ affinityKey: key }));
     assert.equal(result.affinity, 'spill');
     assert.equal(result.attempt.endpoint.id, second);
+  });
+
+  test(`keeps a slow home until it has ${AFFINITY_SLOWDOWN_MIN_SAMPLES} samples of its own`, () => {
+    const specs = five();
+    const key = 'session-young';
+    const home = homeOf(key, specs);
+    const { balancer, repeat } = setup({
+      endpoints: specs,
+      policy: withKey({ health: { maxTtftSlowdown: 100 } }),
+    });
+    for (const s of specs) {
+      if (s.id !== home) repeat(MEASURED, s.id, OK, 100);
+    }
+    // One long prefill is not yet what the endpoint is.
+    repeat(MEASURED - 1, home, OK, 2_000);
+    const young = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(young.affinity, 'hit');
+    assert.equal(young.attempt.endpoint.id, home);
+    balancer.finish(young.attempt, NEUTRAL);
+    repeat(1, home, OK, 2_000);
+    assert.equal(picked(balancer.pick({ affinityKey: key })).affinity, 'spill');
+  });
+
+  test(`keeps a home more than maxSlowdown times slower but less than ${AFFINITY_SLOWDOWN_MIN_MS} ms`, () => {
+    const specs = five();
+    const key = 'session-ms';
+    const home = homeOf(key, specs);
+    const { balancer, repeat } = setup({
+      endpoints: specs,
+      policy: withKey({ health: { maxTtftSlowdown: 100 } }),
+    });
+    // 30 ms next to 10 ms: three times slower, for what one uncached turn's prefill costs.
+    for (const s of specs) {
+      repeat(MEASURED, s.id, OK, s.id === home ? 30 : 10);
+    }
+    const result = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(result.affinity, 'hit');
+    assert.equal(result.attempt.endpoint.id, home);
+  });
+
+  test('judges a home by its own samples, not by what is left of its seed', () => {
+    const specs = five();
+    const key = 'session-seeded';
+    const home = homeOf(key, specs);
+    const { balancer, repeat, statusOf } = setup({
+      endpoints: specs,
+      policy: withKey({ defaultTtftMs: 5_000, health: { maxTtftSlowdown: 100 } }),
+    });
+    // The home is served first, from the 5 s default; the others start from its value after
+    // a few samples and then get many more, so their EWMAs have left the seed and its has not.
+    repeat(MEASURED, home, OK, 20);
+    for (const s of specs) if (s.id !== home) repeat(40, s.id, OK, 20);
+    const other = specs.find((s) => s.id !== home)!.id;
+    assert.ok(
+      statusOf(home).ewmaTtftMs > AFFINITY_MAX_SLOWDOWN * statusOf(other).ewmaTtftMs,
+      `the seeded EWMAs: home ${statusOf(home).ewmaTtftMs}, other ${statusOf(other).ewmaTtftMs}`,
+    );
+    const result = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(result.affinity, 'hit');
+    assert.equal(result.attempt.endpoint.id, home);
   });
 
   test('keeps a home that is slower, but within maxSlowdown', () => {
@@ -534,8 +604,8 @@ describe('affinity', () => {
       endpoints: specs,
       policy: withKey({ health: { maxTtftSlowdown: 100 }, affinity: { maxSlowdown: 1.2 } }),
     });
-    repeat(5, 'a', OK, 2_000);
-    repeat(5, 'b', OK, 100);
+    repeat(MEASURED, 'a', OK, 2_000);
+    repeat(MEASURED, 'b', OK, 100);
     for (let i = 0; i < 5; i++) pickOn('b'); // b busy, a slow and idle
     const result = picked(balancer.pick({ affinityKey: 'anything' }));
     assert.equal(result.affinity, 'overloaded');

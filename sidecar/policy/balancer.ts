@@ -16,7 +16,12 @@
  * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
-import { AFFINITY_MAX_EXTRA_IN_FLIGHT, AFFINITY_MAX_SLOWDOWN } from './affinity.ts';
+import {
+  AFFINITY_MAX_EXTRA_IN_FLIGHT,
+  AFFINITY_MAX_SLOWDOWN,
+  AFFINITY_SLOWDOWN_MIN_MS,
+  AFFINITY_SLOWDOWN_MIN_SAMPLES,
+} from './affinity.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import {
@@ -596,11 +601,9 @@ export class Balancer implements PoolBalancer {
 
     const configured = affinity.maxSlowdown;
     const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
-    const reference = median(candidates.map((c) => this.#ewma.valueMs(c.id))) as number;
+    const slowerThan = this.#affinitySlowdownLimit(candidates, maxSlowdown);
     const admissible = (s: EndpointState): boolean =>
-      s.breaker.state === 'closed' &&
-      candidates.includes(s) &&
-      !(this.#ewma.valueMs(s.id) > maxSlowdown * reference);
+      s.breaker.state === 'closed' && candidates.includes(s) && !slowerThan(s);
     // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
     // above the least loaded candidate: the bound alone is strict while the pool is nearly
     // idle (one request in flight can exceed it), where a cache hit still beats an empty queue.
@@ -669,6 +672,31 @@ export class Balancer implements PoolBalancer {
       break;
     }
     return { result: 'overloaded' };
+  }
+
+  /**
+   * The slowdown check of affinity: whether an endpoint is measured clearly slower than the
+   * candidates' median, so that its cache is not worth the wait. Reads each endpoint's own
+   * samples (`TtftEwmas.measured`), not the seeded EWMA, counts only endpoints with
+   * AFFINITY_SLOWDOWN_MIN_SAMPLES of them, and wants the excess to be both `maxSlowdown` times
+   * and AFFINITY_SLOWDOWN_MIN_MS (docs/policy.md §3).
+   */
+  #affinitySlowdownLimit(
+    candidates: readonly EndpointState[],
+    maxSlowdown: number,
+  ): (s: EndpointState) => boolean {
+    const measured = (s: EndpointState): number | undefined => {
+      const m = this.#ewma.measured(s.id);
+      return m !== undefined && m.samples >= AFFINITY_SLOWDOWN_MIN_SAMPLES ? m.ms : undefined;
+    };
+    const values = candidates.map(measured).filter((v): v is number => v !== undefined);
+    const reference = median(values);
+    if (reference === undefined) return () => false;
+    const limit = Math.max(maxSlowdown * reference, reference + AFFINITY_SLOWDOWN_MIN_MS);
+    return (s) => {
+      const own = measured(s);
+      return own !== undefined && own > limit;
+    };
   }
 
   /**

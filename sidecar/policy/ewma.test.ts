@@ -30,6 +30,28 @@ describe('isUsableTtftSample', () => {
 });
 
 describe('TtftEwmas', () => {
+  test('measures each endpoint from its own samples: their average, then the EWMA step', () => {
+    const ewmas = new TtftEwmas(5_000);
+    assert.equal(ewmas.measured('a'), undefined);
+    ewmas.observe('a', 10);
+    assert.deepEqual(ewmas.measured('a'), { ms: 10, samples: 1 });
+    assert.ok(ewmas.valueMs('a') > 4_000, 'the scoring EWMA still leans on its seed');
+    ewmas.observe('a', 20);
+    ewmas.observe('a', 30);
+    assert.deepEqual(ewmas.measured('a'), { ms: 20, samples: 3 });
+    ewmas.observe('a', 40);
+    ewmas.observe('a', 50);
+    assert.deepEqual(ewmas.measured('a'), { ms: 30, samples: 5 });
+    ewmas.observe('a', 130); // from the sixth on, weight 0.2
+    assert.deepEqual(ewmas.measured('a'), { ms: blendEwma(30, 130), samples: 6 });
+    ewmas.observe('a', Number.NaN);
+    assert.equal(ewmas.measured('a')?.samples, 6, 'an unusable sample is not counted');
+    ewmas.observe('a', 0);
+    assert.equal(ewmas.measured('a')?.ms, blendEwma(blendEwma(30, 130), MIN_TTFT_MS));
+    ewmas.forget('a');
+    assert.equal(ewmas.measured('a'), undefined);
+  });
+
   test('reads as the default while no endpoint has samples, and says it is seeded', () => {
     const ewmas = new TtftEwmas(500);
     assert.equal(ewmas.valueMs('a'), 500);

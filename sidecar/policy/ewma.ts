@@ -50,6 +50,8 @@ export function blendEwma(previousMs: number, sampleMs: number): number {
  */
 export class TtftEwmas {
   readonly #own = new Map<string, number>();
+  /** Per endpoint, its own samples alone (`measuredMs`): no seed in them. */
+  readonly #measured = new Map<string, Measured>();
   /**
    * The values of `#own`, ascending, moved with each sample: the seed is read on picks, and at
    * 4,096 endpoints a median computed afresh after every sample was a sort per pick (issue 16).
@@ -72,11 +74,29 @@ export class TtftEwmas {
   observe(id: string, sampleMs: number): boolean {
     if (!isUsableTtftSample(sampleMs)) return false;
     const own = this.#own.get(id);
-    const next = blendEwma(own ?? this.seedMs(), Math.max(sampleMs, MIN_TTFT_MS));
+    const sample = Math.max(sampleMs, MIN_TTFT_MS);
+    const next = blendEwma(own ?? this.seedMs(), sample);
     if (own !== undefined) this.#sorted.splice(lowerBound(this.#sorted, own), 1);
     this.#sorted.splice(lowerBound(this.#sorted, next), 0, next);
     this.#own.set(id, next);
+    const measured = this.#measured.get(id) ?? { ms: 0, samples: 0 };
+    measured.samples += 1;
+    // A plain average of the first samples (weight 1/n), the EWMA's weight once that is smaller.
+    measured.ms += Math.max(EWMA_NEW_SAMPLE_WEIGHT, 1 / measured.samples) * (sample - measured.ms);
+    this.#measured.set(id, measured);
     return true;
+  }
+
+  /**
+   * What the endpoint's own samples say, without the seed: the average of its first samples,
+   * then the same EWMA step as `valueMs`, and how many samples that rests on; undefined before
+   * the first. `valueMs` starts from the seed so that a newcomer is an average choice for P2C,
+   * but the seed decays only as fast as the endpoint is picked: an endpoint with a dozen samples
+   * of 10 ms still read over 100 ms from a 1-second seed. A test of whether the endpoint *is*
+   * slower than its peers (affinity's slowdown check) must read this instead.
+   */
+  measured(id: string): Readonly<Measured> | undefined {
+    return this.#measured.get(id);
   }
 
   /** The endpoint's EWMA, or the seed while it has no sample of its own. */
@@ -96,11 +116,18 @@ export class TtftEwmas {
 
   /** Drops a removed endpoint, so that its last value no longer moves the pool median. */
   forget(id: string): void {
+    this.#measured.delete(id);
     const own = this.#own.get(id);
     if (own === undefined) return;
     this.#own.delete(id);
     this.#sorted.splice(lowerBound(this.#sorted, own), 1);
   }
+}
+
+/** An endpoint's TTFT from its own samples (`TtftEwmas.measured`). */
+export interface Measured {
+  ms: number;
+  samples: number;
 }
 
 function sanitizeDefault(defaultTtftMs: number): number {
