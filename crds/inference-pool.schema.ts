@@ -257,7 +257,7 @@ export const AffinitySchema = Type.Object(
       default: 4096,
     }),
     maxSlowdown: Type.Number({
-      description: `An endpoint is passed over for affinity while its breaker is not closed or its time to first token, measured over at least ${AFFINITY_SLOWDOWN_MIN_SAMPLES} of its own requests, exceeds both this multiple of the candidates' median and that median plus ${AFFINITY_SLOWDOWN_MIN_MS} ms; the request goes to the next endpoint of its order. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
+      description: `An endpoint is passed over for affinity while its breaker is not closed or its time to first token, measured over at least ${AFFINITY_SLOWDOWN_MIN_SAMPLES} of its own requests (the median of the last five), exceeds both this multiple of the candidates' median and that median plus ${AFFINITY_SLOWDOWN_MIN_MS} ms; the request goes to the next endpoint of its order. At least 1. Default: ${AFFINITY_MAX_SLOWDOWN}.`,
       minimum: 1,
       default: AFFINITY_MAX_SLOWDOWN,
     }),

@@ -12,12 +12,11 @@
 export const AFFINITY_MAX_SLOWDOWN = 2.5;
 
 /**
- * Affinity's slowdown check passes an endpoint over only once its TTFT rests on at least this many
- * samples of its own. An EWMA with weight 0.2 remembers about the last ten samples (0.8¹⁰ ≈ 0.1);
- * with fewer, one prefill of a long first turn is most of what the endpoint seems to be, and a
- * conversation's home was passed over for it.
+ * Affinity's slowdown check passes an endpoint over only once its measured TTFT (the median of its
+ * last five samples) rests on at least this many samples of its own: with fewer, a long prefill or
+ * two is most of what the endpoint seems to be, and a conversation's home was passed over for it.
  */
-export const AFFINITY_SLOWDOWN_MIN_SAMPLES = 10;
+export const AFFINITY_SLOWDOWN_MIN_SAMPLES = 5;
 
 /**
  * Affinity's slowdown check also wants the endpoint this much slower than the median, not only

@@ -104,6 +104,8 @@ export interface DebugEndpoint {
     ageMs: number;
   } | null;
   ewmaTtftMs: number;
+  measuredTtftMs: number | null;
+  ttftSamples: number;
   breaker: 'closed' | 'open' | 'half-open';
   requests: number;
   errors: number;

@@ -45,6 +45,9 @@ function describeEndpoint(s: EndpointStatus): unknown {
     reported: s.reported ?? null,
     ewmaTtftMs: Math.round(s.ewmaTtftMs * 100) / 100,
     ewmaSeeded: s.ewmaSeeded,
+    // Its own samples, without the seed: what affinity's slowdown check compares.
+    measuredTtftMs: s.measuredTtft === undefined ? null : Math.round(s.measuredTtft.ms * 100) / 100,
+    ttftSamples: s.measuredTtft?.samples ?? 0,
     breaker: s.breaker,
     slow: s.slow,
     drifted: s.drifted,

@@ -956,6 +956,9 @@ describe('EWMA of time to first token', () => {
     serve('a', OK, 100); // 420
     serve('b', OK, 1_000); // seeded at 420 → 536
     assert.equal(statusOf('c').ewmaTtftMs, 478);
+    // Beside the seeded EWMA, what each has measured itself.
+    assert.deepEqual(statusOf('b').measuredTtft, { ms: 1_000, samples: 1 });
+    assert.equal(statusOf('c').measuredTtft, undefined);
     update({ defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } }, [
       endpoint('a'),
       endpoint('b'),

@@ -423,6 +423,7 @@ export class Balancer implements PoolBalancer {
       ...this.#reportedStatus(s, now),
       ewmaTtftMs: this.#ewma.valueMs(s.id),
       ewmaSeeded: !this.#ewma.hasSamples(s.id),
+      ...this.#measuredStatus(s),
       breaker: s.breaker.state,
       slow: slow.has(s),
       drifted: isDrifted(s.spec),
@@ -482,6 +483,11 @@ export class Balancer implements PoolBalancer {
       load: this.#load(state, this.#now()),
       inFlight: state.inFlight,
     };
+  }
+
+  #measuredStatus(state: EndpointState): Pick<EndpointStatus, 'measuredTtft'> {
+    const m = this.#ewma.measured(state.id);
+    return m === undefined ? {} : { measuredTtft: { ms: m.ms, samples: m.samples } };
   }
 
   #reportedStatus(

@@ -5,6 +5,7 @@ import { median } from './median.ts';
 import {
   EWMA_NEW_SAMPLE_WEIGHT,
   FALLBACK_DEFAULT_TTFT_MS,
+  MEASURED_WINDOW,
   MIN_TTFT_MS,
   TtftEwmas,
   blendEwma,
@@ -30,24 +31,33 @@ describe('isUsableTtftSample', () => {
 });
 
 describe('TtftEwmas', () => {
-  test('measures each endpoint from its own samples: their average, then the EWMA step', () => {
+  test('measures each endpoint from its own samples: the median of its last five', () => {
+    assert.equal(MEASURED_WINDOW, 5);
     const ewmas = new TtftEwmas(5_000);
     assert.equal(ewmas.measured('a'), undefined);
     ewmas.observe('a', 10);
     assert.deepEqual(ewmas.measured('a'), { ms: 10, samples: 1 });
     assert.ok(ewmas.valueMs('a') > 4_000, 'the scoring EWMA still leans on its seed');
-    ewmas.observe('a', 20);
-    ewmas.observe('a', 30);
-    assert.deepEqual(ewmas.measured('a'), { ms: 20, samples: 3 });
-    ewmas.observe('a', 40);
-    ewmas.observe('a', 50);
-    assert.deepEqual(ewmas.measured('a'), { ms: 30, samples: 5 });
-    ewmas.observe('a', 130); // from the sixth on, weight 0.2
-    assert.deepEqual(ewmas.measured('a'), { ms: blendEwma(30, 130), samples: 6 });
+    // A burst of slow samples, then fast ones: forgotten after three fast samples.
+    for (const ms of [600, 400]) ewmas.observe('a', ms);
+    assert.deepEqual(ewmas.measured('a'), { ms: 400, samples: 3 });
+    for (const ms of [12, 15]) ewmas.observe('a', ms);
+    assert.deepEqual(ewmas.measured('a'), { ms: 15, samples: 5 });
+    ewmas.observe('a', 11); // the first sample leaves the window
+    assert.deepEqual(ewmas.measured('a'), { ms: 15, samples: 6 });
+    ewmas.observe('a', 9);
+    assert.deepEqual(ewmas.measured('a'), { ms: 12, samples: 7 });
+    // A server that stays slow: after three slow samples.
+    for (const ms of [900, 900]) ewmas.observe('a', ms);
+    assert.equal(ewmas.measured('a')?.ms, 15);
+    ewmas.observe('a', 900);
+    assert.equal(ewmas.measured('a')?.ms, 900);
     ewmas.observe('a', Number.NaN);
-    assert.equal(ewmas.measured('a')?.samples, 6, 'an unusable sample is not counted');
-    ewmas.observe('a', 0);
-    assert.equal(ewmas.measured('a')?.ms, blendEwma(blendEwma(30, 130), MIN_TTFT_MS));
+    assert.equal(ewmas.measured('a')?.samples, 10, 'an unusable sample is not counted');
+    ewmas.observe('b', 0);
+    assert.equal(ewmas.measured('b')?.ms, MIN_TTFT_MS);
+    ewmas.observe('b', 3);
+    assert.equal(ewmas.measured('b')?.ms, 2, 'an even count: the mean of the middle two');
     ewmas.forget('a');
     assert.equal(ewmas.measured('a'), undefined);
   });

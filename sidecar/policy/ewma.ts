@@ -50,8 +50,8 @@ export function blendEwma(previousMs: number, sampleMs: number): number {
  */
 export class TtftEwmas {
   readonly #own = new Map<string, number>();
-  /** Per endpoint, its own samples alone (`measuredMs`): no seed in them. */
-  readonly #measured = new Map<string, Measured>();
+  /** Per endpoint, its own latest samples alone (`measured`): no seed in them. */
+  readonly #measured = new Map<string, Measured & { recent: number[] }>();
   /**
    * The values of `#own`, ascending, moved with each sample: the seed is read on picks, and at
    * 4,096 endpoints a median computed afresh after every sample was a sort per pick (issue 16).
@@ -79,24 +79,26 @@ export class TtftEwmas {
     if (own !== undefined) this.#sorted.splice(lowerBound(this.#sorted, own), 1);
     this.#sorted.splice(lowerBound(this.#sorted, next), 0, next);
     this.#own.set(id, next);
-    const measured = this.#measured.get(id) ?? { ms: 0, samples: 0 };
+    const measured = this.#measured.get(id) ?? { ms: 0, samples: 0, recent: [] };
     measured.samples += 1;
-    // A plain average of the first samples (weight 1/n), the EWMA's weight once that is smaller.
-    measured.ms += Math.max(EWMA_NEW_SAMPLE_WEIGHT, 1 / measured.samples) * (sample - measured.ms);
+    measured.recent.push(sample);
+    if (measured.recent.length > MEASURED_WINDOW) measured.recent.shift();
+    measured.ms = medianOfFew(measured.recent);
     this.#measured.set(id, measured);
     return true;
   }
 
   /**
-   * What the endpoint's own samples say, without the seed: the average of its first samples,
-   * then the same EWMA step as `valueMs`, and how many samples that rests on; undefined before
-   * the first. `valueMs` starts from the seed so that a newcomer is an average choice for P2C,
-   * but the seed decays only as fast as the endpoint is picked: an endpoint with a dozen samples
-   * of 10 ms still read over 100 ms from a 1-second seed. A test of whether the endpoint *is*
-   * slower than its peers (affinity's slowdown check) must read this instead.
+   * What the endpoint's own samples say, without the seed: the median of its last
+   * MEASURED_WINDOW samples, and how many samples it has had; undefined before the first.
+   * `valueMs` starts from the seed so that a newcomer is an average choice for P2C, but the seed
+   * decays only as fast as the endpoint is picked: an endpoint with a dozen samples of 10 ms
+   * still read over 100 ms from a 500 ms seed. A test of whether the endpoint *is* slower than
+   * its peers (affinity's slowdown check) reads this instead.
    */
-  measured(id: string): Readonly<Measured> | undefined {
-    return this.#measured.get(id);
+  measured(id: string): Measured | undefined {
+    const m = this.#measured.get(id);
+    return m === undefined ? undefined : { ms: m.ms, samples: m.samples };
   }
 
   /** The endpoint's EWMA, or the seed while it has no sample of its own. */
@@ -124,10 +126,31 @@ export class TtftEwmas {
   }
 }
 
+/**
+ * How many of an endpoint's latest samples its measured TTFT is the median of. A median of five
+ * follows a server that stays slow after three slow samples, and forgets a burst of slow ones (the
+ * start of a run, every conversation opening at once on cold servers) after three fast ones: in
+ * the routing benchmark an average needed ten samples to outlast that burst, and each sidecar kept
+ * sending a 4× slower server its homed prompts until it had them (docs/benchmarks.md).
+ */
+export const MEASURED_WINDOW = 5;
+
 /** An endpoint's TTFT from its own samples (`TtftEwmas.measured`). */
 export interface Measured {
   ms: number;
   samples: number;
+}
+
+/**
+ * The median of a handful of values (MEASURED_WINDOW), by insertion into a small sorted copy: it
+ * runs on every finished attempt, where the policy sorts nothing (slow-detection.test.ts).
+ */
+function medianOfFew(values: readonly number[]): number {
+  const sorted: number[] = [];
+  for (const v of values) sorted.splice(lowerBound(sorted, v), 0, v);
+  const mid = sorted.length >> 1;
+  const upper = sorted[mid] as number;
+  return sorted.length % 2 === 1 ? upper : ((sorted[mid - 1] as number) + upper) / 2;
 }
 
 function sanitizeDefault(defaultTtftMs: number): number {

@@ -112,6 +112,11 @@ export interface EndpointStatus {
   ewmaTtftMs: number;
   /** True when the EWMA is still the seeded value (no sample of its own yet). */
   ewmaSeeded: boolean;
+  /**
+   * Its TTFT from its own samples alone and how many (`TtftEwmas.measured`): what affinity's
+   * slowdown check reads. Absent before the first sample.
+   */
+  measuredTtft?: { ms: number; samples: number } | undefined;
   breaker: BreakerState;
   slow: boolean;
   /** Judged drifted by drift detection (excluded from picks when drift.action is Exclude). */

@@ -116,6 +116,8 @@ describe('sidecar proxy, through real simulators with the openai client', () => 
       assert.equal(e.breaker, 'closed');
       assert.equal(typeof e.ewmaTtftMs, 'number');
       assert.ok(e.ewmaTtftMs > 0);
+      assert.ok(e.measuredTtftMs === null || e.measuredTtftMs > 0);
+      assert.equal(typeof e.ttftSamples, 'number');
       assert.equal(e.inFlight, 0);
       for (const key of ['id', 'backend', 'url', 'requests', 'errors', 'rateLimited'])
         assert.ok(key in e, key);

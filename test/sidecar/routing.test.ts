@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { AFFINITY_SLOWDOWN_MIN_SAMPLES } from '../../crds/policy-defaults.ts';
 import { balancePool } from '../../harness/pool-file.ts';
 import {
   debugBackends,
@@ -99,30 +100,39 @@ describe('routing through a real sidecar', () => {
         );
       assert.equal(served.size, 1, `one conversation went to ${[...served].join(', ')}`);
       const sticky = [...served][0]!;
-      // Warm every endpoint's EWMA with unrelated short prompts (no affinity key), three at a
-      // time: the least-loaded step then spreads each batch over all three, so none is left
-      // with only its seed EWMA (sequential requests could all avoid one, and a seeded EWMA in
-      // the median made "slow" depend on the draw).
-      for (let i = 0; i < 7; i++)
+      // Measure every endpoint with unrelated short prompts (no affinity key), three at a time:
+      // the least-loaded step then spreads each batch over all three, so each gets the
+      // AFFINITY_SLOWDOWN_MIN_SAMPLES samples (after its cold first one) that affinity's
+      // slowdown check counts; sequential requests could all avoid one.
+      for (let i = 0; i < AFFINITY_SLOWDOWN_MIN_SAMPLES + 2; i++)
         await Promise.all(
           [0, 1, 2].map(() => rawChat(pool.sidecar.url, { ...hello(), stream: true })),
         );
       const index = ['a', 'b', 'c'].indexOf(sticky.split('/')[0]!);
-      await simConfig(pool.sims[index]!, { prefillMsPerToken: 5, decodeMsPerToken: 50 });
+      // Slow prefill, and no prefix cache to skip it: every request is slow, not only the first
+      // (affinity lets go of a server that stays slow, after its third slow sample).
+      await simConfig(pool.sims[index]!, { prefillMsPerToken: 1, cacheBlocks: 0 });
       await eventually(
         async () =>
           (await rawChat(pool.sidecar.url, conversationTurn(99))).headers.get(
             'x-switchyard-backend',
           ) !== sticky,
-        20_000,
+        30_000,
         'affinity to let go of the slow endpoint',
       );
       const debug = await debugBackends(pool.sidecar);
-      const slowEwma = debug.endpoints.find((e) => e.id === sticky)!.ewmaTtftMs;
-      const others = debug.endpoints.filter((e) => e.id !== sticky).map((e) => e.ewmaTtftMs);
+      const slow = debug.endpoints.find((e) => e.id === sticky)!;
+      const others = debug.endpoints.filter((e) => e.id !== sticky);
+      for (const e of debug.endpoints) {
+        assert.ok(
+          e.ttftSamples >= AFFINITY_SLOWDOWN_MIN_SAMPLES,
+          `${e.id}: ${e.ttftSamples} samples`,
+        );
+      }
+      const fastest = Math.min(...others.map((e) => e.measuredTtftMs!));
       assert.ok(
-        slowEwma > 2.5 * Math.min(...others),
-        'it let go because the sticky endpoint was much slower',
+        slow.measuredTtftMs! > 2.5 * fastest && slow.measuredTtftMs! > fastest + 100,
+        `it let go because the sticky endpoint was much slower (${slow.measuredTtftMs} ms, others from ${fastest})`,
       );
     } finally {
       await pool.stop();
