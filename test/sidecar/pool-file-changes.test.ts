@@ -128,9 +128,14 @@ describe('pool file changes', () => {
       const file = join(dir, 'pool.yaml');
       const versionBefore = (await debugBackends(sidecar)).snapshotVersion;
       let appliedDuringWrites = false;
-      // 50 writes a second for 3 s, each a change: a plain debounce would never fire.
+      // 50 writes a second for 3 s, each a change: a plain debounce would never fire. Every write
+      // differs from the pool in force and from the others (alternating two files let a reload
+      // that read the one in force apply nothing, and the test failed one run in three).
       for (let i = 0; i < 150; i++) {
-        await writeFile(file, i % 2 === 0 ? two() : one());
+        await writeFile(
+          file,
+          balancePool([simA.url, simB.url], `  defaultTtft: ${200 + i}ms`, ['a', 'b']),
+        );
         await sleep(20);
         if (i % 10 === 0 && (await debugBackends(sidecar)).snapshotVersion > versionBefore) {
           appliedDuringWrites = true;
