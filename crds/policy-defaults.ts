@@ -6,8 +6,9 @@
 
 /**
  * Prefix affinity keeps the sticky endpoint unless its measured time to first token exceeds this
- * multiple of the candidates' median (and AFFINITY_SLOWDOWN_MIN_MS above it). 2.5× is where a cache hit (which saves the prefill of the shared
- * prefix) stops paying for the queueing behind a clearly slower endpoint.
+ * multiple of the candidates' median (and AFFINITY_SLOWDOWN_MIN_MS above it). 2.5× is where a
+ * cache hit (which saves the prefill of the shared prefix) stops paying for the queueing behind a
+ * clearly slower endpoint.
  */
 export const AFFINITY_MAX_SLOWDOWN = 2.5;
 
@@ -20,14 +21,14 @@ export const AFFINITY_SLOWDOWN_MIN_SAMPLES = 5;
 
 /**
  * Affinity's slowdown check also wants the endpoint this much slower than the median, not only
- * `maxSlowdown` times. A ratio alone fires on noise where TTFTs are a few milliseconds (a home at 30 ms next to a
- * median of 10 ms is "3× slower" for the prefill of one new conversation), and each such pass
- * sent a turn away from its KV cache: in the routing benchmark's conversations scenario it was
- * the main reason later turns left home (docs/benchmarks.md). 100 ms is where a user starts to
- * notice, and less than one queue position on any server that streams (a 60-token answer at
- * 10 ms a token holds its slot 600 ms); a home that is really slow (seconds, the slow-backend
- * scenario) is far above it. SGLang's router pairs a relative and an absolute threshold the same
- * way for its load imbalance test.
+ * `maxSlowdown` times. A ratio alone fires on noise where TTFTs are a few milliseconds (a home at
+ * 30 ms next to a median of 10 ms is "3× slower" for the prefill of one new conversation), and
+ * each such pass sent a turn away from its KV cache: in the routing benchmark's conversations
+ * scenario it was the main reason later turns left home (docs/benchmarks.md). 100 ms is where a
+ * user starts to notice, and less than one queue position on any server that streams (a 60-token
+ * answer at 10 ms a token holds its slot 600 ms); a home that is really slow (seconds, the
+ * slow-backend scenario) is far above it. SGLang's router pairs a relative and an absolute
+ * threshold the same way for its load imbalance test.
  */
 export const AFFINITY_SLOWDOWN_MIN_MS = 100;
 

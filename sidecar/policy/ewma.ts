@@ -51,7 +51,7 @@ export function blendEwma(previousMs: number, sampleMs: number): number {
 export class TtftEwmas {
   readonly #own = new Map<string, number>();
   /** Per endpoint, its own latest samples alone (`measured`): no seed in them. */
-  readonly #measured = new Map<string, Measured & { recent: number[] }>();
+  readonly #measured = new Map<string, { measured: Measured; recent: number[] }>();
   /**
    * The values of `#own`, ascending, moved with each sample: the seed is read on picks, and at
    * 4,096 endpoints a median computed afresh after every sample was a sort per pick (issue 16).
@@ -79,12 +79,13 @@ export class TtftEwmas {
     if (own !== undefined) this.#sorted.splice(lowerBound(this.#sorted, own), 1);
     this.#sorted.splice(lowerBound(this.#sorted, next), 0, next);
     this.#own.set(id, next);
-    const measured = this.#measured.get(id) ?? { ms: 0, samples: 0, recent: [] };
-    measured.samples += 1;
-    measured.recent.push(sample);
-    if (measured.recent.length > MEASURED_WINDOW) measured.recent.shift();
-    measured.ms = medianOfFew(measured.recent);
-    this.#measured.set(id, measured);
+    const entry = this.#measured.get(id) ?? { measured: { ms: 0, samples: 0 }, recent: [] };
+    entry.recent.push(sample);
+    if (entry.recent.length > MEASURED_WINDOW) entry.recent.shift();
+    // Kept, not computed when read: it is read for every candidate of every affinity pick.
+    entry.measured.ms = medianOfFew(entry.recent);
+    entry.measured.samples += 1;
+    this.#measured.set(id, entry);
     return true;
   }
 
@@ -96,9 +97,8 @@ export class TtftEwmas {
    * still read over 100 ms from a 500 ms seed. A test of whether the endpoint *is* slower than
    * its peers (affinity's slowdown check) reads this instead.
    */
-  measured(id: string): Measured | undefined {
-    const m = this.#measured.get(id);
-    return m === undefined ? undefined : { ms: m.ms, samples: m.samples };
+  measured(id: string): Readonly<Measured> | undefined {
+    return this.#measured.get(id)?.measured;
   }
 
   /** The endpoint's EWMA, or the seed while it has no sample of its own. */
@@ -148,9 +148,7 @@ export interface Measured {
 function medianOfFew(values: readonly number[]): number {
   const sorted: number[] = [];
   for (const v of values) sorted.splice(lowerBound(sorted, v), 0, v);
-  const mid = sorted.length >> 1;
-  const upper = sorted[mid] as number;
-  return sorted.length % 2 === 1 ? upper : ((sorted[mid - 1] as number) + upper) / 2;
+  return medianWithout(sorted) as number;
 }
 
 function sanitizeDefault(defaultTtftMs: number): number {
