@@ -745,6 +745,54 @@ describe('prefix affinity', () => {
     );
   });
 
+  describe('a single message that nothing shares goes home only where balancing could go', () => {
+    /** Eight endpoints; the home of PROMPT's key showed a batch of 6 and now runs 4 (2 free). */
+    function freeHome() {
+      const specs = eight();
+      const t = setup({ endpoints: specs, policy: PREFIX });
+      const home = order(12, specs)[0]!;
+      t.balancer.reportLoad(home, { running: 6, waiting: 1 });
+      t.balancer.reportLoad(home, { running: 4, waiting: 0 });
+      return { ...t, specs, home };
+    }
+
+    test('with none of this sidecar’s requests there, a free slot takes it home', () => {
+      const { balancer, home } = freeHome();
+      const result = picked(balancer.pick({ prompt: PROMPT }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, home);
+    });
+
+    test('with more of them there than at the least loaded, it is balanced despite the free slot', () => {
+      const { balancer, pickOn, home } = freeHome();
+      pickOn(home); // one of this sidecar's requests there, none elsewhere; still a slot free
+      const result = picked(balancer.pick({ prompt: PROMPT }));
+      assert.equal(result.affinity, 'overloaded');
+      assert.notEqual(result.attempt.endpoint.id, home);
+    });
+
+    test('a later turn (history before its last message) still takes the free slot at home', () => {
+      const { balancer, pickOn, home } = freeHome();
+      pickOn(home);
+      const result = picked(
+        balancer.pick({ prompt: { ...nextTurn(PROMPT, 13), historyChars: 400 } }),
+      );
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, home);
+    });
+
+    test('a prompt an earlier request is known to share goes to its holder as before', () => {
+      const { balancer, pickOn, home } = freeHome();
+      const first = picked(balancer.pick({ prompt: PROMPT }));
+      assert.equal(first.attempt.endpoint.id, home);
+      balancer.finish(first.attempt, OK);
+      pickOn(home);
+      const again = picked(balancer.pick({ prompt: PROMPT }));
+      assert.equal(again.affinity, 'hit');
+      assert.equal(again.attempt.endpoint.id, home);
+    });
+  });
+
   test('forgets what a removed endpoint held', () => {
     const specs = eight();
     const { balancer, update } = setup({ endpoints: specs, policy: PREFIX });

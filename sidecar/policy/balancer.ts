@@ -632,6 +632,9 @@ export class Balancer implements PoolBalancer {
     };
 
     let key: number;
+    // A prompt of one message that no earlier request is known to share: no server can hold
+    // anything of it yet, so its home is only a bet on later requests sharing it (below).
+    let speculative = false;
     if (prompt !== undefined) {
       const byId = new Map(pool.map((s) => [s.id, s]));
       const match = this.#prefixes.longestMatch(
@@ -658,15 +661,23 @@ export class Balancer implements PoolBalancer {
         key = prompt.hashes[match.depth - 1] as number;
       } else {
         key = prompt.hashes[prompt.homeDepth - 1] as number;
+        speculative = (prompt.historyChars ?? 0) === 0;
       }
     } else {
       key = keyNumber(header as string);
     }
+    // A speculative home must also be where balancing could send the request: among the fewest of
+    // this sidecar's own requests in flight. A free slot in a report is shared by every sidecar
+    // and may be taken by the time the request gets there; a bet that nothing pays for yet should
+    // not raise that risk above balancing's (docs/policy.md §3, "Why a single message...").
+    const leastOwn = speculative ? Math.min(...candidates.map((c) => c.inFlight)) : 0;
     const order = rendezvousOrder(key, pool);
     for (const [rank, s] of order.entries()) {
       if (!admissible(s)) continue;
       const free = freeSlots(s);
-      if (fits(s, free)) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
+      const fitsHere =
+        fits(s, free) && !(speculative && free !== undefined && s.inFlight > leastOwn);
+      if (fitsHere) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
       if (free === undefined) continue;
       // Its batch is known and full. It holds the conversation so far if earlier turns found room
       // there, which this sidecar cannot know when other sidecars sent them: half the history is
