@@ -904,6 +904,39 @@ describe('prefix affinity', () => {
       assert.notEqual(short.attempt.endpoint.id, home);
     });
 
+    test("a first turn's full home is worth the text it adds, a lone message's is not", () => {
+      const specs = eight();
+      const t = setup({ endpoints: specs, policy: PREFIX });
+      teachExchange(t, order(12, specs)[1] as string);
+      // Each home runs a full batch of 6 and queues one: a request there waits two positions.
+      const fullHome = (key: number): string => {
+        const home = order(key, specs)[0] as string;
+        t.balancer.reportLoad(home, { running: 6, waiting: 1 });
+        return home;
+      };
+      // A system prompt of 256 characters and a 40,000-character document nobody has sent yet:
+      // 128 + 40,000 characters at stake for the requests that share its key, three positions.
+      const home = fullHome(12);
+      const document: PromptBlocks = {
+        hashes: [11, 12, 13],
+        ends: [256, 400, 40_256],
+        homeDepth: 2,
+        historyChars: 256,
+      };
+      const first = picked(t.balancer.pick({ prompt: document }));
+      assert.equal(first.affinity, 'hit');
+      assert.equal(first.attempt.endpoint.id, home);
+      // The same text as a single message (speculative): no bet, balanced.
+      const loneHome = fullHome(32);
+      const lone = picked(
+        t.balancer.pick({
+          prompt: { hashes: [31, 32, 33], ends: [256, 400, 40_256], homeDepth: 2 },
+        }),
+      );
+      assert.equal(lone.affinity, 'overloaded');
+      assert.notEqual(lone.attempt.endpoint.id, loneHome);
+    });
+
     test('weighs only the wait beyond what balancing would meet', () => {
       // Every server reports a full batch: elsewhere the request would wait one position too, so
       // at the holder it waits one more than balancing, which 20,000 characters are worth.

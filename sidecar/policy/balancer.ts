@@ -92,6 +92,17 @@ export const REFERENCE_REQUEST_BYTES = 4096;
  */
 export const HISTORY_AT_HOME_SHARE = 0.5;
 
+/**
+ * The share of what a request adds past its history (a first turn's whole user message, a later
+ * turn's new message) that its full home is worth as a bet: every later request with the same home
+ * key, from any sidecar, goes there, and finds this text cached only if this one went there too.
+ * A request that goes elsewhere leaves them all to miss: on the Mooncake trace the first request
+ * of a shared document usually met a full home (82 of 138 groups), and the others went home. 1
+ * measured best of 0.25, 0.5 and 1 on the routing benchmark (`steady`, five seeds, 2026-12-03):
+ * TTFT p50 785 → 672 ms, hit rate 20.1 → 26.6 %, p99 within the seeds' spread (docs/policy.md §3).
+ */
+export const ADDED_TEXT_AT_HOME_SHARE = 1;
+
 export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
   if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
   return (ttftMs * REFERENCE_REQUEST_BYTES) / requestBytes;
@@ -679,12 +690,12 @@ export class Balancer implements PoolBalancer {
         fits(s, free) && !(speculative && free !== undefined && s.inFlight > leastOwn);
       if (fitsHere) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
       if (free === undefined) continue;
-      // Its batch is known and full. It holds the conversation so far if earlier turns found room
-      // there, which this sidecar cannot know when other sidecars sent them: half the history is
-      // what the wait may buy. Otherwise balance; do not walk on (every sidecar holds the same
-      // report and would queue on the next endpoint together).
-      const history = Math.floor(HISTORY_AT_HOME_SHARE * (prompt?.historyChars ?? 0));
-      if (this.#worthQueueing(s, free, history, candidates, now))
+      // Its batch is known and full. What the wait may buy there (homeWorthChars): part of the
+      // history, and, unless the request is speculative, what it adds for the later requests that
+      // share its key. Otherwise balance; do not walk on (every sidecar holds the same report and
+      // would queue on the next endpoint together).
+      const worth = prompt === undefined ? 0 : homeWorthChars(prompt, speculative);
+      if (this.#worthQueueing(s, free, worth, candidates, now))
         return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
       break;
     }
@@ -932,6 +943,23 @@ function matchedChars(prompt: PromptBlocks, depth: number): number {
   const chars = prompt.ends[depth - 1] as number;
   if (prompt.cut !== true || depth < prompt.hashes.length) return chars;
   return Math.max(chars, prompt.historyChars ?? 0);
+}
+
+/**
+ * How many characters of a prompt its key's first admissible endpoint is worth, when this sidecar
+ * knows of no earlier request there (docs/policy.md §3, "the key's order"):
+ *
+ * - HISTORY_AT_HOME_SHARE of the history: the earlier turns went home only while it had room, which
+ *   this sidecar cannot know when other sidecars sent them;
+ * - ADDED_TEXT_AT_HOME_SHARE of the text past the history (hashed characters, so at most the
+ *   hashing cap): a bet on the later requests that share the key, which all go there. A speculative
+ *   request (a single message nothing is known to share) makes no bet: most such prompts are
+ *   one-off calls, and on a trace of them (Azure's) any wait for a home was lost time.
+ */
+function homeWorthChars(prompt: PromptBlocks, speculative: boolean): number {
+  const history = prompt.historyChars ?? 0;
+  const added = speculative ? 0 : Math.max(0, (prompt.ends.at(-1) ?? 0) - history);
+  return Math.floor(HISTORY_AT_HOME_SHARE * history + ADDED_TEXT_AT_HOME_SHARE * added);
 }
 
 /** Whether slow detection counts `state` among its group's peers: serving, not drifted, not open. */
