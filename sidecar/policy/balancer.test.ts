@@ -926,6 +926,13 @@ describe('prefix affinity', () => {
       const first = picked(t.balancer.pick({ prompt: document }));
       assert.equal(first.affinity, 'hit');
       assert.equal(first.attempt.endpoint.id, home);
+      // A retry that may not go home meets the key's second endpoint full: no bet there, since
+      // the other sidecars look for the document at the first.
+      const second = order(12, specs)[1] as string;
+      t.balancer.reportLoad(second, { running: 6, waiting: 1 });
+      const retry = picked(t.balancer.pick({ prompt: document, exclude: new Set([home]) }));
+      assert.equal(retry.affinity, 'overloaded');
+      assert.notEqual(retry.attempt.endpoint.id, second);
       // The same text as a single message (speculative): no bet, balanced.
       const loneHome = fullHome(32);
       const lone = picked(

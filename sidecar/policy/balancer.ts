@@ -692,9 +692,11 @@ export class Balancer implements PoolBalancer {
       if (free === undefined) continue;
       // Its batch is known and full. What the wait may buy there (homeWorthChars): part of the
       // history, and, unless the request is speculative, what it adds for the later requests that
-      // share its key. Otherwise balance; do not walk on (every sidecar holds the same report and
-      // would queue on the next endpoint together).
-      const worth = prompt === undefined ? 0 : homeWorthChars(prompt, speculative);
+      // share its key — only at the key's first endpoint, the one every sidecar computes alike; an
+      // endpoint further down is where this sidecar's own verdicts (slow, open) sent it, and the
+      // others may look elsewhere. Otherwise balance; do not walk on (every sidecar holds the same
+      // report and would queue on the next endpoint together).
+      const worth = prompt === undefined ? 0 : homeWorthChars(prompt, speculative || rank > 0);
       if (this.#worthQueueing(s, free, worth, candidates, now))
         return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
       break;
@@ -951,14 +953,15 @@ function matchedChars(prompt: PromptBlocks, depth: number): number {
  *
  * - HISTORY_AT_HOME_SHARE of the history: the earlier turns went home only while it had room, which
  *   this sidecar cannot know when other sidecars sent them;
- * - ADDED_TEXT_AT_HOME_SHARE of the text past the history (hashed characters, so at most the
- *   hashing cap): a bet on the later requests that share the key, which all go there. A speculative
- *   request (a single message nothing is known to share) makes no bet: most such prompts are
- *   one-off calls, and on a trace of them (Azure's) any wait for a home was lost time.
+ * - unless `noBet`, ADDED_TEXT_AT_HOME_SHARE of the text past the history (hashed characters, so
+ *   at most the hashing cap): a bet on the later requests that share the key, which all go to its
+ *   first endpoint. No bet for a speculative request (a single message nothing is known to share:
+ *   most are one-off calls, and on a trace of them, Azure's, any wait for a home was lost time) or
+ *   at an endpoint further down the key's order.
  */
-function homeWorthChars(prompt: PromptBlocks, speculative: boolean): number {
+function homeWorthChars(prompt: PromptBlocks, noBet: boolean): number {
   const history = prompt.historyChars ?? 0;
-  const added = speculative ? 0 : Math.max(0, (prompt.ends.at(-1) ?? 0) - history);
+  const added = noBet ? 0 : Math.max(0, (prompt.ends.at(-1) ?? 0) - history);
   return Math.floor(HISTORY_AT_HOME_SHARE * history + ADDED_TEXT_AT_HOME_SHARE * added);
 }
 
