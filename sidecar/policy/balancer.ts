@@ -98,8 +98,9 @@ export const HISTORY_AT_HOME_SHARE = 0.5;
  * key, from any sidecar, goes there, and finds this text cached only if this one went there too.
  * A request that goes elsewhere leaves them all to miss: on the Mooncake trace the first request
  * of a shared document usually met a full home (82 of 138 groups), and the others went home. 1
- * measured best of 0.25, 0.5 and 1 on the routing benchmark (`steady`, five seeds, 2026-12-03):
- * TTFT p50 785 → 672 ms, hit rate 20.1 → 26.6 %, p99 within the seeds' spread (docs/policy.md §3).
+ * measured best of the variants in bench/results/routing-2026-12j-bet-variants/ (`steady`, five
+ * seeds each): TTFT p50 785 → 672 ms, hit rate 20.1 → 26.6 %, p99 within the seeds' spread
+ * (docs/policy.md §3).
  */
 export const ADDED_TEXT_AT_HOME_SHARE = 1;
 
@@ -595,8 +596,9 @@ export class Balancer implements PoolBalancer {
    *    prompt's conversation-stable home key, or the affinity header): the first that is a
    *    closed, not-slow candidate under the load bound. The first in order is a `hit`, a later
    *    one a `spill` — the same second home from every sidecar. The walk stops at the first whose
-   *    batch is known and full, which keeps the request only if half its history is worth the
-   *    queue.
+   *    batch is known and full, which keeps the request only if what it would hold there is
+   *    worth the queue (`homeWorthChars`: half its history, and at the key's first endpoint the
+   *    bet on the text it adds).
    * 3. None fits: `overloaded`, and the request is balanced.
    *
    * The order is over the whole tier set (`pool`), live or not, so that a key keeps its place
@@ -948,8 +950,8 @@ function matchedChars(prompt: PromptBlocks, depth: number): number {
 }
 
 /**
- * How many characters of a prompt its key's first admissible endpoint is worth, when this sidecar
- * knows of no earlier request there (docs/policy.md §3, "the key's order"):
+ * How many characters of a prompt the full endpoint where the walk along its key's order stops is
+ * worth, when this sidecar knows of no earlier request of it there (docs/policy.md §3):
  *
  * - HISTORY_AT_HOME_SHARE of the history: the earlier turns went home only while it had room, which
  *   this sidecar cannot know when other sidecars sent them;
