@@ -8,6 +8,7 @@ import {
 import { idHash, keyNumber, rendezvousOrder } from './bounded-load.ts';
 import { BATCH_KNOWN_FOR_MS } from './server-load.ts';
 import {
+  ADDED_TEXT_AT_HOME_SHARE,
   AFFINITY_MAX_SLOWDOWN,
   Balancer,
   DEFAULT_SHED_RETRY_AFTER_MS,
@@ -942,6 +943,22 @@ describe('prefix affinity', () => {
       );
       assert.equal(lone.affinity, 'overloaded');
       assert.notEqual(lone.attempt.endpoint.id, loneHome);
+      // 20,000 characters, counted once, are worth one position, not the two the home would cost;
+      // the bet counts them ADDED_TEXT_AT_HOME_SHARE (2) times, for the later requests that share it.
+      assert.equal(ADDED_TEXT_AT_HOME_SHARE, 2);
+      const shortHome = fullHome(52);
+      const shorter = picked(
+        t.balancer.pick({
+          prompt: {
+            hashes: [51, 52, 53],
+            ends: [256, 400, 20_256],
+            homeDepth: 2,
+            historyChars: 256,
+          },
+        }),
+      );
+      assert.equal(shorter.affinity, 'hit');
+      assert.equal(shorter.attempt.endpoint.id, shortHome);
     });
 
     test('weighs only the wait beyond what balancing would meet', () => {

@@ -93,16 +93,18 @@ export const REFERENCE_REQUEST_BYTES = 4096;
 export const HISTORY_AT_HOME_SHARE = 0.5;
 
 /**
- * The share of what a request adds past its history (a first turn's whole user message, a later
- * turn's new message) that its full home is worth as a bet: every later request with the same home
+ * How many times what a request adds past its history (a first turn's whole user message, a later
+ * turn's new message) its full home is worth as a bet: every later request with the same home
  * key, from any sidecar, goes there, and finds this text cached only if this one went there too.
  * A request that goes elsewhere leaves them all to miss: on the Mooncake trace the first request
- * of a shared document usually met a full home (82 of 138 groups), and the others went home. 1
- * measured best of the variants in bench/results/routing-2026-12j-bet-variants/ (`steady`, five
- * seeds each): TTFT p50 785 → 672 ms, hit rate 20.1 → 26.6 %, p99 within the seeds' spread
- * (docs/policy.md §3).
+ * of a shared document usually met a full home (82 of 138 groups), and the others went home; a
+ * document that recurs comes back 1.8 more times on average (2.8 requests a group). 1 measured best of the
+ * variants in bench/results/routing-2026-12j-bet-variants/ (TTFT p50 785 → 672 ms, hit rate
+ * 20.1 → 26.6 %); 2 then beat 1 in two paired runs (routing-2026-12k-explorations/, `steady`,
+ * five seeds each): hit rate 26.5 and 26.1 → 29.7 and 29.7 %, p50 661 and 754 → 682 and 614 ms,
+ * p99 4,516 and 4,494 → 4,571 and 4,853 ms, within the seeds' spread (docs/policy.md §3).
  */
-export const ADDED_TEXT_AT_HOME_SHARE = 1;
+export const ADDED_TEXT_AT_HOME_SHARE = 2;
 
 export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
   if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
@@ -955,7 +957,7 @@ function matchedChars(prompt: PromptBlocks, depth: number): number {
  *
  * - HISTORY_AT_HOME_SHARE of the history: the earlier turns went home only while it had room, which
  *   this sidecar cannot know when other sidecars sent them;
- * - unless `noBet`, ADDED_TEXT_AT_HOME_SHARE of the text past the history (hashed characters, so
+ * - unless `noBet`, ADDED_TEXT_AT_HOME_SHARE times the text past the history (hashed characters, so
  *   at most the hashing cap): a bet on the later requests that share the key, which all go to its
  *   first endpoint. No bet for a speculative request (a single message nothing is known to share:
  *   most are one-off calls, and on a trace of them, Azure's, any wait for a home was lost time) or
