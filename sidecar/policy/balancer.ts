@@ -98,11 +98,11 @@ export const HISTORY_AT_HOME_SHARE = 0.5;
  * key, from any sidecar, goes there, and finds this text cached only if this one went there too.
  * A request that goes elsewhere leaves them all to miss: on the Mooncake trace the first request
  * of a shared document usually met a full home (82 of 138 groups), and the others went home; a
- * document that recurs comes back 1.8 more times on average (2.8 requests a group). 1 measured best of the
- * variants in bench/results/routing-2026-12j-bet-variants/ (TTFT p50 785 → 672 ms, hit rate
- * 20.1 → 26.6 %); 2 then beat 1 in two paired runs (routing-2026-12k-explorations/, `steady`,
- * five seeds each): hit rate 26.5 and 26.1 → 29.7 and 29.7 %, p50 661 and 754 → 682 and 614 ms,
- * p99 4,516 and 4,494 → 4,571 and 4,853 ms, within the seeds' spread (docs/policy.md §3).
+ * document that recurs comes back 1.8 more times on average (2.8 requests a group). 1 measured
+ * best of the variants in bench/results/routing-2026-12j-bet-variants/ (TTFT p50 785 → 672 ms,
+ * hit rate 20.1 → 26.6 %); 2 then beat 1 in two paired runs (routing-2026-12k-explorations/,
+ * `steady`, five seeds each): hit rate 26.5 and 26.1 → 29.7 and 29.7 %, p50 661 and 754 → 682 and
+ * 614 ms, p99 4,516 and 4,494 → 4,571 and 4,853 ms, within the seeds' spread (docs/policy.md §3).
  */
 export const ADDED_TEXT_AT_HOME_SHARE = 2;
 
