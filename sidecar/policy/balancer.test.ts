@@ -1089,6 +1089,57 @@ describe('EWMA of time to first token', () => {
     assert.equal(statusOf('a').ewmaSeeded, true);
   });
 
+  test('takes a first token as a sample when it arrives, not when the stream ends, and once', () => {
+    const { balancer, pickOn, clock, statusOf } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
+    const attempt = pickOn('a');
+    clock.advance(100);
+    balancer.firstByte(attempt, true);
+    // The stream is still going: the sample is already in.
+    assert.equal(statusOf('a').ewmaSeeded, false);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+    clock.advance(60_000);
+    balancer.finish(attempt, OK);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+  });
+
+  test('keeps a first token sampled even when its stream breaks off later', () => {
+    const { balancer, pickOn, clock, statusOf } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
+    const attempt = pickOn('a');
+    clock.advance(100);
+    balancer.firstByte(attempt, true);
+    balancer.finish(attempt, ERROR);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
+    assert.equal(statusOf('a').errors, 1);
+  });
+
+  test('waits for the outcome of a first byte not known to be a token', () => {
+    const { balancer, pickOn, clock, statusOf } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
+    const failing = pickOn('a');
+    clock.advance(1);
+    balancer.firstByte(failing);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+    balancer.finish(failing, ERROR);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+  });
+
+  test("drops a cold endpoint's first token like any first sample", () => {
+    const { balancer, pickOn, clock, statusOf, events } = setup({
+      policy: { defaultTtftMs: 500 },
+    });
+    const attempt = pickOn('a'); // a new endpoint: cold
+    clock.advance(5_000);
+    balancer.firstByte(attempt, true);
+    balancer.finish(attempt, OK);
+    assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+  });
+
   test('has no sample for a success that never reported a first byte', () => {
     const { serve, statusOf } = setup();
     serve('a', OK);

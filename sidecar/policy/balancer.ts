@@ -180,6 +180,8 @@ interface AttemptRecord {
    */
   readonly startedWithFreeSlot: boolean;
   ttftMs: number | undefined;
+  /** Its TTFT was fed to the EWMA at the first byte (a first token), not to be fed again. */
+  sampled: boolean;
   finished: boolean;
 }
 
@@ -327,10 +329,17 @@ export class Balancer implements PoolBalancer {
     state.reported.update(report, state.inFlight, this.#now() - Math.max(0, ageMs));
   }
 
-  firstByte(attempt: Attempt): void {
+  firstByte(attempt: Attempt, firstToken = false): void {
     const record = this.#attempts.get(attempt);
     if (record === undefined || record.finished || record.ttftMs !== undefined) return;
     record.ttftMs = this.#now() - attempt.startedAtMs;
+    // A first token is a sample as soon as it arrives. Held until the stream ends, it reached the
+    // EWMA a whole generation late: seconds on the routing benchmark, minutes for a reasoning
+    // model, and latest from the slowest endpoint, the one it should warn about (policy.md §5).
+    if (firstToken && !record.state.removed) {
+      record.sampled = true;
+      this.#feedEwma(record.state, normalisedTtftMs(record.ttftMs, record.requestBytes));
+    }
   }
 
   noteDriftMismatch(attempt: Attempt): void {
@@ -363,7 +372,8 @@ export class Balancer implements PoolBalancer {
       // Only streamed first tokens are TTFTs: a non-streamed body's first byte arrives after the
       // whole generation and would make long answers look like a slow endpoint (docs/policy.md).
       if ((outcome as { streamed?: unknown }).streamed === true && record.ttftMs !== undefined) {
-        this.#feedEwma(state, normalisedTtftMs(record.ttftMs, record.requestBytes));
+        if (!record.sampled)
+          this.#feedEwma(state, normalisedTtftMs(record.ttftMs, record.requestBytes));
         if (record.startedWithFreeSlot && record.requestBytes !== undefined)
           this.#exchange.observe(record.ttftMs, now - attempt.startedAtMs, record.requestBytes);
       }
@@ -802,6 +812,7 @@ export class Balancer implements PoolBalancer {
       requestBytes,
       startedWithFreeSlot: free === undefined || free >= 1,
       ttftMs: undefined,
+      sampled: false,
       finished: false,
     });
     return attempt;

@@ -165,8 +165,12 @@ export interface PoolBalancer {
    * (default 0: just now).
    */
   reportLoad(endpointId: string, report: ServerLoadReport, ageMs?: number): void;
-  /** The first response body byte of this attempt arrived now: its TTFT sample. */
-  firstByte(attempt: Attempt): void;
+  /**
+   * The first response body byte of this attempt arrived now: its TTFT. `firstToken` says the
+   * shell knows it is the first token of a streamed 2xx answer: the sample is taken now, not when
+   * the stream ends. Without it the sample waits for the outcome (`finish`, a streamed success).
+   */
+  firstByte(attempt: Attempt, firstToken?: boolean): void;
   /** The response contradicted the endpoint's drift probe (the passive check): counted. */
   noteDriftMismatch(attempt: Attempt): void;
   /** The attempt ended (in-flight −1) with this outcome. Safe to call once per attempt only. */

@@ -277,6 +277,65 @@ describe('exchange', () => {
     assert.equal(inFlight(), 0);
   });
 
+  /**
+   * One streamed answer from each endpoint: a new endpoint's first sample is dropped as a cold
+   * start (docs/policy.md §5), and these tests watch the samples after it.
+   */
+  async function warmUp(): Promise<void> {
+    const answers = [chat(true), chat(true)];
+    for (const n of [1, 2]) {
+      const call = await upstream.call(n);
+      call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
+      call.handler.onData(Buffer.from('data: {"n":1}\n\n'));
+      call.handler.onEnd();
+    }
+    await Promise.all(answers);
+    const seen = new Set(upstream.calls.map((c) => c.init.target.host));
+    assert.equal(seen.size, 2, 'the two warm-up requests went to both endpoints');
+  }
+
+  test('a streamed 2xx is a TTFT sample at its first token, before the stream ends', async () => {
+    await start(1);
+    await warmUp();
+    const answer = chat(true);
+    const call = await upstream.call(3);
+    const sampled = (): boolean =>
+      !active
+        .current()!
+        .balancer.status()
+        .find((s) => new URL(s.url).host === call.init.target.host)!.ewmaSeeded;
+    call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
+    assert.equal(sampled(), false);
+    call.handler.onData(Buffer.from('data: {"n":1}\n\n'));
+    for (let i = 0; i < 200 && !sampled(); i++) await sleep(5);
+    assert.equal(sampled(), true);
+    assert.equal(inFlight(), 1); // still streaming
+    call.handler.onEnd();
+    await answer;
+  });
+
+  test('the first byte of a 4xx or of a non-streamed 2xx is no TTFT sample', async () => {
+    await start(1);
+    await warmUp();
+    for (const [stream, status] of [
+      [true, 400],
+      [false, 200],
+    ] as const) {
+      const answer = chat(stream);
+      const call = await upstream.call(upstream.calls.length + 1);
+      call.handler.onResponseHead(status, { 'content-type': 'application/json' });
+      call.handler.onData(Buffer.from('{"x":1}'));
+      call.handler.onEnd();
+      assert.equal((await answer).status, status);
+    }
+    assert.ok(
+      active
+        .current()!
+        .balancer.status()
+        .every((s) => s.ewmaSeeded),
+    );
+  });
+
   test('a client that leaves mid-stream has its upstream request destroyed', async () => {
     await start(2);
     let client: http.ClientRequest | undefined;

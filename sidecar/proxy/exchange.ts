@@ -559,7 +559,12 @@ class ExchangeAttempt implements UpstreamHandler {
         return;
       case 'first-byte':
         this.#trace?.firstByte();
-        pool.balancer.firstByte(this.attempt);
+        // A streamed 2xx's first byte is its first token: a TTFT sample now, not at the end of
+        // a generation that may stream for minutes (docs/policy.md §5).
+        pool.balancer.firstByte(
+          this.attempt,
+          exchange.streamed && this.#status >= 200 && this.#status < 300,
+        );
         if (exchange.streamed)
           this.#metrics.ttft.observe((exchange.deps.nowMs() - this.#sentAtMs) / 1000);
         return;
