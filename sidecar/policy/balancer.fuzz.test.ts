@@ -40,7 +40,7 @@ const outcome: fc.Arbitrary<Outcome> = fc.oneof(
 
 type Op =
   | { op: 'pick'; key: string | undefined; excludeFirst: boolean }
-  | { op: 'firstByte'; index: number }
+  | { op: 'firstByte'; index: number; firstToken: boolean }
   | { op: 'finish'; index: number; outcome: Outcome }
   | { op: 'clock'; move: ClockMove }
   | { op: 'retry'; attempts: number }
@@ -57,7 +57,14 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       excludeFirst: fc.boolean(),
     }),
   },
-  { weight: 2, arbitrary: fc.record({ op: fc.constant('firstByte' as const), index: fc.nat() }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      op: fc.constant('firstByte' as const),
+      index: fc.nat(),
+      firstToken: fc.boolean(),
+    }),
+  },
   {
     weight: 5,
     arbitrary: fc.record({ op: fc.constant('finish' as const), index: fc.nat(), outcome }),
@@ -143,7 +150,7 @@ function run(count: number, mode: 'Balance' | 'Failover', script: number[], ops:
         open.push({ attempt: result.attempt, finished: false });
       }
     } else if (op.op === 'firstByte' && open.length > 0) {
-      balancer.firstByte(open[op.index % open.length]!.attempt);
+      balancer.firstByte(open[op.index % open.length]!.attempt, op.firstToken);
     } else if (op.op === 'finish' && open.length > 0) {
       const o = open[op.index % open.length]!;
       balancer.finish(o.attempt, op.outcome); // twice for some: the second must change nothing

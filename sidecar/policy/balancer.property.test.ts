@@ -39,7 +39,7 @@ const outcomeArb: fc.Arbitrary<Outcome> = fc.oneof(
 
 type Op =
   | { op: 'pick'; exclude: string[]; key: string | undefined }
-  | { op: 'firstByte'; index: number }
+  | { op: 'firstByte'; index: number; firstToken: boolean }
   | { op: 'finish'; index: number; outcome: Outcome }
   | { op: 'advance'; ms: number }
   | { op: 'update'; present: boolean[]; drifted: boolean[] };
@@ -64,7 +64,14 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       key: fc.option(fc.constantFrom('k1', 'k2', 'k3'), { nil: undefined }),
     }),
   },
-  { weight: 2, arbitrary: fc.record({ op: fc.constant('firstByte' as const), index: fc.nat() }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      op: fc.constant('firstByte' as const),
+      index: fc.nat(),
+      firstToken: fc.boolean(),
+    }),
+  },
   {
     weight: 4,
     arbitrary: fc.record({
@@ -150,7 +157,7 @@ describe('Balancer properties', () => {
             specs = next;
             balancer.update(policy, specs);
           } else if (op.op === 'firstByte' && attempts.length > 0) {
-            balancer.firstByte(attempts[op.index % attempts.length]!.attempt);
+            balancer.firstByte(attempts[op.index % attempts.length]!.attempt, op.firstToken);
           } else if (op.op === 'finish' && attempts.length > 0) {
             const a = attempts[op.index % attempts.length]!;
             events.length = 0;

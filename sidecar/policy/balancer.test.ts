@@ -1126,6 +1126,13 @@ describe('EWMA of time to first token', () => {
     assert.equal(statusOf('a').ewmaSeeded, true);
     balancer.finish(failing, ERROR);
     assert.equal(statusOf('a').ewmaSeeded, true);
+    // The same first byte confirmed by a streamed success at the end is a sample then.
+    const served = pickOn('a');
+    clock.advance(100);
+    balancer.firstByte(served);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+    balancer.finish(served, OK);
+    assert.equal(statusOf('a').ewmaTtftMs, 420);
   });
 
   test("drops a cold endpoint's first token like any first sample", () => {
@@ -1135,9 +1142,30 @@ describe('EWMA of time to first token', () => {
     const attempt = pickOn('a'); // a new endpoint: cold
     clock.advance(5_000);
     balancer.firstByte(attempt, true);
-    balancer.finish(attempt, OK);
+    // Dropped when the token arrived, not at the end of the stream.
     assert.deepEqual(events, [{ kind: 'cold-sample-dropped', endpointId: 'a' }]);
     assert.equal(statusOf('a').ewmaSeeded, true);
+    balancer.finish(attempt, OK);
+    assert.equal(events.length, 1);
+    assert.equal(statusOf('a').ewmaSeeded, true);
+  });
+
+  test("takes no sample from a removed endpoint's first token", () => {
+    const { balancer, pickOn, serve, statusOf, update, clock } = setup({
+      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
+    });
+    serve('a', OK, 100);
+    serve('b', OK, 100);
+    const leaving = pickOn('c');
+    update({}, [endpoint('a'), endpoint('b')]);
+    update({}, [endpoint('a'), endpoint('b'), endpoint('c')]);
+    const seed = statusOf('c').ewmaTtftMs;
+    clock.advance(5_000);
+    balancer.firstByte(leaving, true);
+    balancer.finish(leaving, OK);
+    // The attempt belonged to the endpoint before it left: its sample must not reach the new one.
+    assert.equal(statusOf('c').ewmaSeeded, true);
+    assert.equal(statusOf('c').ewmaTtftMs, seed);
   });
 
   test('has no sample for a success that never reported a first byte', () => {
