@@ -1089,13 +1089,22 @@ describe('EWMA of time to first token', () => {
     assert.equal(statusOf('a').ewmaSeeded, true);
   });
 
+  /** EWMAs seeded at 500 ms that keep every sample (no cold-start drop). */
+  const keepingEverySample = (): ReturnType<typeof setup> =>
+    setup({ policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } } });
+
+  /** An attempt on `a` whose first token arrived 100 ms after it started. */
+  function firstTokenAfter100Ms(t: ReturnType<typeof setup>): Attempt {
+    const attempt = t.pickOn('a');
+    t.clock.advance(100);
+    t.balancer.firstByte(attempt, true);
+    return attempt;
+  }
+
   test('takes a first token as a sample when it arrives, not when the stream ends, and once', () => {
-    const { balancer, pickOn, clock, statusOf } = setup({
-      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
-    });
-    const attempt = pickOn('a');
-    clock.advance(100);
-    balancer.firstByte(attempt, true);
+    const t = keepingEverySample();
+    const { balancer, clock, statusOf } = t;
+    const attempt = firstTokenAfter100Ms(t);
     // The stream is still going: the sample is already in.
     assert.equal(statusOf('a').ewmaSeeded, false);
     assert.equal(statusOf('a').ewmaTtftMs, 420);
@@ -1105,21 +1114,16 @@ describe('EWMA of time to first token', () => {
   });
 
   test('keeps a first token sampled even when its stream breaks off later', () => {
-    const { balancer, pickOn, clock, statusOf } = setup({
-      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
-    });
-    const attempt = pickOn('a');
-    clock.advance(100);
-    balancer.firstByte(attempt, true);
+    const t = keepingEverySample();
+    const { balancer, statusOf } = t;
+    const attempt = firstTokenAfter100Ms(t);
     balancer.finish(attempt, ERROR);
     assert.equal(statusOf('a').ewmaTtftMs, 420);
     assert.equal(statusOf('a').errors, 1);
   });
 
   test('waits for the outcome of a first byte not known to be a token', () => {
-    const { balancer, pickOn, clock, statusOf } = setup({
-      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
-    });
+    const { balancer, pickOn, clock, statusOf } = keepingEverySample();
     const failing = pickOn('a');
     clock.advance(1);
     balancer.firstByte(failing);
@@ -1151,9 +1155,7 @@ describe('EWMA of time to first token', () => {
   });
 
   test("takes no sample from a removed endpoint's first token", () => {
-    const { balancer, pickOn, serve, statusOf, update, clock } = setup({
-      policy: { defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } },
-    });
+    const { balancer, pickOn, serve, statusOf, update, clock } = keepingEverySample();
     serve('a', OK, 100);
     serve('b', OK, 100);
     const leaving = pickOn('c');
