@@ -180,7 +180,7 @@ interface AttemptRecord {
    */
   readonly startedWithFreeSlot: boolean;
   ttftMs: number | undefined;
-  /** Its TTFT was fed to the EWMA at the first byte (a first token), not to be fed again. */
+  /** Its TTFT has been fed to the EWMA (`#sampleTtft`), at its first token or its finish. */
   sampled: boolean;
   finished: boolean;
 }
@@ -336,10 +336,14 @@ export class Balancer implements PoolBalancer {
     // A first token is a sample as soon as it arrives. Held until the stream ends, it reached the
     // EWMA a whole generation late: seconds on the routing benchmark, minutes for a reasoning
     // model, and latest from the slowest endpoint, the one it should warn about (policy.md §5).
-    if (firstToken && !record.state.removed) {
-      record.sampled = true;
-      this.#feedEwma(record.state, normalisedTtftMs(record.ttftMs, record.requestBytes));
-    }
+    if (firstToken && !record.state.removed) this.#sampleTtft(record);
+  }
+
+  /** Feeds the attempt's TTFT to its endpoint's EWMA: once, at its first token or its finish. */
+  #sampleTtft(record: AttemptRecord): void {
+    if (record.sampled || record.ttftMs === undefined) return;
+    record.sampled = true;
+    this.#feedEwma(record.state, normalisedTtftMs(record.ttftMs, record.requestBytes));
   }
 
   noteDriftMismatch(attempt: Attempt): void {
@@ -372,8 +376,7 @@ export class Balancer implements PoolBalancer {
       // Only streamed first tokens are TTFTs: a non-streamed body's first byte arrives after the
       // whole generation and would make long answers look like a slow endpoint (docs/policy.md).
       if ((outcome as { streamed?: unknown }).streamed === true && record.ttftMs !== undefined) {
-        if (!record.sampled)
-          this.#feedEwma(state, normalisedTtftMs(record.ttftMs, record.requestBytes));
+        this.#sampleTtft(record);
         if (record.startedWithFreeSlot && record.requestBytes !== undefined)
           this.#exchange.observe(record.ttftMs, now - attempt.startedAtMs, record.requestBytes);
       }
