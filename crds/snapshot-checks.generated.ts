@@ -80,7 +80,7 @@ export const checkPoolLoad: (value: unknown) => boolean = (() => {
       (typeof value === 'object' && value !== null && !Array.isArray(value)) &&
       Array.isArray(value['endpoints']) &&
       value['endpoints'].length <= 10000 &&
-      ((array) => { for(const value of array) if(!(((typeof value === 'object' && value !== null && !Array.isArray(value)) && (typeof value['id'] === 'string') && value['id'].length >= 1 && (value['running'] !== undefined ? (Number.isFinite(value['running']) && value['running'] >= 0) : true) && (value['waiting'] !== undefined ? (Number.isFinite(value['waiting']) && value['waiting'] >= 0) : true) && (value['kvCacheUsage'] !== undefined ? (Number.isFinite(value['kvCacheUsage']) && value['kvCacheUsage'] <= 1 && value['kvCacheUsage'] >= 0) : true) && Number.isInteger(value['ageMs']) && value['ageMs'] >= 0))) { return false }; return true; })(value['endpoints'])
+      ((array) => { for(const value of array) if(!(((typeof value === 'object' && value !== null && !Array.isArray(value)) && (typeof value['id'] === 'string') && value['id'].length >= 1 && (value['running'] !== undefined ? (Number.isFinite(value['running']) && value['running'] >= 0) : true) && (value['waiting'] !== undefined ? (Number.isFinite(value['waiting']) && value['waiting'] >= 0) : true) && (value['kvCacheUsage'] !== undefined ? (Number.isFinite(value['kvCacheUsage']) && value['kvCacheUsage'] <= 1 && value['kvCacheUsage'] >= 0) : true) && (value['interTokenLatencyMs'] !== undefined ? (Number.isFinite(value['interTokenLatencyMs']) && value['interTokenLatencyMs'] >= 0) : true) && Number.isInteger(value['ageMs']) && value['ageMs'] >= 0))) { return false }; return true; })(value['endpoints'])
     )
   }
 })();

@@ -58,6 +58,11 @@ export const EndpointLoadSchema = Type.Object({
   waiting: Type.Optional(NonNegative),
   /** Fraction of its KV cache in use, 0..1 (the largest over its engines). */
   kvCacheUsage: Type.Optional(Fraction),
+  /**
+   * The server's mean time between output tokens, ms, measured over the scrapes of the last few
+   * seconds (its inter-token latency histogram): how fast it generates, next to its peers.
+   */
+  interTokenLatencyMs: Type.Optional(NonNegative),
   /** How old the reading was when the message was sent, ms: the signal lags by at least this. */
   ageMs: Type.Integer({ minimum: 0 }),
 });

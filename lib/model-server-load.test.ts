@@ -71,6 +71,35 @@ describe('parseLoadMetrics', () => {
     assert.deepEqual(parseLoadMetrics(text), { running: 7, waiting: 2, kvCacheUsage: 0.1 });
   });
 
+  test("reads the inter-token latency histogram's sum and count (vLLM, SGLang), summed over engines", () => {
+    const vllm = [
+      'vllm:num_requests_running{engine="0",model_name="m"} 1.0',
+      'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 40.0',
+      'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 44.0',
+      'vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.38',
+      'vllm:inter_token_latency_seconds_count{engine="1",model_name="m"} 6.0',
+      'vllm:inter_token_latency_seconds_sum{engine="1",model_name="m"} 0.12',
+      'vllm:inter_token_latency_seconds_created{engine="0",model_name="m"} 1.79e+09',
+    ].join('\n');
+    assert.deepEqual(parseLoadMetrics(vllm), {
+      running: 1,
+      interTokens: 50,
+      interTokenSeconds: 0.5,
+    });
+    const sglang =
+      'sglang:num_queue_reqs 0\nsglang:inter_token_latency_seconds_sum{model_name="m"} 2.5\nsglang:inter_token_latency_seconds_count{model_name="m"} 100\n';
+    assert.deepEqual(parseLoadMetrics(sglang), {
+      waiting: 0,
+      interTokenSeconds: 2.5,
+      interTokens: 100,
+    });
+    // The histogram alone is not load: a server without the gauges reports none.
+    assert.equal(
+      parseLoadMetrics('vllm:inter_token_latency_seconds_count{engine="0"} 3.0\n'),
+      undefined,
+    );
+  });
+
   test("reads TensorRT-LLM's labelled metrics", () => {
     const text = [
       'nv_trt_llm_request_metrics{model="m",request_type="scheduled",version="1"} 6',

@@ -10,8 +10,9 @@
  *   (Triton's) names, summed over label sets (one per engine of a data-parallel server).
  *
  * Pure: shared by the controller's scraper and the sidecar (ORCA headers, a standalone sidecar's
- * own scraper), which never import each other. Only three gauges are wanted, so this scans lines
- * for them rather than parsing the whole exposition (histograms make up most of a vLLM scrape).
+ * own scraper), which never import each other. Only three gauges and one histogram's sum and count
+ * are wanted, so this scans lines for them rather than parsing the whole exposition (histograms
+ * make up most of a vLLM scrape).
  */
 
 export interface ModelServerLoad {
@@ -21,6 +22,13 @@ export interface ModelServerLoad {
   waiting?: number | undefined;
   /** Fraction of the KV cache in use, 0..1. */
   kvCacheUsage?: number | undefined;
+  /**
+   * The server's inter-token latency histogram so far (`_sum` in seconds and `_count` in tokens),
+   * cumulative since it started: how fast it generates is the change between two scrapes
+   * (scrape-schedule.ts). Never in an ORCA header.
+   */
+  interTokenSeconds?: number | undefined;
+  interTokens?: number | undefined;
 }
 
 /** Request header that asks a server for an ORCA load report, and the answer's header. */
@@ -92,6 +100,11 @@ const METRIC_RULES: readonly MetricRule[] = [
   { name: 'sglang:num_running_reqs', field: 'running', combine: 'sum' },
   { name: 'sglang:num_queue_reqs', field: 'waiting', combine: 'sum' },
   { name: 'sglang:token_usage', field: 'kvCacheUsage', combine: 'max' },
+  // The time between output tokens: how fast the server's hardware runs its batch (vLLM, SGLang).
+  { name: 'vllm:inter_token_latency_seconds_sum', field: 'interTokenSeconds', combine: 'sum' },
+  { name: 'vllm:inter_token_latency_seconds_count', field: 'interTokens', combine: 'sum' },
+  { name: 'sglang:inter_token_latency_seconds_sum', field: 'interTokenSeconds', combine: 'sum' },
+  { name: 'sglang:inter_token_latency_seconds_count', field: 'interTokens', combine: 'sum' },
   {
     name: 'nv_trt_llm_request_metrics',
     label: 'request_type="scheduled"',

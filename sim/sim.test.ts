@@ -724,12 +724,50 @@ void test("GET /metrics reports vLLM's load gauges and prefix cache counters", a
   });
 });
 
+void test("GET /metrics reports vLLM's inter-token latency histogram: how fast the server generates", async () => {
+  await withSim({ decodeMsPerToken: 5, speed: 1, model: 'tiny' }, async (sim) => {
+    const text = async () => (await fetch(sim.url + '/metrics')).text();
+    const idle = await text();
+    assert.match(idle, /^# TYPE vllm:inter_token_latency_seconds histogram$/m);
+    assert.match(
+      idle,
+      /^vllm:inter_token_latency_seconds_bucket\{engine="0",model_name="tiny",le="0\.01"\} 0\.0$/m,
+    );
+    assert.match(
+      idle,
+      /^vllm:inter_token_latency_seconds_count\{engine="0",model_name="tiny"\} 0\.0$/m,
+    );
+    const answer = await post(
+      sim.url + '/v1/chat/completions',
+      chat('hello', { model: 'tiny', stream: true, max_tokens: 21 }),
+    );
+    await answer.text();
+    const after = await text();
+    const value = (suffix: string) =>
+      Number(
+        new RegExp(`^vllm:inter_token_latency_seconds_${suffix}\\{[^}]*\\} (\\S+)$`, 'm').exec(
+          after,
+        )?.[1],
+      );
+    assert.equal(value('count'), 20);
+    // 5 ms a token (wall time, at speed 1), plus the timers' lateness.
+    const mean = value('sum') / value('count');
+    assert.ok(mean >= 0.0049 && mean < 0.05, `mean ${mean} s`);
+    assert.match(after, /^vllm:inter_token_latency_seconds_bucket\{[^}]*le="\+Inf"\} 20\.0$/m);
+  });
+});
+
 void test('--engine sglang reports under SGLang names', async () => {
   await withSim({ engine: 'sglang' }, async (sim) => {
     const text = await (await fetch(sim.url + '/metrics')).text();
     assert.match(text, /^sglang:num_running_reqs\{model_name="sim-model"\} 0\.0$/m);
     assert.match(text, /^sglang:num_queue_reqs\{/m);
     assert.match(text, /^sglang:token_usage\{/m);
+    assert.match(text, /^# TYPE sglang:inter_token_latency_seconds histogram$/m);
+    assert.match(
+      text,
+      /^sglang:inter_token_latency_seconds_count\{model_name="sim-model"\} 0\.0$/m,
+    );
     assert.doesNotMatch(text, /vllm:/);
   });
 });

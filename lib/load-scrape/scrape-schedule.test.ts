@@ -2,7 +2,13 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { mulberry32 } from '../rng.ts';
-import { SCRAPE_SCHEDULE_DEFAULTS, ScrapeSchedule, type ScrapeOutcome } from './scrape-schedule.ts';
+import {
+  INTER_TOKEN_LATENCY_MAX_AGE_MS,
+  MIN_TOKENS_FOR_INTER_TOKEN_LATENCY,
+  SCRAPE_SCHEDULE_DEFAULTS,
+  ScrapeSchedule,
+  type ScrapeOutcome,
+} from './scrape-schedule.ts';
 
 const A = 'http://10.0.0.1:8000/metrics';
 const B = 'http://10.0.0.2:8000/metrics';
@@ -281,6 +287,68 @@ describe('ScrapeSchedule: the load message', () => {
           { id: 'gpus/a-again', running: 3, waiting: 1, kvCacheUsage: 0.5, ageMs: 500 },
         ],
       },
+    );
+  });
+
+  test("sends a server's inter-token latency: the change of its histogram between scrapes", () => {
+    const s = new ScrapeSchedule({ periodMs: 1000 }, constant(0));
+    s.setTargets([A], 0);
+    const scrape = (atMs: number, interTokenSeconds: number, interTokens: number) => {
+      assert.deepEqual(s.takeDue(atMs, 16), [A]);
+      s.record(A, { kind: 'load', load: { running: 1, interTokenSeconds, interTokens } }, atMs);
+      return s.poolLoad([{ id: 'a', target: A }], atMs).endpoints[0]?.interTokenLatencyMs;
+    };
+    // The first scrape only sets where the count starts: a lifetime's mean says nothing of now.
+    assert.equal(scrape(0, 100, 10_000), undefined);
+    assert.equal(scrape(1000, 100.4, 10_020), 20);
+    // Too few tokens since (a request's last steps): the last measurement stands, and the
+    // next one covers everything since it.
+    assert.equal(scrape(2000, 100.45, 10_025), 20);
+    assert.equal(scrape(3000, 101.0, 10_040), 30);
+    // Counts going backwards: the server restarted, and the count starts over.
+    assert.equal(scrape(4000, 0.2, 20), undefined);
+    assert.equal(scrape(5000, 1.2, 120), 10);
+  });
+
+  test(`stops sending an inter-token latency ${INTER_TOKEN_LATENCY_MAX_AGE_MS / 1000} s after it was measured`, () => {
+    const s = new ScrapeSchedule({ periodMs: 1000 }, constant(0));
+    s.setTargets([A], 0);
+    const scrape = (atMs: number, interTokens: number) => {
+      s.takeDue(atMs, 16);
+      s.record(
+        A,
+        { kind: 'load', load: { waiting: 0, interTokenSeconds: interTokens / 100, interTokens } },
+        atMs,
+      );
+      return s.poolLoad([{ id: 'a', target: A }], atMs).endpoints[0];
+    };
+    scrape(0, 0);
+    assert.equal(scrape(1000, MIN_TOKENS_FOR_INTER_TOKEN_LATENCY)?.interTokenLatencyMs, 10);
+    // An idle server: no new tokens, the measurement ages out, the load does not.
+    assert.equal(scrape(1000 + INTER_TOKEN_LATENCY_MAX_AGE_MS, 16)?.interTokenLatencyMs, 10);
+    const idle = scrape(1001 + INTER_TOKEN_LATENCY_MAX_AGE_MS, 16);
+    assert.equal(idle?.interTokenLatencyMs, undefined);
+    assert.equal(idle?.waiting, 0);
+  });
+
+  test('forgets the inter-token count of a server that stops reporting metrics', () => {
+    const s = new ScrapeSchedule({ periodMs: 1000, noMetricsBackoffMs: 1000 }, constant(0));
+    s.setTargets([A], 0);
+    const record = (atMs: number, outcome: ScrapeOutcome) => {
+      s.takeDue(atMs, 16);
+      s.record(A, outcome, atMs);
+    };
+    const load = (interTokens: number): ScrapeOutcome => ({
+      kind: 'load',
+      load: { running: 1, interTokenSeconds: interTokens / 100, interTokens },
+    });
+    record(0, load(0));
+    record(1000, NOT_FOUND);
+    record(2000, load(100));
+    // Counted from the scrape after the gap, not across it.
+    assert.equal(
+      s.poolLoad([{ id: 'a', target: A }], 2000).endpoints[0]?.interTokenLatencyMs,
+      undefined,
     );
   });
 

@@ -17,6 +17,12 @@
  *   look idle.
  * - `record` returns a transition only when a target changes between reporting, failing and
  *   having no metrics: the shell logs those (at debug), never every scrape.
+ * - How fast a server generates is measured between scrapes: its inter-token latency histogram's
+ *   sum and count are cumulative, so the mean time per token since an earlier scrape is the change
+ *   of the sum over the change of the count. It is measured once at least
+ *   `MIN_TOKENS_FOR_INTER_TOKEN_LATENCY` tokens were generated since the last measurement (a
+ *   quieter server keeps its last one for up to `INTER_TOKEN_LATENCY_MAX_AGE_MS`), and starts
+ *   over when the counts go backwards (the server restarted).
  *
  * Pure: time comes in as `nowMs`, randomness as an `Rng`; nothing is scheduled here.
  */
@@ -44,6 +50,19 @@ export const SCRAPE_SCHEDULE_DEFAULTS = {
 /** Each wait is drawn from ±this fraction of its nominal length. */
 const JITTER = 0.1;
 
+/**
+ * Tokens a server must generate between two measurements of its inter-token latency: fewer are
+ * one request's few steps, which say more about that request than about the server.
+ */
+export const MIN_TOKENS_FOR_INTER_TOKEN_LATENCY = 16;
+
+/**
+ * How long a measured inter-token latency is sent while the server generates too little to
+ * measure a new one. An idle server is not slow; a latency measured under yesterday's load must
+ * not keep it looking so.
+ */
+export const INTER_TOKEN_LATENCY_MAX_AGE_MS = 30_000;
+
 /** What one scrape found. */
 export type ScrapeOutcome =
   | { kind: 'load'; load: ModelServerLoad }
@@ -70,8 +89,46 @@ interface Target {
   /** Waiting for `dueAtMs`, or being scraped since `startedAtMs`. */
   phase: { kind: 'waiting'; dueAtMs: number } | { kind: 'scraping'; startedAtMs: number };
   sample: { load: ModelServerLoad; atMs: number } | undefined;
+  /** The histogram totals the next measurement starts from, and the last measurement. */
+  generation: Generation | undefined;
   /** False once no pool lists it: kept only to remember a no-metrics verdict until it is due. */
   wanted: boolean;
+}
+
+interface Generation {
+  baseSeconds: number;
+  baseTokens: number;
+  interTokenLatencyMs: number | undefined;
+  measuredAtMs: number;
+}
+
+/**
+ * The generation record after a scrape that read `seconds` and `tokens` (cumulative) at `nowMs`.
+ */
+function nextGeneration(
+  previous: Generation | undefined,
+  seconds: number | undefined,
+  tokens: number | undefined,
+  nowMs: number,
+): Generation | undefined {
+  if (seconds === undefined || tokens === undefined) return undefined;
+  const restarted =
+    previous === undefined || tokens < previous.baseTokens || seconds < previous.baseSeconds;
+  if (restarted)
+    return {
+      baseSeconds: seconds,
+      baseTokens: tokens,
+      interTokenLatencyMs: undefined,
+      measuredAtMs: nowMs,
+    };
+  const newTokens = tokens - previous.baseTokens;
+  if (newTokens < MIN_TOKENS_FOR_INTER_TOKEN_LATENCY) return previous;
+  return {
+    baseSeconds: seconds,
+    baseTokens: tokens,
+    interTokenLatencyMs: ((seconds - previous.baseSeconds) * 1000) / newTokens,
+    measuredAtMs: nowMs,
+  };
 }
 
 function positive(name: string, value: number): number {
@@ -133,6 +190,7 @@ export class ScrapeSchedule {
         health: { kind: 'new' },
         phase: { kind: 'waiting', dueAtMs: nowMs + this.#rng() * this.periodMs },
         sample: undefined,
+        generation: undefined,
         wanted: true,
       });
     }
@@ -176,6 +234,12 @@ export class ScrapeSchedule {
       case 'load':
         target.health = { kind: 'reporting' };
         target.sample = { load: outcome.load, atMs: nowMs };
+        target.generation = nextGeneration(
+          target.generation,
+          outcome.load.interTokenSeconds,
+          outcome.load.interTokens,
+          nowMs,
+        );
         waitMs = this.#jittered(this.periodMs);
         if (before.kind === 'failing' || before.kind === 'no-metrics')
           transition = { kind: 'reporting', after: before.kind };
@@ -183,6 +247,7 @@ export class ScrapeSchedule {
       case 'no-metrics':
         target.health = { kind: 'no-metrics' };
         target.sample = undefined;
+        target.generation = undefined;
         waitMs = this.#jittered(this.#noMetricsBackoffMs);
         if (before.kind !== 'no-metrics')
           transition = { kind: 'no-metrics', reason: outcome.reason, retryInMs: waitMs };
@@ -219,7 +284,8 @@ export class ScrapeSchedule {
   poolLoad(endpoints: readonly { id: string; target: string }[], nowMs: number): PoolLoad {
     const entries: PoolLoad['endpoints'] = [];
     for (const { id, target } of endpoints) {
-      const sample = this.#targets.get(target)?.sample;
+      const known = this.#targets.get(target);
+      const sample = known?.sample;
       if (sample === undefined) continue;
       const ageMs = Math.max(0, Math.round(nowMs - sample.atMs));
       if (ageMs > this.#staleAfterMs) continue;
@@ -229,10 +295,22 @@ export class ScrapeSchedule {
         ...(running === undefined ? {} : { running }),
         ...(waiting === undefined ? {} : { waiting }),
         ...(kvCacheUsage === undefined ? {} : { kvCacheUsage }),
+        ...this.#interTokenLatency(known?.generation, nowMs),
         ageMs,
       });
     }
     return { endpoints: entries };
+  }
+
+  /** The measured inter-token latency of a target, while it is recent enough to send. */
+  #interTokenLatency(
+    generation: Generation | undefined,
+    nowMs: number,
+  ): { interTokenLatencyMs?: number } {
+    const ms = generation?.interTokenLatencyMs;
+    if (ms === undefined || nowMs - generation!.measuredAtMs > INTER_TOKEN_LATENCY_MAX_AGE_MS)
+      return {};
+    return { interTokenLatencyMs: Math.round(ms * 1000) / 1000 };
   }
 
   #jittered(ms: number): number {

@@ -482,6 +482,21 @@ describe('affinity', () => {
     assert.equal(result.attempt.endpoint.id, second);
   });
 
+  test(`passes over a home whose server reports generating over ${AFFINITY_MAX_SLOWDOWN}× slower, before any sample`, () => {
+    const specs = five();
+    const key = 'session-reported-slow';
+    const [home, second] = orderOf(key, specs);
+    const { balancer } = setup({ endpoints: specs, policy: withKey() });
+    for (const s of specs)
+      balancer.reportLoad(s.id, { running: 0, interTokenLatencyMs: s.id === home ? 26 : 10 });
+    const result = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(result.affinity, 'spill');
+    assert.equal(result.attempt.endpoint.id, second);
+    // 2.4× slower is within maxSlowdown: its cache is still worth it.
+    balancer.reportLoad(home!, { interTokenLatencyMs: 24 });
+    assert.equal(picked(balancer.pick({ affinityKey: key })).attempt.endpoint.id, home);
+  });
+
   test(`keeps a slow home until it has ${AFFINITY_SLOWDOWN_MIN_SAMPLES} samples of its own`, () => {
     const specs = five();
     const key = 'session-young';
@@ -1033,6 +1048,45 @@ describe('server-reported load', () => {
     balancer.reportLoad('a', { waiting: 2 });
     balancer.reportLoad('a', { waiting: 7 }, 30);
     assert.equal(balancer.status()[0]!.load, 2, 'the older relayed scrape is dropped');
+  });
+
+  test("a server reporting 4× its peers' time per token gets a request only when they are that much busier", () => {
+    const { balancer, pickOn } = setup();
+    balancer.reportLoad('a', { running: 0, interTokenLatencyMs: 40 });
+    balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
+    balancer.reportLoad('c', { running: 0, interTokenLatencyMs: 10 });
+    // Prefill not measured yet: the request counts as one hold. Idle, a counts as 4 × 1 − 1 = 3.
+    const picks = Array.from({ length: 6 }, () => picked(balancer.pick({})).attempt.endpoint.id);
+    assert.deepEqual(picks.toSorted(), ['b', 'b', 'b', 'c', 'c', 'c']);
+    pickOn('b');
+    pickOn('c');
+    // b and c hold 4 each, a counts as 3: a's turn.
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
+    // One in flight makes it 4 × 2 − 1 = 7.
+    for (let i = 0; i < 6; i++) assert.notEqual(picked(balancer.pick({})).attempt.endpoint.id, 'a');
+  });
+
+  test('a slower server with a free slot counts only its slower prefill, not the queue', () => {
+    const { balancer, pickOn } = setup();
+    pickOn('a');
+    // a has shown a batch of 6 (it queued), and 2 run there now: 4 free slots.
+    balancer.reportLoad('a', { running: 6, waiting: 1, interTokenLatencyMs: 40 });
+    balancer.reportLoad('a', { running: 2, waiting: 0 });
+    balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
+    balancer.reportLoad('c', { running: 0, interTokenLatencyMs: 10 });
+    for (let i = 0; i < 5; i++) {
+      pickOn('b');
+      pickOn('c');
+    }
+    // With room, a counts 1 + 3 × 1 = 4, below b's and c's 5 (full, it would count 4 × 2 − 1 = 7).
+    assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
+  });
+
+  test('weighs no server by speed while fewer than two report one', () => {
+    const { balancer } = setup({ endpoints: [endpoint('a'), endpoint('b')] });
+    balancer.reportLoad('a', { running: 0, interTokenLatencyMs: 40 });
+    const picks = Array.from({ length: 4 }, () => picked(balancer.pick({})).attempt.endpoint.id);
+    assert.deepEqual(picks.toSorted(), ['a', 'a', 'b', 'b']);
   });
 
   test('ignores reports for endpoints it does not know', () => {

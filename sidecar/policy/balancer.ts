@@ -44,6 +44,7 @@ import type { PromptBlocks } from './prompt-blocks.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { costTermMs, score } from './score.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
+import { reportedSlowdowns, speedWeightedCount } from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import type {
   AffinityResult,
@@ -273,7 +274,9 @@ export class Balancer implements PoolBalancer {
         affinity: 'none',
       };
     }
-    const affinity = this.#affinity(request, pool, candidates, now);
+    const slowdown = this.#reportedSlowdowns(candidates, now);
+    const affinity = this.#affinity(request, pool, candidates, now, slowdown);
+    const ownPrefill = this.#exchange.prefillInHolds(request.requestBytes) ?? 1;
     const chosen =
       affinity.endpoint ??
       pickLeastLoaded(
@@ -281,8 +284,17 @@ export class Balancer implements PoolBalancer {
         this.#rng,
         // This sidecar's own counts, not the load estimate: every sidecar holds the same server
         // report, and a minimum over it sends them all to the same endpoint until the next one
-        // (docs/policy.md §4). The estimate decides between the equally loaded, in the score.
-        (s) => s.inFlight,
+        // (docs/policy.md §4). The estimate decides between the equally loaded, in the score. A
+        // server that reports generating clearly slower than its peers counts by the time its
+        // queue (when its batch is full) and this request's prefill would take there
+        // (server-speed.ts).
+        (s) =>
+          speedWeightedCount(
+            s.inFlight,
+            slowdown(s),
+            ownPrefill,
+            s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
+          ),
         (s) => this.#score(s, now),
         (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
@@ -624,6 +636,7 @@ export class Balancer implements PoolBalancer {
     pool: readonly EndpointState[],
     candidates: readonly EndpointState[],
     now: number,
+    slowdown: (s: EndpointState) => number,
   ): { endpoint?: EndpointState; result: AffinityResult } {
     const affinity = this.#policy.affinity;
     const prompt = affinity.key === 'Prefix' ? request.prompt : undefined;
@@ -636,8 +649,13 @@ export class Balancer implements PoolBalancer {
     const configured = affinity.maxSlowdown;
     const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
     const slowerThan = this.#affinitySlowdownLimit(candidates, maxSlowdown);
+    // Measured slower by this sidecar's own TTFT samples, or reported slower per token by the
+    // server itself: either way its cache is not worth the wait.
     const admissible = (s: EndpointState): boolean =>
-      s.breaker.state === 'closed' && candidates.includes(s) && !slowerThan(s);
+      s.breaker.state === 'closed' &&
+      candidates.includes(s) &&
+      !slowerThan(s) &&
+      !(slowdown(s) > maxSlowdown);
     // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
     // above the least loaded candidate: the bound alone is strict while the pool is nearly
     // idle (one request in flight can exceed it), where a cache hit still beats an empty queue.
@@ -719,6 +737,21 @@ export class Balancer implements PoolBalancer {
       break;
     }
     return { result: 'overloaded' };
+  }
+
+  /** Each candidate's reported slowdown per token next to the others (server-speed.ts); 1: none. */
+  #reportedSlowdowns(
+    candidates: readonly EndpointState[],
+    now: number,
+  ): (s: EndpointState) => number {
+    const latencies = candidates.map((c) =>
+      c.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs),
+    );
+    // No server reports its speed (scraping off, external providers): nothing to weigh.
+    if (latencies.every((v) => v === undefined)) return () => 1;
+    const ratios = reportedSlowdowns(latencies);
+    const byState = new Map(candidates.map((c, i) => [c, ratios[i] ?? 1]));
+    return (s) => byState.get(s) ?? 1;
   }
 
   /**

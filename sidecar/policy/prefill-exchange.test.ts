@@ -21,6 +21,17 @@ describe('PrefillExchange', () => {
     assert.equal(exchange.positionsWorth(25_600, 1), 0, 'a batch of one frees a slot every 1.2 s');
   });
 
+  test("a request's own prefill, in holds of a typical request", () => {
+    const exchange = new PrefillExchange();
+    assert.equal(exchange.prefillInHolds(32_768), undefined, 'not measured yet');
+    exchange.observe(512, 1200, 32_768);
+    // 75 KiB at 16 ms a KiB: 1,200 ms, one hold.
+    assert.equal(exchange.prefillInHolds(76_800), 1);
+    assert.equal(exchange.prefillInHolds(0), 0);
+    for (const unknown of [undefined, -1, Number.NaN, Infinity])
+      assert.equal(exchange.prefillInHolds(unknown), undefined);
+  });
+
   test('caps what any prefix buys', () => {
     const exchange = new PrefillExchange();
     exchange.observe(512, 1200, 32_768);

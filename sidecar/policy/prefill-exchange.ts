@@ -60,6 +60,20 @@ export class PrefillExchange {
     return Math.min(MAX_QUEUE_POSITIONS, positions);
   }
 
+  /**
+   * A request's own prefill in units of a typical request's slot time (start to end): its size
+   * times the prefill per byte, over the hold. What its first token costs next to the requests
+   * ahead of it (server-speed.ts). Undefined until both rates are known or for an unknown size.
+   */
+  prefillInHolds(requestBytes: number | undefined): number | undefined {
+    const msPerByte = this.#msPerByte;
+    const holdMs = this.#holdMs;
+    if (msPerByte === undefined || holdMs === undefined || !(holdMs > 0)) return undefined;
+    if (requestBytes === undefined || !(requestBytes >= 0) || !Number.isFinite(requestBytes))
+      return undefined;
+    return (requestBytes * msPerByte) / holdMs;
+  }
+
   /** The learned rates, for metrics: undefined until sampled. */
   snapshot(): PrefillExchangeReading {
     return {

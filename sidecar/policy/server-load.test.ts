@@ -98,6 +98,25 @@ describe('ReportedLoad', () => {
     assert.equal(load.estimate(0, 150, 1000), 7);
   });
 
+  test('holds the reported inter-token latency while the report is fresh, through reports without it', () => {
+    const load = new ReportedLoad();
+    assert.equal(load.interTokenLatencyMs(0, 1000), undefined);
+    load.update({ running: 2, interTokenLatencyMs: 40 }, 0, 0);
+    // An ORCA header carries none: the scrape's value stands.
+    load.update({ waiting: 1 }, 0, 500);
+    assert.equal(load.interTokenLatencyMs(1500, 1000), 40);
+    assert.equal(load.last(1500, 1000)?.interTokenLatencyMs, 40);
+    assert.equal(load.interTokenLatencyMs(1501, 1000), undefined, 'stale');
+    for (const garbage of [0, -3, Number.NaN, Infinity]) {
+      load.update({ interTokenLatencyMs: garbage }, 0, 2000);
+      assert.equal(load.interTokenLatencyMs(2000, 1000), 40);
+    }
+    const alone = new ReportedLoad();
+    alone.update({ interTokenLatencyMs: 12 }, 0, 0);
+    assert.equal(alone.interTokenLatencyMs(0, 1000), 12);
+    assert.equal(alone.estimate(1, 0, 1000), 1, 'a speed is no queue depth');
+  });
+
   test('ignores garbage values, and a report with nothing usable', () => {
     const load = new ReportedLoad();
     load.update({ running: -1, waiting: Number.NaN, kvCacheUsage: 7 }, 0, 0);

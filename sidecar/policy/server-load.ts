@@ -21,6 +21,11 @@ export interface ServerLoadReport {
   waiting?: number | undefined;
   /** KV cache in use, 0..1 (`vllm:kv_cache_usage_perc`, `sglang:token_usage`). */
   kvCacheUsage?: number | undefined;
+  /**
+   * The server's mean time between output tokens over the last scrapes, ms (its
+   * `inter_token_latency_seconds` histogram): how fast its hardware runs its batch.
+   */
+  interTokenLatencyMs?: number | undefined;
 }
 
 /**
@@ -41,6 +46,7 @@ interface Reading {
   running: number | undefined;
   waiting: number | undefined;
   kvCacheUsage: number | undefined;
+  interTokenLatencyMs: number | undefined;
   atMs: number;
   localAtReport: number;
 }
@@ -71,10 +77,28 @@ export class ReportedLoad {
     const usage = report.kvCacheUsage;
     const kvCacheUsage =
       typeof usage === 'number' && usage >= 0 && usage <= 1 ? usage : previous?.kvCacheUsage;
-    if (running === undefined && waiting === undefined && kvCacheUsage === undefined) return;
+    const itl = report.interTokenLatencyMs;
+    const interTokenLatencyMs =
+      typeof itl === 'number' && Number.isFinite(itl) && itl > 0
+        ? itl
+        : previous?.interTokenLatencyMs;
+    if (
+      running === undefined &&
+      waiting === undefined &&
+      kvCacheUsage === undefined &&
+      interTokenLatencyMs === undefined
+    )
+      return;
     if (running !== undefined && running > this.#maxRunning) this.#maxRunning = running;
     if ((finiteCount(report.waiting) ?? 0) > 0) this.#fullAtMs = measuredAtMs;
-    this.#reading = { running, waiting, kvCacheUsage, atMs: measuredAtMs, localAtReport: local };
+    this.#reading = {
+      running,
+      waiting,
+      kvCacheUsage,
+      interTokenLatencyMs,
+      atMs: measuredAtMs,
+      localAtReport: local,
+    };
   }
 
   /** The load estimate (see the module comment). */
@@ -124,6 +148,12 @@ export class ReportedLoad {
     return this.#fullAtMs !== undefined && nowMs - this.#fullAtMs <= BATCH_KNOWN_FOR_MS;
   }
 
+  /** The server's reported inter-token latency, ms, while its report is fresh; else undefined. */
+  interTokenLatencyMs(nowMs: number, maxAgeMs: number): number | undefined {
+    const r = this.#reading;
+    return r === undefined || !(nowMs - r.atMs <= maxAgeMs) ? undefined : r.interTokenLatencyMs;
+  }
+
   /** What was last reported, for status; undefined when nothing fresh is known. */
   last(nowMs: number, maxAgeMs: number): (ServerLoadReport & { ageMs: number }) | undefined {
     const r = this.#reading;
@@ -132,6 +162,9 @@ export class ReportedLoad {
       running: r.running,
       waiting: r.waiting,
       kvCacheUsage: r.kvCacheUsage,
+      ...(r.interTokenLatencyMs === undefined
+        ? {}
+        : { interTokenLatencyMs: r.interTokenLatencyMs }),
       ageMs: nowMs - r.atMs,
     };
   }

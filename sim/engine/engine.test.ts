@@ -340,3 +340,39 @@ void test("KV cache usage: the running requests' prompt and output blocks over t
   off.submit({ promptTokens: 100, outputTokens: 5 });
   assert.equal(off.engine.load().kvCacheUsage, 0);
 });
+
+void test("inter-token latency: one observation per token after the first, at the model's rate", () => {
+  const { time, engine, submit } = setup({ decodeMsPerToken: 20, prefillMsPerToken: 1 });
+  const job = submit({ promptTokens: 10, outputTokens: 11 });
+  time.advance(1000);
+  assert.equal(job.completedAtMs !== undefined, true);
+  const itl = engine.interTokenLatency();
+  // The first token ends the prefill; the ten after it came 20 ms apart.
+  assert.equal(itl.count, 10);
+  assert.ok(Math.abs(itl.sum - 10 * 0.02) < 1e-9, `sum ${itl.sum}`);
+  assert.equal(itl.cumulative[itl.bounds.indexOf(0.025)], 10);
+  assert.equal(itl.cumulative[itl.bounds.indexOf(0.01)], 0);
+  engine.reset();
+  assert.equal(engine.interTokenLatency().count, 0);
+});
+
+void test('inter-token latency: tokens batched into one delivery share its interval', () => {
+  const { time, engine, submit } = setup({ decodeMsPerToken: 0.1, prefillMsPerToken: 0 });
+  submit({ promptTokens: 1, outputTokens: 101 });
+  time.advance(100);
+  const itl = engine.interTokenLatency();
+  assert.equal(itl.count, 100);
+  // Deliveries come at least MIN_TICK_MS apart, but the mean is the decode rate.
+  assert.ok(Math.abs(itl.sum / itl.count - 0.0001) < 1e-6, `mean ${itl.sum / itl.count}`);
+});
+
+void test('inter-token latency: a 4× slower decode reports 4× the latency', () => {
+  const mean = (decodeMsPerToken: number) => {
+    const { time, engine, submit } = setup({ decodeMsPerToken });
+    submit({ promptTokens: 4, outputTokens: 50 });
+    time.advance(60_000);
+    const itl = engine.interTokenLatency();
+    return itl.sum / itl.count;
+  };
+  assert.ok(Math.abs(mean(40) / mean(10) - 4) < 1e-9);
+});

@@ -19,6 +19,7 @@ import type { EngineTime, TimerId } from './engine-time.ts';
 import { pickFault } from './faults.ts';
 import type { Fault } from './faults.ts';
 import { PrefixCache } from './prefix-cache.ts';
+import { Histogram, PER_TOKEN_LATENCY_BUCKETS_S, type HistogramSnapshot } from './histogram.ts';
 
 /** Minimum wall-clock gap between two deliveries of one stream: faster decodes are batched. */
 export const MIN_TICK_MS = 1;
@@ -122,6 +123,8 @@ interface Job extends JobHandle {
   progress: number;
   progressAt: number;
   intervalMs: number;
+  /** When the last tokens went to the sink (`EngineTime` ms): the start of the next interval. */
+  emittedAtMs: number;
 }
 
 function emptyCounters(): EngineCounters {
@@ -154,6 +157,11 @@ export class Engine {
   #faultRng: RandomFn;
   readonly #cache: PrefixCache;
   #counters = emptyCounters();
+  /**
+   * Seconds between output tokens, as vLLM's `vllm:inter_token_latency_seconds` counts them: one
+   * observation per token after the first, in wall time (what a client of this server sees).
+   */
+  readonly #interTokenLatency = new Histogram(PER_TOKEN_LATENCY_BUCKETS_S);
   readonly #running = new Set<Job>();
   #queue: Job[] = [];
   #busy = 0;
@@ -189,6 +197,11 @@ export class Engine {
     return { ...this.#counters };
   }
 
+  /** The inter-token latency histogram since start or the last `reset()`. */
+  interTokenLatency(): HistogramSnapshot {
+    return this.#interTokenLatency.snapshot();
+  }
+
   /**
    * New options, effective at once: new requests see the new faults, slots and queue limit;
    * raising `slots` starts queued jobs; decode-rate changes reach running jobs at their next token;
@@ -214,6 +227,7 @@ export class Engine {
    */
   reset(): void {
     this.#counters = emptyCounters();
+    this.#interTokenLatency.reset();
     this.#cache.clear();
     this.#faultRng = mulberry32(this.#opts.seed);
     if (this.#busy === 0) {
@@ -252,6 +266,7 @@ export class Engine {
       emitted: 0,
       progress: 0,
       progressAt: 0,
+      emittedAtMs: 0,
       intervalMs: 0,
     };
     if (work.stall) this.#counters.stalled++;
@@ -398,8 +413,14 @@ export class Engine {
 
   /** Deliver tokens [emitted, upto). */
   #emit(job: Job, upto: number): void {
+    const now = this.#time.nowMs();
+    // Tokens after the first share the time since the last delivery (a delivery carries several
+    // when a token takes less than MIN_TICK_MS): their mean is the server's inter-token latency.
+    const after = upto - Math.max(1, job.emitted);
+    if (after > 0) this.#interTokenLatency.observe((now - job.emittedAtMs) / 1000 / after, after);
     job.sink.tokens(job.emitted, upto, this.#opts.tokensPerChunk);
     job.emitted = upto;
+    job.emittedAtMs = now;
   }
 
   /** Every token delivered: the sink answers, then the job gives its slot back. */

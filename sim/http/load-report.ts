@@ -6,12 +6,15 @@
  *   `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` gauges and its prefix cache counters
  *   `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total` (in tokens), labelled
  *   `engine="0"` and `model_name`; or SGLang's `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
- *   `sglang:token_usage` and `sglang:cache_hit_rate`.
+ *   `sglang:token_usage` and `sglang:cache_hit_rate`; and each engine's inter-token latency
+ *   histogram (`vllm:inter_token_latency_seconds`, `sglang:inter_token_latency_seconds`), whose
+ *   `_sum` and `_count` tell a scraper how fast the server generates.
  * - The ORCA `endpoint-load-metrics` header, which vLLM adds to a NON-streaming 200 answer when the
  *   request carries `endpoint-load-metrics-format: TEXT` or `JSON` (a streaming answer has none:
  *   its headers are sent before the work), with `kv_cache_usage_perc` and `num_requests_waiting`.
  *   SGLang sends none.
  */
+import type { HistogramSnapshot } from '../engine/histogram.ts';
 import type { Simulator } from '../simulator.ts';
 import type { Route } from './route.ts';
 import { ANY_MODEL_NAME } from './models.ts';
@@ -26,6 +29,21 @@ export function metricsText(sim: Simulator): string {
   const queriedTokens = (counters.cacheHitBlocks + counters.cacheMissBlocks) * blockTokens;
   const hitTokens = counters.cacheHitBlocks * blockTokens;
   const lines: string[] = [];
+  const histogram = (name: string, help: string, labels: string, h: HistogramSnapshot) => {
+    lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
+    // prometheus_client's order: le after the other labels, +Inf last, then count and sum.
+    h.bounds.forEach((bound, i) =>
+      lines.push(
+        `${name}_bucket{${labels},le="${pythonFloat(bound)}"} ${pythonFloat(h.cumulative[i] ?? 0)}`,
+      ),
+    );
+    lines.push(
+      `${name}_bucket{${labels},le="+Inf"} ${pythonFloat(h.count)}`,
+      `${name}_count{${labels}} ${pythonFloat(h.count)}`,
+      `${name}_sum{${labels}} ${pythonFloat(h.sum)}`,
+    );
+  };
+  const itl = sim.engine.interTokenLatency();
   const metric = (name: string, type: string, help: string, labels: string, value: number) => {
     lines.push(
       `# HELP ${name} ${help}`,
@@ -56,6 +74,12 @@ export function metricsText(sim: Simulator): string {
       'The prefix cache hit rate.',
       labels,
       queriedTokens > 0 ? hitTokens / queriedTokens : 0,
+    );
+    histogram(
+      'sglang:inter_token_latency_seconds',
+      'Histogram of inter-token latency in seconds.',
+      labels,
+      itl,
     );
   } else {
     const labels = `engine="0",model_name="${model}"`;
@@ -93,6 +117,12 @@ export function metricsText(sim: Simulator): string {
       'Prefix cache hits, in terms of number of cached tokens.',
       labels,
       hitTokens,
+    );
+    histogram(
+      'vllm:inter_token_latency_seconds',
+      'Histogram of inter-token latency in seconds.',
+      labels,
+      itl,
     );
   }
   return lines.join('\n') + '\n';

@@ -52,7 +52,12 @@ interface DriftEndpoint {
   requests: number;
   errors: number;
   /** The server's last load report, while fresh (ORCA header or a /metrics scrape). */
-  reported: { running?: number; waiting?: number; kvCacheUsage?: number } | null;
+  reported: {
+    running?: number;
+    waiting?: number;
+    kvCacheUsage?: number;
+    interTokenLatencyMs?: number;
+  } | null;
 }
 
 const endpoints = async (sidecar: RunningProcess): Promise<DriftEndpoint[]> =>
@@ -170,6 +175,7 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
         ['vllm:prefix_cache_queries_total', 'counter'],
         ['vllm:prefix_cache_hits_total', 'counter'],
         ['vllm:time_to_first_token_seconds', 'histogram'],
+        ['vllm:inter_token_latency_seconds', 'histogram'],
       ])
         assert.match(text, new RegExp(`^# TYPE ${name} ${type}$`, 'm'));
       assert.match(text, /^vllm:num_requests_waiting\{engine="0",model_name="tiny"\} \d+\.\d+$/m);
@@ -638,7 +644,7 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
       assert.equal(reported.running, undefined);
     });
 
-    test('a standalone sidecar with --load-scrape-every reads vLLM /metrics: running, waiting, kv_cache_usage_perc', async () => {
+    test('a standalone sidecar with --load-scrape-every reads vLLM /metrics: running, waiting, kv_cache_usage_perc, inter-token latency', async () => {
       const scraping = await sidecar(
         'scraping',
         ['  affinity: {key: None}', '  backends:', backendA()],
@@ -655,14 +661,20 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
         async () => {
           const reported = (await endpoints(scraping))[0]?.reported;
           seen = reported ?? undefined;
-          return (reported?.running ?? 0) >= 1;
+          // The time per token comes from two scrapes of the histogram, with tokens between.
+          return (reported?.running ?? 0) >= 1 && reported?.interTokenLatencyMs !== undefined;
         },
         30_000,
-        'a scrape that shows the running request',
+        'a scrape that shows the running request and how fast it generates',
       );
       await long;
       assert.equal(typeof seen?.['waiting'], 'number');
       assert.equal(typeof seen?.['kvCacheUsage'], 'number');
+      const itl = seen?.['interTokenLatencyMs'];
+      assert.ok(
+        typeof itl === 'number' && itl > 0 && itl < 10_000,
+        `inter-token latency ${String(itl)} ms`,
+      );
     });
   });
 

@@ -1,0 +1,69 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import fc from 'fast-check';
+import { reportedSlowdowns, SLOW_SERVER_RATIO, speedWeightedCount } from './server-speed.ts';
+
+describe('reportedSlowdowns', () => {
+  test("each server's inter-token latency over the median of those that report one", () => {
+    assert.deepEqual(reportedSlowdowns([10, 10, 40, undefined, 12]), [
+      10 / 11,
+      10 / 11,
+      40 / 11,
+      1,
+      12 / 11,
+    ]);
+  });
+
+  test('is 1 for everyone while fewer than two servers report a usable value', () => {
+    assert.deepEqual(reportedSlowdowns([]), []);
+    assert.deepEqual(reportedSlowdowns([40, undefined]), [1, 1]);
+    assert.deepEqual(reportedSlowdowns([40, 0, Number.NaN, -1, Infinity]), [1, 1, 1, 1, 1]);
+  });
+});
+
+describe('speedWeightedCount', () => {
+  test(`leaves a server less than ${SLOW_SERVER_RATIO}× slower at its own count`, () => {
+    assert.equal(speedWeightedCount(3, 1, 0.5), 3);
+    assert.equal(speedWeightedCount(3, 1.49, 5), 3);
+    assert.equal(speedWeightedCount(3, 0.5, 5), 3, 'a faster server is not favoured either');
+  });
+
+  test("counts a slower server by the time its queue and the request's prefill take there", () => {
+    // 4× slower, idle: a short request (a tenth of a hold) counts as 0.3 requests ahead…
+    assert.ok(Math.abs(speedWeightedCount(0, 4, 0.1) - 0.3) < 1e-12);
+    // …a long one (two holds) as 6, and with one of its own in flight, as 10.
+    assert.equal(speedWeightedCount(0, 4, 2), 6);
+    assert.equal(speedWeightedCount(1, 4, 2), 10);
+    // Prefill not known yet: one hold.
+    assert.equal(speedWeightedCount(1, 4, Number.NaN), 7);
+  });
+
+  test('with a free slot, counts only the slower prefill: nobody is ahead of the request there', () => {
+    // 4× slower with room: a tenth of a hold of prefill costs 0.3 more.
+    assert.ok(Math.abs(speedWeightedCount(2, 4, 0.1, 1) - 2.3) < 1e-12);
+    assert.equal(speedWeightedCount(2, 4, 2, 3), 8);
+    // No room, or room not known: the queue counts too.
+    assert.equal(speedWeightedCount(2, 4, 2, 0), 14);
+    assert.equal(speedWeightedCount(2, 4, 2, -2), 14);
+    assert.equal(speedWeightedCount(2, 4, 2, undefined), 14);
+  });
+
+  test('property: never below the plain count, growing with the slowdown and the prompt', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 50 }),
+        fc.double({ min: 0, max: 20, noNaN: true }),
+        fc.double({ min: 0, max: 10, noNaN: true }),
+        fc.option(fc.integer({ min: -5, max: 10 }), { nil: undefined }),
+        (inFlight, slowdown, holds, free) => {
+          const count = speedWeightedCount(inFlight, slowdown, holds, free);
+          assert.ok(count >= inFlight - 1e-9);
+          assert.ok(speedWeightedCount(inFlight, slowdown + 1, holds, free) >= count - 1e-9);
+          assert.ok(speedWeightedCount(inFlight, slowdown, holds + 1, free) >= count - 1e-9);
+          // A free slot never makes a slow server look busier.
+          assert.ok(speedWeightedCount(inFlight, slowdown, holds, 1) <= count + 1e-9);
+        },
+      ),
+    );
+  });
+});
