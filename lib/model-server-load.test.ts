@@ -93,6 +93,16 @@ describe('parseLoadMetrics', () => {
       interTokenSeconds: 2.5,
       interTokens: 100,
     });
+    const old = [
+      'vllm:num_requests_running{model_name="m"} 1.0',
+      'vllm:time_per_output_token_seconds_sum{model_name="m"} 0.4',
+      'vllm:time_per_output_token_seconds_count{model_name="m"} 20.0',
+    ].join('\n');
+    assert.deepEqual(parseLoadMetrics(old), {
+      running: 1,
+      interTokenSeconds: 0.4,
+      interTokens: 20,
+    });
     // The histogram alone is not load: a server without the gauges reports none.
     assert.equal(
       parseLoadMetrics('vllm:inter_token_latency_seconds_count{engine="0"} 3.0\n'),

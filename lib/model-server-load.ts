@@ -101,8 +101,12 @@ const METRIC_RULES: readonly MetricRule[] = [
   { name: 'sglang:num_queue_reqs', field: 'waiting', combine: 'sum' },
   { name: 'sglang:token_usage', field: 'kvCacheUsage', combine: 'max' },
   // The time between output tokens: how fast the server's hardware runs its batch (vLLM, SGLang).
+  // vLLM before 0.11 names the same histogram `time_per_output_token_seconds`; a server with both
+  // names doubles sum and count alike, which leaves their quotient, the mean, as it is.
   { name: 'vllm:inter_token_latency_seconds_sum', field: 'interTokenSeconds', combine: 'sum' },
   { name: 'vllm:inter_token_latency_seconds_count', field: 'interTokens', combine: 'sum' },
+  { name: 'vllm:time_per_output_token_seconds_sum', field: 'interTokenSeconds', combine: 'sum' },
+  { name: 'vllm:time_per_output_token_seconds_count', field: 'interTokens', combine: 'sum' },
   { name: 'sglang:inter_token_latency_seconds_sum', field: 'interTokenSeconds', combine: 'sum' },
   { name: 'sglang:inter_token_latency_seconds_count', field: 'interTokens', combine: 'sum' },
   {

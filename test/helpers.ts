@@ -101,6 +101,7 @@ export interface DebugEndpoint {
     running?: number;
     waiting?: number;
     kvCacheUsage?: number;
+    interTokenLatencyMs?: number;
     ageMs: number;
   } | null;
   ewmaTtftMs: number;

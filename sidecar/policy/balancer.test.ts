@@ -1082,6 +1082,27 @@ describe('server-reported load', () => {
     assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
   });
 
+  test('stops weighing a server once its speed is 2 s old, though its queue is still reported', () => {
+    const clock = fakeClock();
+    const balancer = new Balancer(testPolicy(), [endpoint('a'), endpoint('b')], {
+      clock,
+      rng: seededRng(1),
+    });
+    balancer.reportLoad('a', { running: 0, interTokenLatencyMs: 40 });
+    balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
+    clock.advance(1000);
+    // The scraper leaves the speed out of an idle server's reports after a while.
+    balancer.reportLoad('a', { running: 0 });
+    balancer.reportLoad('b', { running: 0 });
+    const pick = () => picked(balancer.pick({})).attempt.endpoint.id;
+    // Idle a counts 4 × 1 − 1 = 3: b takes three before a's turn.
+    assert.deepEqual([pick(), pick(), pick()], ['b', 'b', 'b']);
+    clock.advance(1001);
+    balancer.reportLoad('a', { running: 0 });
+    // a's speed is 2,001 ms old: plain counts, and a (0) is the least loaded.
+    assert.equal(pick(), 'a');
+  });
+
   test('weighs no server by speed while fewer than two report one', () => {
     const { balancer } = setup({ endpoints: [endpoint('a'), endpoint('b')] });
     balancer.reportLoad('a', { running: 0, interTokenLatencyMs: 40 });

@@ -102,11 +102,15 @@ describe('ReportedLoad', () => {
     const load = new ReportedLoad();
     assert.equal(load.interTokenLatencyMs(0, 1000), undefined);
     load.update({ running: 2, interTokenLatencyMs: 40 }, 0, 0);
-    // An ORCA header carries none: the scrape's value stands.
+    // An ORCA header carries none: the scrape's value stands, aging from when it came.
     load.update({ waiting: 1 }, 0, 500);
-    assert.equal(load.interTokenLatencyMs(1500, 1000), 40);
-    assert.equal(load.last(1500, 1000)?.interTokenLatencyMs, 40);
-    assert.equal(load.interTokenLatencyMs(1501, 1000), undefined, 'stale');
+    assert.equal(load.interTokenLatencyMs(1000, 1000), 40);
+    assert.equal(load.last(1000, 1000)?.interTokenLatencyMs, 40);
+    // The report without a speed is fresh at 1,400; the speed is not.
+    assert.equal(load.interTokenLatencyMs(1400, 1000), undefined, 'stale');
+    assert.equal(load.last(1400, 1000)?.interTokenLatencyMs, undefined);
+    assert.equal(load.last(1400, 1000)?.waiting, 1);
+    load.update({ interTokenLatencyMs: 40 }, 0, 1500);
     for (const garbage of [0, -3, Number.NaN, Infinity]) {
       load.update({ interTokenLatencyMs: garbage }, 0, 2000);
       assert.equal(load.interTokenLatencyMs(2000, 1000), 40);

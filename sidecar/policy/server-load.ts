@@ -46,7 +46,8 @@ interface Reading {
   running: number | undefined;
   waiting: number | undefined;
   kvCacheUsage: number | undefined;
-  interTokenLatencyMs: number | undefined;
+  /** With the time it was measured: a speed ages on its own (below), not with the queue's report. */
+  interTokenLatency: { ms: number; atMs: number } | undefined;
   atMs: number;
   localAtReport: number;
 }
@@ -77,16 +78,19 @@ export class ReportedLoad {
     const usage = report.kvCacheUsage;
     const kvCacheUsage =
       typeof usage === 'number' && usage >= 0 && usage <= 1 ? usage : previous?.kvCacheUsage;
+    // A report without a speed (an ORCA header) keeps the last one, which ages from when it was
+    // measured: the scraper leaves the speed out of an idle server's reports on purpose (an idle
+    // server is not slow), and those reports must not keep an old slow reading alive.
     const itl = report.interTokenLatencyMs;
-    const interTokenLatencyMs =
+    const interTokenLatency =
       typeof itl === 'number' && Number.isFinite(itl) && itl > 0
-        ? itl
-        : previous?.interTokenLatencyMs;
+        ? { ms: itl, atMs: measuredAtMs }
+        : previous?.interTokenLatency;
     if (
       running === undefined &&
       waiting === undefined &&
       kvCacheUsage === undefined &&
-      interTokenLatencyMs === undefined
+      interTokenLatency === undefined
     )
       return;
     if (running !== undefined && running > this.#maxRunning) this.#maxRunning = running;
@@ -95,7 +99,7 @@ export class ReportedLoad {
       running,
       waiting,
       kvCacheUsage,
-      interTokenLatencyMs,
+      interTokenLatency,
       atMs: measuredAtMs,
       localAtReport: local,
     };
@@ -148,23 +152,25 @@ export class ReportedLoad {
     return this.#fullAtMs !== undefined && nowMs - this.#fullAtMs <= BATCH_KNOWN_FOR_MS;
   }
 
-  /** The server's reported inter-token latency, ms, while its report is fresh; else undefined. */
+  /**
+   * The server's reported inter-token latency, ms, while the report that carried it is at most
+   * `maxAgeMs` old (later reports without one do not refresh it); else undefined.
+   */
   interTokenLatencyMs(nowMs: number, maxAgeMs: number): number | undefined {
-    const r = this.#reading;
-    return r === undefined || !(nowMs - r.atMs <= maxAgeMs) ? undefined : r.interTokenLatencyMs;
+    const itl = this.#reading?.interTokenLatency;
+    return itl === undefined || !(nowMs - itl.atMs <= maxAgeMs) ? undefined : itl.ms;
   }
 
   /** What was last reported, for status; undefined when nothing fresh is known. */
   last(nowMs: number, maxAgeMs: number): (ServerLoadReport & { ageMs: number }) | undefined {
     const r = this.#reading;
     if (r === undefined || !(nowMs - r.atMs <= maxAgeMs)) return undefined;
+    const speed = this.interTokenLatencyMs(nowMs, maxAgeMs);
     return {
       running: r.running,
       waiting: r.waiting,
       kvCacheUsage: r.kvCacheUsage,
-      ...(r.interTokenLatencyMs === undefined
-        ? {}
-        : { interTokenLatencyMs: r.interTokenLatencyMs }),
+      ...(speed === undefined ? {} : { interTokenLatencyMs: speed }),
       ageMs: nowMs - r.atMs,
     };
   }

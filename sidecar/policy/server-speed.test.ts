@@ -4,17 +4,22 @@ import fc from 'fast-check';
 import { reportedSlowdowns, SLOW_SERVER_RATIO, speedWeightedCount } from './server-speed.ts';
 
 describe('reportedSlowdowns', () => {
-  test("each server's inter-token latency over the median of those that report one", () => {
+  test("each server's inter-token latency over the median of its peers that report one", () => {
+    // Peers of a 10: 10, 12, 40 (median 12); of the 40: 10, 10, 12 (median 10).
     assert.deepEqual(reportedSlowdowns([10, 10, 40, undefined, 12]), [
-      10 / 11,
-      10 / 11,
-      40 / 11,
+      10 / 12,
+      10 / 12,
+      40 / 10,
       1,
-      12 / 11,
+      12 / 10,
     ]);
   });
 
-  test('is 1 for everyone while fewer than two servers report a usable value', () => {
+  test('one slow server of two reads as slow as it is (a two-endpoint pool or tier)', () => {
+    assert.deepEqual(reportedSlowdowns([40, 10]), [4, 0.25]);
+  });
+
+  test('is 1 for a server whose peers report nothing usable', () => {
     assert.deepEqual(reportedSlowdowns([]), []);
     assert.deepEqual(reportedSlowdowns([40, undefined]), [1, 1]);
     assert.deepEqual(reportedSlowdowns([40, 0, Number.NaN, -1, Infinity]), [1, 1, 1, 1, 1]);

@@ -12,7 +12,7 @@
  *
  * Pure: the balancer passes in the numbers it holds.
  */
-import { median } from './median.ts';
+import { lowerBound, medianWithout } from './median.ts';
 
 /**
  * A server reported at least this many times slower per token than the candidates' median is
@@ -24,20 +24,20 @@ import { median } from './median.ts';
 export const SLOW_SERVER_RATIO = 1.5;
 
 /**
- * Each candidate's reported slowdown: its inter-token latency over the median of the candidates
- * that report one. 1 for a candidate that reports none, and for all of them unless at least two
- * report (a median of one says nothing about anyone's peers).
+ * Each candidate's reported slowdown: its inter-token latency over the median of the other
+ * candidates that report one (its peers: with the server itself in the median, one slow server of
+ * two would read as under 2× slower however slow it is). 1 for a candidate that reports none, or
+ * whose peers report none.
  */
 export function reportedSlowdowns(interTokenLatencyMs: readonly (number | undefined)[]): number[] {
-  const known = interTokenLatencyMs.filter(
-    (v): v is number => v !== undefined && Number.isFinite(v) && v > 0,
-  );
-  const reference = known.length >= 2 ? median(known) : undefined;
-  return interTokenLatencyMs.map((v) =>
-    reference === undefined || v === undefined || !(v > 0) || !Number.isFinite(v)
-      ? 1
-      : v / reference,
-  );
+  const usable = (v: number | undefined): v is number =>
+    v !== undefined && Number.isFinite(v) && v > 0;
+  const sorted = interTokenLatencyMs.filter(usable).sort((a, b) => a - b);
+  return interTokenLatencyMs.map((v) => {
+    if (!usable(v)) return 1;
+    const peers = medianWithout(sorted, lowerBound(sorted, v));
+    return peers === undefined ? 1 : v / peers;
+  });
 }
 
 /**

@@ -158,8 +158,10 @@ export class Engine {
   readonly #cache: PrefixCache;
   #counters = emptyCounters();
   /**
-   * Seconds between output tokens, as vLLM's `vllm:inter_token_latency_seconds` counts them: one
-   * observation per token after the first, in wall time (what a client of this server sees).
+   * Seconds between output tokens, for `vllm:inter_token_latency_seconds`: one observation per
+   * token after the first, in wall time (what a client of this server sees). vLLM observes once
+   * per step; the simulator's deliveries carry several tokens only because a timer cannot fire
+   * faster than MIN_TICK_MS, so each of them counts, at the delivery's interval shared out.
    */
   readonly #interTokenLatency = new Histogram(PER_TOKEN_LATENCY_BUCKETS_S);
   readonly #running = new Set<Job>();
