@@ -275,8 +275,9 @@ export class Balancer implements PoolBalancer {
       };
     }
     const slowdown = this.#reportedSlowdowns(candidates, now);
-    const affinity = this.#affinity(request, pool, candidates, now, slowdown);
-    const ownPrefill = this.#exchange.prefillInHolds(request.requestBytes) ?? 1;
+    const affinity = this.#affinity(request, pool, candidates, now, slowdown ?? (() => 1));
+    const ownPrefill =
+      slowdown === undefined ? 1 : (this.#exchange.prefillInHolds(request.requestBytes) ?? 1);
     const chosen =
       affinity.endpoint ??
       pickLeastLoaded(
@@ -288,13 +289,15 @@ export class Balancer implements PoolBalancer {
         // server that reports generating clearly slower than its peers counts by the time its
         // queue (when its batch is full) and this request's prefill would take there
         // (server-speed.ts).
-        (s) =>
-          speedWeightedCount(
-            s.inFlight,
-            slowdown(s),
-            ownPrefill,
-            s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
-          ),
+        slowdown === undefined
+          ? (s) => s.inFlight
+          : (s) =>
+              speedWeightedCount(
+                s.inFlight,
+                slowdown(s),
+                ownPrefill,
+                s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
+              ),
         (s) => this.#score(s, now),
         (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
@@ -739,16 +742,19 @@ export class Balancer implements PoolBalancer {
     return { result: 'overloaded' };
   }
 
-  /** Each candidate's reported slowdown per token next to the others (server-speed.ts); 1: none. */
+  /**
+   * Each candidate's reported slowdown per token next to the others (server-speed.ts; 1: none),
+   * or undefined when no candidate reports a speed, so the pick does no speed work at all.
+   */
   #reportedSlowdowns(
     candidates: readonly EndpointState[],
     now: number,
-  ): (s: EndpointState) => number {
+  ): ((s: EndpointState) => number) | undefined {
     const latencies = candidates.map((c) =>
       c.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs),
     );
     // No server reports its speed (scraping off, external providers): nothing to weigh.
-    if (latencies.every((v) => v === undefined)) return () => 1;
+    if (latencies.every((v) => v === undefined)) return undefined;
     const ratios = reportedSlowdowns(latencies);
     const byState = new Map(candidates.map((c, i) => [c, ratios[i] ?? 1]));
     return (s) => byState.get(s) ?? 1;
