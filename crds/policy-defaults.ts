@@ -33,6 +33,20 @@ export const AFFINITY_SLOWDOWN_MIN_SAMPLES = 5;
 export const AFFINITY_SLOWDOWN_MIN_MS = 100;
 
 /**
+ * A verdict of affinity's slowdown check keeps the endpoint from getting the requests it is home
+ * to, and with them the samples that would show it is fast again: it outlives its cause. An
+ * endpoint judged slow still gets one of its homed requests — a recheck — when this sidecar has
+ * nothing in flight there and its newest TTFT sample is at least this old. One second bounds what
+ * a slow server gets this way to one request at a time, after a second without news of it, and
+ * a server that is fast again clears its verdict within a few seconds (three fast samples move
+ * the median of five). In the routing benchmark's conversations scenario, verdicts from the
+ * router warm-up (long prompts, multi-second TTFTs) held for the whole replay: homes passed over
+ * to the end with nothing in flight there, and 90.2 % of later turns stayed home; with the
+ * recheck 94.8 % (five seeds each, docs/benchmarks.md).
+ */
+export const AFFINITY_SLOW_RECHECK_AFTER_MS = 1_000;
+
+/**
  * Affinity keeps a request on its endpoint while that endpoint's load is at most this many
  * requests above the least loaded candidate, whatever the load bound says. Near idle the bound
  * (1.25 × the average) is one or two requests, and with a few conversations at a time two of them

@@ -107,6 +107,8 @@ export interface DebugEndpoint {
   ewmaTtftMs: number;
   measuredTtftMs: number | null;
   ttftSamples: number;
+  lastTtftSampleAgeMs: number | null;
+  reportedSlowdown: number | null;
   breaker: 'closed' | 'open' | 'half-open';
   requests: number;
   errors: number;

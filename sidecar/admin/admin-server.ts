@@ -48,6 +48,13 @@ function describeEndpoint(s: EndpointStatus): unknown {
     // Its own samples, without the seed: what affinity's slowdown check compares.
     measuredTtftMs: s.measuredTtft === undefined ? null : Math.round(s.measuredTtft.ms * 100) / 100,
     ttftSamples: s.measuredTtft?.samples ?? 0,
+    // How long since its newest sample: a slow verdict older than a second with nothing in
+    // flight is rechecked (docs/policy.md §3).
+    lastTtftSampleAgeMs:
+      s.lastTtftSampleAgeMs === undefined ? null : Math.round(s.lastTtftSampleAgeMs),
+    // Its server's time per token next to the others' median: from 1.5 it gets less traffic.
+    reportedSlowdown:
+      s.reportedSlowdown === undefined ? null : Math.round(s.reportedSlowdown * 100) / 100,
     breaker: s.breaker,
     slow: s.slow,
     drifted: s.drifted,

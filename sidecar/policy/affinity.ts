@@ -22,6 +22,7 @@ export {
   AFFINITY_MAX_SLOWDOWN,
   AFFINITY_SLOWDOWN_MIN_MS,
   AFFINITY_SLOWDOWN_MIN_SAMPLES,
+  AFFINITY_SLOW_RECHECK_AFTER_MS,
 } from '../../crds/policy-defaults.ts';
 
 /**

@@ -4,6 +4,7 @@ import {
   AFFINITY_MAX_EXTRA_IN_FLIGHT,
   AFFINITY_SLOWDOWN_MIN_MS,
   AFFINITY_SLOWDOWN_MIN_SAMPLES,
+  AFFINITY_SLOW_RECHECK_AFTER_MS,
 } from './affinity.ts';
 import { idHash, keyNumber, rendezvousOrder } from './bounded-load.ts';
 import { BATCH_KNOWN_FOR_MS } from './server-load.ts';
@@ -474,12 +475,55 @@ describe('affinity', () => {
       endpoints: specs,
       policy: withKey({ health: { maxTtftSlowdown: 100 } }),
     });
-    for (const s of specs) {
-      repeat(MEASURED, s.id, OK, s.id === home ? 2_000 : 100);
-    }
+    // The home's samples last: a verdict on samples a second old lapses for a recheck (below).
+    for (const s of specs) if (s.id !== home) repeat(MEASURED, s.id, OK, 100);
+    repeat(MEASURED, home!, OK, 2_000);
     const result = picked(balancer.pick({ affinityKey: key }));
     assert.equal(result.affinity, 'spill');
     assert.equal(result.attempt.endpoint.id, second);
+  });
+
+  test(`rechecks a home judged slow after ${AFFINITY_SLOW_RECHECK_AFTER_MS} ms without a sample, one request at a time`, () => {
+    const specs = five();
+    const key = 'session-recheck';
+    const [home, second] = orderOf(key, specs);
+    const { balancer, clock, repeat } = setup({
+      endpoints: specs,
+      policy: withKey({ health: { maxTtftSlowdown: 100 } }),
+    });
+    for (const s of specs) if (s.id !== home) repeat(MEASURED, s.id, OK, 100);
+    repeat(MEASURED, home!, OK, 2_000);
+    const spilled = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(spilled.attempt.endpoint.id, second, 'judged slow: passed over');
+    balancer.finish(spilled.attempt, NEUTRAL);
+    clock.advance(AFFINITY_SLOW_RECHECK_AFTER_MS - 1);
+    assert.equal(
+      picked(balancer.pick({ affinityKey: key })).attempt.endpoint.id,
+      second,
+      'its newest sample is not yet a second old',
+    );
+    clock.advance(1);
+    // Nothing heard for a second: the only way to learn that it is fast again is to send it one.
+    const recheck = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(recheck.affinity, 'hit');
+    assert.equal(recheck.attempt.endpoint.id, home);
+    // While the recheck is in flight, the verdict stands for the others.
+    assert.equal(picked(balancer.pick({ affinityKey: key })).attempt.endpoint.id, second);
+    // Fast again: each recheck's sample moves the median of five; three of them clear it.
+    clock.advance(100);
+    balancer.firstByte(recheck.attempt);
+    balancer.finish(recheck.attempt, OK);
+    for (let i = 0; i < 2; i++) {
+      clock.advance(AFFINITY_SLOW_RECHECK_AFTER_MS);
+      const next = picked(balancer.pick({ affinityKey: key }));
+      assert.equal(next.attempt.endpoint.id, home);
+      clock.advance(100);
+      balancer.firstByte(next.attempt);
+      balancer.finish(next.attempt, OK);
+    }
+    const cleared = picked(balancer.pick({ affinityKey: key }));
+    assert.equal(cleared.affinity, 'hit', 'fast again: no verdict, no wait');
+    assert.equal(cleared.attempt.endpoint.id, home);
   });
 
   test(`passes over a home whose server reports generating over ${AFFINITY_MAX_SLOWDOWN}× slower, before any sample`, () => {
@@ -1066,6 +1110,17 @@ describe('server-reported load', () => {
     for (let i = 0; i < 6; i++) assert.notEqual(picked(balancer.pick({})).attempt.endpoint.id, 'a');
   });
 
+  test("status shows each server's reported slowdown, and none for a server that reports no speed", () => {
+    const { balancer, statusOf } = setup();
+    assert.equal(statusOf('a').reportedSlowdown, undefined, 'nobody reports a speed');
+    balancer.reportLoad('a', { running: 0, interTokenLatencyMs: 40 });
+    balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
+    balancer.reportLoad('c', { running: 0 });
+    assert.equal(statusOf('a').reportedSlowdown, 4);
+    assert.equal(statusOf('b').reportedSlowdown, 0.25);
+    assert.equal(statusOf('c').reportedSlowdown, undefined);
+  });
+
   test('a slower server with a free slot counts only its slower prefill, not the queue', () => {
     const { balancer, pickOn } = setup();
     pickOn('a');
@@ -1139,6 +1194,10 @@ describe('EWMA of time to first token', () => {
     // Beside the seeded EWMA, what each has measured itself.
     assert.deepEqual(statusOf('b').measuredTtft, { ms: 1_000, samples: 1 });
     assert.equal(statusOf('c').measuredTtft, undefined);
+    // How long since each one's newest sample: a's came 1 s before b's.
+    assert.equal(statusOf('a').lastTtftSampleAgeMs, 1_000);
+    assert.equal(statusOf('b').lastTtftSampleAgeMs, 0);
+    assert.equal(statusOf('c').lastTtftSampleAgeMs, undefined);
     update({ defaultTtftMs: 500, coldStart: { idleAfterMs: 0 } }, [
       endpoint('a'),
       endpoint('b'),

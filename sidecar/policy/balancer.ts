@@ -21,6 +21,7 @@ import {
   AFFINITY_MAX_SLOWDOWN,
   AFFINITY_SLOWDOWN_MIN_MS,
   AFFINITY_SLOWDOWN_MIN_SAMPLES,
+  AFFINITY_SLOW_RECHECK_AFTER_MS,
 } from './affinity.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
@@ -146,6 +147,8 @@ interface EndpointState {
   lastActivityMs: number;
   /** Set when an attempt starts on an idle endpoint: its next TTFT sample is a cold start. */
   dropNextSample: boolean;
+  /** When its latest TTFT sample came in; -Infinity before the first (affinity's recheck). */
+  lastTtftSampleAtMs: number;
   /** Not a candidate before this time (an upstream 429 with Retry-After); -Infinity for none. */
   cooldownUntilMs: number;
   /** Left the pool in an update; its attempts may still finish, without effect. */
@@ -439,7 +442,8 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     const slow = this.#slowOfAll();
-    return this.#order.map((s) => this.#statusOf(s, now, slow));
+    const slowdowns = this.#reportedSlowdowns(this.#order, now);
+    return this.#order.map((s) => this.#statusOf(s, now, slow, slowdowns));
   }
 
   *statusSlices(perSlice: number): Generator<EndpointStatus[]> {
@@ -447,14 +451,21 @@ export class Balancer implements PoolBalancer {
     this.#advanceBreakers(this.#now());
     const slow = this.#slowOfAll();
     const order = this.#order;
+    const slowdowns = this.#reportedSlowdowns(order, this.#now());
     for (let start = 0; start < order.length; start += size) {
       const now = this.#now();
-      yield order.slice(start, start + size).map((s) => this.#statusOf(s, now, slow));
+      yield order.slice(start, start + size).map((s) => this.#statusOf(s, now, slow, slowdowns));
     }
   }
 
-  #statusOf(s: EndpointState, now: number, slow: ReadonlySet<EndpointState>): EndpointStatus {
+  #statusOf(
+    s: EndpointState,
+    now: number,
+    slow: ReadonlySet<EndpointState>,
+    slowdowns: ((s: EndpointState) => number) | undefined,
+  ): EndpointStatus {
     const window = s.window.totals(now);
+    const reportsSpeed = s.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs) !== undefined;
     return {
       id: s.id,
       backend: s.spec.backend,
@@ -466,6 +477,10 @@ export class Balancer implements PoolBalancer {
       ewmaTtftMs: this.#ewma.valueMs(s.id),
       ewmaSeeded: !this.#ewma.hasSamples(s.id),
       ...this.#measuredStatus(s),
+      ...(Number.isFinite(s.lastTtftSampleAtMs)
+        ? { lastTtftSampleAgeMs: Math.max(0, now - s.lastTtftSampleAtMs) }
+        : {}),
+      ...(slowdowns !== undefined && reportsSpeed ? { reportedSlowdown: slowdowns(s) } : {}),
       breaker: s.breaker.state,
       slow: slow.has(s),
       drifted: isDrifted(s.spec),
@@ -570,6 +585,7 @@ export class Balancer implements PoolBalancer {
           rateLimited: 0,
           lastActivityMs: -Infinity,
           dropNextSample: false,
+          lastTtftSampleAtMs: -Infinity,
           cooldownUntilMs: -Infinity,
           removed: false,
           successor: undefined,
@@ -651,7 +667,7 @@ export class Balancer implements PoolBalancer {
 
     const configured = affinity.maxSlowdown;
     const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
-    const slowerThan = this.#affinitySlowdownLimit(candidates, maxSlowdown);
+    const slowerThan = this.#affinitySlowdownLimit(candidates, maxSlowdown, now);
     // Measured slower by this sidecar's own TTFT samples, or reported slower per token by the
     // server itself: either way its cache is not worth the wait.
     const admissible = (s: EndpointState): boolean =>
@@ -765,11 +781,14 @@ export class Balancer implements PoolBalancer {
    * candidates' median, so that its cache is not worth the wait. Reads each endpoint's own
    * samples (`TtftEwmas.measured`), not the seeded EWMA, counts only endpoints with
    * AFFINITY_SLOWDOWN_MIN_SAMPLES of them, and wants the excess to be both `maxSlowdown` times
-   * and AFFINITY_SLOWDOWN_MIN_MS (docs/policy.md §3).
+   * and AFFINITY_SLOWDOWN_MIN_MS (docs/policy.md §3). A verdict lapses for a recheck: an endpoint
+   * with nothing of this sidecar's in flight and no sample for AFFINITY_SLOW_RECHECK_AFTER_MS is
+   * not passed over, since only a request there can show that it is fast again.
    */
   #affinitySlowdownLimit(
     candidates: readonly EndpointState[],
     maxSlowdown: number,
+    now: number,
   ): (s: EndpointState) => boolean {
     const measured = (s: EndpointState): number | undefined => {
       const m = this.#ewma.measured(s.id);
@@ -779,9 +798,11 @@ export class Balancer implements PoolBalancer {
     const reference = median(values);
     if (reference === undefined) return () => false;
     const limit = Math.max(maxSlowdown * reference, reference + AFFINITY_SLOWDOWN_MIN_MS);
+    const dueForRecheck = (s: EndpointState): boolean =>
+      s.inFlight === 0 && now - s.lastTtftSampleAtMs >= AFFINITY_SLOW_RECHECK_AFTER_MS;
     return (s) => {
       const own = measured(s);
-      return own !== undefined && own > limit;
+      return own !== undefined && own > limit && !dueForRecheck(s);
     };
   }
 
@@ -887,6 +908,7 @@ export class Balancer implements PoolBalancer {
     }
     const before = this.#ewma.hasSamples(state.id) ? this.#ewma.valueMs(state.id) : undefined;
     this.#ewma.observe(state.id, ttftMs);
+    state.lastTtftSampleAtMs = this.#now();
     this.#slowReferenceMoved(state, before, this.#ewma.valueMs(state.id));
   }
 

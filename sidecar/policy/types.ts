@@ -117,6 +117,16 @@ export interface EndpointStatus {
    * slowdown check reads. Absent before the first sample.
    */
   measuredTtft?: { ms: number; samples: number } | undefined;
+  /**
+   * How long ago its newest TTFT sample came in; absent before the first. Affinity rechecks an
+   * endpoint it judged slow once this passes AFFINITY_SLOW_RECHECK_AFTER_MS with nothing in flight.
+   */
+  lastTtftSampleAgeMs?: number | undefined;
+  /**
+   * Its server's reported time per token ÷ the median of the others' (server-speed.ts); absent
+   * when it reports no speed. From SLOW_SERVER_RATIO the balancer counts it by its speed.
+   */
+  reportedSlowdown?: number | undefined;
   breaker: BreakerState;
   slow: boolean;
   /** Judged drifted by drift detection (excluded from picks when drift.action is Exclude). */

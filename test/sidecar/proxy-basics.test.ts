@@ -118,6 +118,11 @@ describe('sidecar proxy, through real simulators with the openai client', () => 
       assert.ok(e.ewmaTtftMs > 0);
       assert.ok(e.measuredTtftMs === null || e.measuredTtftMs > 0);
       assert.equal(typeof e.ttftSamples, 'number');
+      // null before its first sample, else how long ago the newest came in.
+      assert.equal(e.lastTtftSampleAgeMs === null, e.measuredTtftMs === null);
+      assert.ok(e.lastTtftSampleAgeMs === null || e.lastTtftSampleAgeMs >= 0);
+      // Its server's time per token next to the others', null until one is reported.
+      assert.ok(e.reportedSlowdown === null || e.reportedSlowdown > 0);
       assert.equal(e.inFlight, 0);
       for (const key of ['id', 'backend', 'url', 'requests', 'errors', 'rateLimited'])
         assert.ok(key in e, key);
