@@ -831,6 +831,25 @@ describe('prefix affinity', () => {
       assert.notEqual(result.attempt.endpoint.id, home);
     });
 
+    test('a home reported 2× slower counts by its speed: balancing would not send it there', () => {
+      const { balancer, specs, home } = freeHome();
+      // Its own prefill would take twice as long there: counted 0 + (2 − 1) · 1 against 0.
+      for (const s of specs)
+        balancer.reportLoad(s.id, { interTokenLatencyMs: s.id === home ? 20 : 10 });
+      const result = picked(balancer.pick({ prompt: PROMPT }));
+      assert.equal(result.affinity, 'overloaded');
+      assert.notEqual(result.attempt.endpoint.id, home);
+    });
+
+    test('a home reported 1.4× slower is not slower (SLOW_SERVER_RATIO): home, as without reports', () => {
+      const { balancer, specs, home } = freeHome();
+      for (const s of specs)
+        balancer.reportLoad(s.id, { interTokenLatencyMs: s.id === home ? 14 : 10 });
+      const result = picked(balancer.pick({ prompt: PROMPT }));
+      assert.equal(result.affinity, 'hit');
+      assert.equal(result.attempt.endpoint.id, home);
+    });
+
     test('a later turn (history before its last message) still takes the free slot at home', () => {
       const { balancer, pickOn, home } = freeHome();
       pickOn(home);

@@ -278,29 +278,37 @@ export class Balancer implements PoolBalancer {
       };
     }
     const slowdown = this.#reportedSlowdowns(candidates, now);
-    const affinity = this.#affinity(request, pool, candidates, now, slowdown ?? (() => 1));
     const ownPrefill =
       slowdown === undefined ? 1 : (this.#exchange.prefillInHolds(request.requestBytes) ?? 1);
+    // This sidecar's own counts, not the load estimate: every sidecar holds the same server
+    // report, and a minimum over it sends them all to the same endpoint until the next one
+    // (docs/policy.md §4). The estimate decides between the equally loaded, in the score. A
+    // server that reports generating clearly slower than its peers counts by the time its queue
+    // (when its batch is full) and this request's prefill would take there (server-speed.ts).
+    const ownCount: (s: EndpointState) => number =
+      slowdown === undefined
+        ? (s) => s.inFlight
+        : (s) =>
+            speedWeightedCount(
+              s.inFlight,
+              slowdown(s),
+              ownPrefill,
+              s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
+            );
+    const affinity = this.#affinity(
+      request,
+      pool,
+      candidates,
+      now,
+      slowdown ?? (() => 1),
+      ownCount,
+    );
     const chosen =
       affinity.endpoint ??
       pickLeastLoaded(
         candidates,
         this.#rng,
-        // This sidecar's own counts, not the load estimate: every sidecar holds the same server
-        // report, and a minimum over it sends them all to the same endpoint until the next one
-        // (docs/policy.md §4). The estimate decides between the equally loaded, in the score. A
-        // server that reports generating clearly slower than its peers counts by the time its
-        // queue (when its batch is full) and this request's prefill would take there
-        // (server-speed.ts).
-        slowdown === undefined
-          ? (s) => s.inFlight
-          : (s) =>
-              speedWeightedCount(
-                s.inFlight,
-                slowdown(s),
-                ownPrefill,
-                s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
-              ),
+        ownCount,
         (s) => this.#score(s, now),
         (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
@@ -656,6 +664,7 @@ export class Balancer implements PoolBalancer {
     candidates: readonly EndpointState[],
     now: number,
     slowdown: (s: EndpointState) => number,
+    ownCount: (s: EndpointState) => number,
   ): { endpoint?: EndpointState; result: AffinityResult } {
     const affinity = this.#policy.affinity;
     const prompt = affinity.key === 'Prefix' ? request.prompt : undefined;
@@ -732,16 +741,17 @@ export class Balancer implements PoolBalancer {
       key = keyNumber(header as string);
     }
     // A speculative home must also be where balancing could send the request: among the fewest of
-    // this sidecar's own requests in flight. A free slot in a report is shared by every sidecar
-    // and may be taken by the time the request gets there; a bet that nothing pays for yet should
-    // not raise that risk above balancing's (docs/policy.md §3, "Why a single message...").
-    const leastOwn = speculative ? Math.min(...candidates.map((c) => c.inFlight)) : 0;
+    // this sidecar's own requests in flight, as the balancing step counts them (a server reported
+    // slower counts by its speed). A free slot in a report is shared by every sidecar and may be
+    // taken by the time the request gets there; a bet that nothing pays for yet should not raise
+    // that risk above balancing's (docs/policy.md §3, "Why a single message...").
+    const leastOwn = speculative ? Math.min(...candidates.map(ownCount)) : 0;
     const order = rendezvousOrder(key, pool);
     for (const [rank, s] of order.entries()) {
       if (!admissible(s)) continue;
       const free = freeSlots(s);
       const fitsHere =
-        fits(s, free) && !(speculative && free !== undefined && s.inFlight > leastOwn);
+        fits(s, free) && !(speculative && free !== undefined && ownCount(s) > leastOwn);
       if (fitsHere) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
       if (free === undefined) continue;
       // Its batch is known and full. What the wait may buy there (homeWorthChars): part of the

@@ -779,13 +779,18 @@ describe('vLLM behind a switchyard sidecar', { skip: SKIP }, () => {
       const client = clientFor(proxy.url);
 
       // A long stream on a: two at once, so the second goes to the one less busy endpoint;
-      // kill a once the first chunks of its stream have arrived.
+      // kill a once the first chunks of its stream have arrived. ignore_eos (vLLM's sampling
+      // extension): the tiny model stops at random, and a stream that ended by itself before the
+      // kill once failed this test in CI.
+      const longStream: OpenAI.ChatCompletionCreateParamsStreaming & { ignore_eos: boolean } = {
+        model: 'tiny',
+        messages: HELLO,
+        max_tokens: 1800,
+        stream: true,
+        ignore_eos: true,
+      };
       const streams = await Promise.all(
-        [0, 1].map(() =>
-          client.chat.completions
-            .create({ model: 'tiny', messages: HELLO, max_tokens: 1800, stream: true })
-            .withResponse(),
-        ),
+        [0, 1].map(() => client.chat.completions.create(longStream).withResponse()),
       );
       const onA = streams.find((s) =>
         (s.response.headers.get('x-switchyard-backend') ?? '').startsWith('a/'),
