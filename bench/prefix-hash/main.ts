@@ -9,6 +9,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mulberry32 } from '../../lib/rng.ts';
+import { time, type Timing } from '../common/micro-timing.ts';
 import {
   DEFAULT_BLOCKS_PER_ENDPOINT,
   DEFAULT_PREFIX_MAX_AGE_MS,
@@ -43,29 +44,6 @@ function chatBody(chars: number, turns: number, rng: () => number): string {
   }
   return JSON.stringify({ model: 'm', stream: true, messages });
 }
-
-interface Timing {
-  p50Us: number;
-  p99Us: number;
-  meanUs: number;
-}
-
-function time(iterations: number, fn: () => void): Timing {
-  for (let i = 0; i < Math.min(200, iterations); i++) fn(); // warm the JIT
-  const samples: number[] = [];
-  for (let i = 0; i < iterations; i++) {
-    const start = process.hrtime.bigint();
-    fn();
-    samples.push(Number(process.hrtime.bigint() - start) / 1000);
-  }
-  samples.sort((a, b) => a - b);
-  const at = (q: number) =>
-    samples[Math.min(samples.length - 1, Math.ceil(q * samples.length) - 1)]!;
-  const mean = samples.reduce((a, b) => a + b, 0) / samples.length;
-  return { p50Us: round(at(0.5)), p99Us: round(at(0.99)), meanUs: round(mean) };
-}
-
-const round = (x: number) => Math.round(x * 100) / 100;
 
 async function main(): Promise<void> {
   const rng = mulberry32(1);

@@ -45,7 +45,7 @@ import type { PromptBlocks } from './prompt-blocks.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { costTermMs, score } from './score.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
-import { reportedSlowdowns, speedWeightedCount } from './server-speed.ts';
+import { slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import type {
   AffinityResult,
@@ -776,14 +776,14 @@ export class Balancer implements PoolBalancer {
     candidates: readonly EndpointState[],
     now: number,
   ): ((s: EndpointState) => number) | undefined {
-    const latencies = candidates.map((c) =>
-      c.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs),
-    );
+    const latencyOf = (s: EndpointState): number | undefined =>
+      s.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs);
+    const latencies = candidates.map(latencyOf);
     // No server reports its speed (scraping off, external providers): nothing to weigh.
     if (latencies.every((v) => v === undefined)) return undefined;
-    const ratios = reportedSlowdowns(latencies);
-    const byState = new Map(candidates.map((c, i) => [c, ratios[i] ?? 1]));
-    return (s) => byState.get(s) ?? 1;
+    // O(n) once, O(1) a question (server-speed.ts): the step below asks for every candidate.
+    const slowdownOf = slowdownAgainstPeers(latencies);
+    return (s) => slowdownOf(latencyOf(s));
   }
 
   /**

@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { reportedSlowdowns, SLOW_SERVER_RATIO, speedWeightedCount } from './server-speed.ts';
+import { lowerBound, medianWithout } from './median.ts';
+import {
+  reportedSlowdowns,
+  SLOW_SERVER_RATIO,
+  slowdownAgainstPeers,
+  speedWeightedCount,
+} from './server-speed.ts';
 
 describe('reportedSlowdowns', () => {
   test("each server's inter-token latency over the median of its peers that report one", () => {
@@ -23,6 +29,45 @@ describe('reportedSlowdowns', () => {
     assert.deepEqual(reportedSlowdowns([]), []);
     assert.deepEqual(reportedSlowdowns([40, undefined]), [1, 1]);
     assert.deepEqual(reportedSlowdowns([40, 0, Number.NaN, -1, Infinity]), [1, 1, 1, 1, 1]);
+  });
+
+  test('gives exactly what sorting and taking the median without each value gives', () => {
+    // The definition, O(n log n): what the O(n) selection must reproduce to the last bit.
+    const bySorting = (latencies: readonly (number | undefined)[]): number[] => {
+      const usable = (v: number | undefined): v is number =>
+        v !== undefined && Number.isFinite(v) && v > 0;
+      const sorted = latencies.filter(usable).sort((a, b) => a - b);
+      return latencies.map((v) => {
+        if (!usable(v)) return 1;
+        const peers = medianWithout(sorted, lowerBound(sorted, v));
+        return peers === undefined ? 1 : v / peers;
+      });
+    };
+    const latency = fc.oneof(
+      fc.integer({ min: 1, max: 6 }), // few distinct values: many ties around the middle
+      fc.double({ min: 0.001, max: 1e4, noNaN: true }),
+      fc.constantFrom(undefined, 0, -1, Number.NaN, Infinity),
+    );
+    fc.assert(
+      fc.property(fc.array(latency, { maxLength: 40 }), (latencies) => {
+        assert.deepEqual(reportedSlowdowns(latencies), bySorting(latencies));
+      }),
+      { numRuns: 2000 },
+    );
+    const large = Array.from({ length: 4096 }, (_, i) => 10 + ((i * 7919) % 13));
+    assert.deepEqual(reportedSlowdowns(large), bySorting(large));
+    const ascending = Array.from({ length: 1000 }, (_, i) => i + 1);
+    assert.deepEqual(reportedSlowdowns(ascending), bySorting(ascending));
+    assert.deepEqual(reportedSlowdowns(ascending.toReversed()), bySorting(ascending.toReversed()));
+  });
+
+  test("answers for a value asked without a list, and leaves the caller's list as it was", () => {
+    const latencies = [30, 10, undefined, 20];
+    const slowdownOf = slowdownAgainstPeers(latencies);
+    assert.deepEqual(latencies, [30, 10, undefined, 20]);
+    assert.equal(slowdownOf(30), 30 / 15);
+    assert.equal(slowdownOf(undefined), 1);
+    assert.equal(slowdownAgainstPeers([undefined, 7])(7), 1);
   });
 });
 

@@ -12,8 +12,6 @@
  *
  * Pure: the balancer passes in the numbers it holds.
  */
-import { lowerBound, medianWithout } from './median.ts';
-
 /**
  * A server reported at least this many times slower per token than the candidates' median is
  * weighed by its slowdown in the balancing step. Below it, servers are taken as equally fast:
@@ -30,14 +28,91 @@ export const SLOW_SERVER_RATIO = 1.5;
  * whose peers report none.
  */
 export function reportedSlowdowns(interTokenLatencyMs: readonly (number | undefined)[]): number[] {
-  const usable = (v: number | undefined): v is number =>
-    v !== undefined && Number.isFinite(v) && v > 0;
-  const sorted = interTokenLatencyMs.filter(usable).sort((a, b) => a - b);
-  return interTokenLatencyMs.map((v) => {
+  return interTokenLatencyMs.map(slowdownAgainstPeers(interTokenLatencyMs));
+}
+
+/**
+ * The slowdown of a candidate reporting `v` among candidates reporting `interTokenLatencyMs`, as
+ * `reportedSlowdowns` gives it, for asking per candidate without building a list. The balancer
+ * asks it on every pick, for every candidate, so it costs O(n) once and O(1) a question.
+ *
+ * The median of the peers is the median of the usable values without the candidate's own, and
+ * which values are left in the middle depends only on where the candidate's value sits next to
+ * the middle three of the sorted values (with equal values, which one is left out changes
+ * nothing). So it needs those three order statistics, not a sorted list: `medianWithout(sorted,
+ * lowerBound(sorted, v))` of median.ts, with the same operands added in the same order.
+ */
+export function slowdownAgainstPeers(
+  interTokenLatencyMs: readonly (number | undefined)[],
+): (v: number | undefined) => number {
+  const values: number[] = [];
+  for (const v of interTokenLatencyMs) if (usable(v)) values.push(v);
+  // With the candidate's own value left out there are n; the median is at mid (n odd) or the
+  // mean of mid − 1 and mid (n even), of the sorted values with the candidate's removed.
+  const n = values.length - 1;
+  if (n <= 0) return () => 1;
+  const mid = n >> 1;
+  const [below, middle, above] = middleThree(values, mid);
+  return (v) => {
     if (!usable(v)) return 1;
-    const peers = medianWithout(sorted, lowerBound(sorted, v));
-    return peers === undefined ? 1 : v / peers;
-  });
+    // k, the index of v's first occurrence in the sorted values: above mid, at mid, or below.
+    const kAboveMid = middle < v;
+    const kAtLeastMid = mid === 0 || below < v;
+    let peers: number;
+    if (n % 2 === 1) peers = kAboveMid ? middle : above;
+    else if (kAboveMid) peers = (below + middle) / 2;
+    else if (kAtLeastMid) peers = (below + above) / 2;
+    else peers = (middle + above) / 2;
+    return v / peers;
+  };
+}
+
+function usable(v: number | undefined): v is number {
+  return v !== undefined && Number.isFinite(v) && v > 0;
+}
+
+/**
+ * The values that would sit at `at − 1`, `at` and `at + 1` if `values` were sorted ascending
+ * (`at − 1` is −Infinity when `at` is 0); `at + 1` must be an index of `values`. Reorders `values`.
+ * Quickselect (Hoare's FIND) for `at`, then the largest value left of it and the smallest right
+ * of it: O(n) expected, where sorting the latencies of a 4,096-endpoint pool on every pick took
+ * most of the pick's time.
+ */
+function middleThree(values: number[], at: number): [number, number, number] {
+  let lo = 0;
+  let hi = values.length - 1;
+  while (lo < hi) {
+    // The median of three as the pivot keeps sorted and reverse-sorted input linear.
+    const m = (lo + hi) >> 1;
+    const pivot = medianOfThree(values[lo] as number, values[m] as number, values[hi] as number);
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while ((values[i] as number) < pivot) i++;
+      while ((values[j] as number) > pivot) j--;
+      if (i <= j) {
+        const t = values[i] as number;
+        values[i] = values[j] as number;
+        values[j] = t;
+        i++;
+        j--;
+      }
+    }
+    // Now values[lo..j] ≤ pivot ≤ values[i..hi], and anything between i and j equals the pivot.
+    if (at <= j) hi = j;
+    else if (at >= i) lo = i;
+    else break;
+  }
+  const middle = values[at] as number;
+  let below = -Infinity;
+  for (let i = 0; i < at; i++) below = Math.max(below, values[i] as number);
+  let above = Infinity;
+  for (let i = at + 1; i < values.length; i++) above = Math.min(above, values[i] as number);
+  return [below, middle, above];
+}
+
+function medianOfThree(a: number, b: number, c: number): number {
+  return Math.max(Math.min(a, b), Math.min(Math.max(a, b), c));
 }
 
 /**

@@ -1,0 +1,79 @@
+/**
+ * `npm run bench:pick-cost`: what one balancing decision costs on the proxy's event loop, by pool
+ * size, with and without the servers reporting their speed (vLLM's and SGLang's inter-token
+ * latency, which the balancer compares with the candidates' median on every pick; docs/policy.md
+ * §4, "A slower server"). Side by side, the two ways to get every candidate's slowdown: sorting
+ * the latencies and taking the median without each one (the definition, and the first version),
+ * and the middle three order statistics the balancer uses. Writes bench/results/pick-cost.json.
+ * Picks only, no I/O: the figures are the policy's share of a request's CPU, not a latency.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Balancer } from '../../sidecar/policy/balancer.ts';
+import { lowerBound, medianWithout } from '../../sidecar/policy/median.ts';
+import { seededRng } from '../../sidecar/policy/rng.ts';
+import { slowdownAgainstPeers } from '../../sidecar/policy/server-speed.ts';
+import { endpoint, fakeClock, testPolicy } from '../../sidecar/policy/testing.ts';
+import { time } from '../common/micro-timing.ts';
+
+const OUT = join(dirname(fileURLToPath(import.meta.url)), '../results/pick-cost.json');
+const SIZES = [8, 64, 512, 4096];
+
+/** Each candidate's slowdown by sorting: O(n log n) a pick. */
+function slowdownsBySorting(latencies: readonly number[]): number[] {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  return latencies.map((v) => v / (medianWithout(sorted, lowerBound(sorted, v)) ?? v));
+}
+
+/** A pool of `n` endpoints that report a batch of 2 running and, if `speeds`, their speed. */
+function pool(n: number, speeds: boolean): Balancer {
+  const specs = Array.from({ length: n }, (_, i) => endpoint(`e${i}`));
+  const balancer = new Balancer(testPolicy(), specs, {
+    clock: fakeClock(),
+    rng: seededRng(1),
+    onEvent: () => {},
+  });
+  specs.forEach((s, i) =>
+    balancer.reportLoad(s.id, {
+      running: 2,
+      waiting: 0,
+      ...(speeds ? { interTokenLatencyMs: 10 + ((i * 7919) % 13) } : {}),
+    }),
+  );
+  return balancer;
+}
+
+function pickAndFinish(balancer: Balancer): () => void {
+  return () => {
+    const result = balancer.pick({});
+    if (result.kind === 'picked') balancer.finish(result.attempt, { kind: 'neutral' });
+  };
+}
+
+const rows = SIZES.map((n) => {
+  const latencies = Array.from({ length: n }, (_, i) => 10 + ((i * 7919) % 13));
+  const iterations = n >= 4096 ? 1000 : n >= 512 ? 4000 : 20000;
+  return {
+    endpoints: n,
+    pickNoSpeeds: time(iterations, pickAndFinish(pool(n, false))),
+    pickWithSpeeds: time(iterations, pickAndFinish(pool(n, true))),
+    slowdownsBySorting: time(iterations, () => void slowdownsBySorting(latencies)),
+    slowdownsBySelection: time(iterations, () => {
+      const slowdownOf = slowdownAgainstPeers(latencies);
+      for (const v of latencies) slowdownOf(v);
+    }),
+  };
+});
+
+const result = { node: process.version, cpus: cpus().length, rows };
+mkdirSync(dirname(OUT), { recursive: true });
+writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');
+for (const r of rows) {
+  console.log(
+    `${String(r.endpoints).padStart(5)} endpoints  pick p50 ${r.pickNoSpeeds.p50Us} µs, with speeds ${r.pickWithSpeeds.p50Us} µs  ` +
+      `(every slowdown: sorting ${r.slowdownsBySorting.p50Us} µs, selection ${r.slowdownsBySelection.p50Us} µs)`,
+  );
+}
+console.log(`wrote ${OUT}`);
