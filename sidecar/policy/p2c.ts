@@ -54,11 +54,14 @@ export function pickLeastLoaded<T>(
   priceClassOf: (candidate: T) => number = () => 0,
 ): T {
   if (candidates.length === 0) throw new RangeError('pickLeastLoaded needs a candidate');
+  // Each count and price once: a count may weigh the server's reported speed (server-speed.ts),
+  // and at thousands of endpoints a second pass over them is a measurable share of the pick.
+  const counts = candidates.map(inFlightOf);
+  const prices = candidates.map(priceClassOf);
   const least = new Map<number, number>();
-  for (const c of candidates) {
-    const price = priceClassOf(c);
-    least.set(price, Math.min(least.get(price) ?? Infinity, inFlightOf(c)));
-  }
-  const tied = candidates.filter((c) => inFlightOf(c) === least.get(priceClassOf(c)));
+  prices.forEach((price, i) => {
+    least.set(price, Math.min(least.get(price) ?? Infinity, counts[i] as number));
+  });
+  const tied = candidates.filter((_, i) => counts[i] === least.get(prices[i] as number));
   return pickTwoChoices(tied.length > 0 ? tied : candidates, rng, scoreOf);
 }
