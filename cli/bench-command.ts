@@ -151,7 +151,7 @@ export function addBenchCommand(program: Command): void {
     .option('--quiet', 'no progress output')
     .option(
       '--dump-requests',
-      "also write every request's outcome (sent, ended, TTFT, backend, prompt size, turn) to requests/<scenario>/<policy>-seed<n>.json under --out",
+      "also write every request's outcome (sent, ended, TTFT, backend, a switchyard sidecar's affinity decision, prompt size, turn) to requests/<scenario>/<policy>-seed<n>.json under --out",
     )
     .option(
       '--replot',

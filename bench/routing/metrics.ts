@@ -15,6 +15,8 @@ export interface ClientResult {
   endedAtMs: number;
   /** The backend that answered, when the response says (replay.ts, servedBy). */
   backend?: string | undefined;
+  /** How a switchyard sidecar's affinity placed it (`x-switchyard-affinity`); other routers: none. */
+  affinity?: string | undefined;
 }
 
 /** A simulator's counters at the end of a run (GET /admin/stats, after a reset at the start). */

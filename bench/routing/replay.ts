@@ -73,6 +73,10 @@ export function servedBy(
   return port === undefined ? undefined : byPort.get(Number(port));
 }
 
+function stringHeader(value: string | string[] | undefined): string | undefined {
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
+
 /** Bytes of the body kept to find the chunk id in. */
 const HEAD_BYTES = 512;
 
@@ -84,6 +88,7 @@ interface Sent {
   sentAtMs: number;
   endedAtMs: number;
   backend: string | undefined;
+  affinity: string | undefined;
 }
 
 function send(
@@ -113,6 +118,7 @@ function send(
         sentAtMs: sent - runStart,
         endedAtMs: end - runStart,
         backend: servedBy(headers, head, byPort),
+        affinity: stringHeader(headers['x-switchyard-affinity']),
       });
     };
     const req = http.request(
@@ -159,6 +165,7 @@ const toResult = (r: Sent, speed: number): ClientResult => ({
   sentAtMs: r.sentAtMs,
   endedAtMs: r.endedAtMs,
   backend: r.backend,
+  ...(r.affinity === undefined ? {} : { affinity: r.affinity }),
 });
 
 /** The body of one streaming chat request. */

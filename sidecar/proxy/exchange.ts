@@ -310,7 +310,7 @@ export class Exchange {
     );
     try {
       this.#sent.push(
-        new ExchangeAttempt(this, attempt, target, headers, stream ?? body, attemptTrace),
+        new ExchangeAttempt(this, attempt, affinity, target, headers, stream ?? body, attemptTrace),
       );
     } catch (err) {
       attemptTrace?.end();
@@ -354,6 +354,8 @@ export class Exchange {
  */
 class ExchangeAttempt implements UpstreamHandler {
   readonly attempt: Attempt;
+  /** How affinity placed this attempt: the `x-switchyard-affinity` header of its answer. */
+  readonly #affinity: AffinityResult;
   #state: AttemptState = INITIAL_STATE;
   readonly #exchange: Exchange;
   readonly #metrics: EndpointMetrics;
@@ -374,6 +376,7 @@ class ExchangeAttempt implements UpstreamHandler {
   constructor(
     exchange: Exchange,
     attempt: Attempt,
+    affinity: AffinityResult,
     target: UpstreamTarget,
     headers: OutgoingHttpHeaders,
     body: Buffer | Readable,
@@ -383,6 +386,7 @@ class ExchangeAttempt implements UpstreamHandler {
     this.#trace = trace;
     this.#exchange = exchange;
     this.attempt = attempt;
+    this.#affinity = affinity;
     this.#metrics = deps.metrics.forEndpoint(attempt.endpoint);
     this.#sentAtMs = deps.nowMs();
     this.#upstream = deps.upstream.request(
@@ -612,6 +616,7 @@ class ExchangeAttempt implements UpstreamHandler {
     if (!exchange.clientAskedForLoad) delete headers[ORCA_RESPONSE_HEADER];
     headers['x-switchyard-backend'] = this.attempt.endpoint.id;
     headers['x-switchyard-attempts'] = String(exchange.attempts);
+    headers['x-switchyard-affinity'] = this.#affinity;
     exchange.res.writeHead(this.#status, headers);
   }
 

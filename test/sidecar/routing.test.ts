@@ -92,34 +92,41 @@ describe('routing through a real sidecar', () => {
     );
     try {
       const served = new Set<string>();
-      for (let i = 0; i < 12; i++)
-        served.add(
-          (await rawChat(pool.sidecar.url, conversationTurn(i))).headers.get(
-            'x-switchyard-backend',
-          )!,
-        );
+      const placed = new Set<string>();
+      for (let i = 0; i < 12; i++) {
+        const { headers } = await rawChat(pool.sidecar.url, conversationTurn(i));
+        served.add(headers.get('x-switchyard-backend')!);
+        placed.add(headers.get('x-switchyard-affinity')!);
+      }
       assert.equal(served.size, 1, `one conversation went to ${[...served].join(', ')}`);
+      assert.deepEqual([...placed], ['hit'], 'every turn says it went home');
       const sticky = [...served][0]!;
       // Measure every endpoint with unrelated short prompts (no affinity key), three at a time:
       // the least-loaded step then spreads each batch over all three, so each gets the
       // AFFINITY_SLOWDOWN_MIN_SAMPLES samples (after its cold first one) that affinity's
       // slowdown check counts; sequential requests could all avoid one.
-      for (let i = 0; i < AFFINITY_SLOWDOWN_MIN_SAMPLES + 2; i++)
-        await Promise.all(
+      for (let i = 0; i < AFFINITY_SLOWDOWN_MIN_SAMPLES + 2; i++) {
+        const batch = await Promise.all(
           [0, 1, 2].map(() => rawChat(pool.sidecar.url, { ...hello(), stream: true })),
         );
+        for (const { headers } of batch) assert.equal(headers.get('x-switchyard-affinity'), 'none');
+      }
       const index = ['a', 'b', 'c'].indexOf(sticky.split('/')[0]!);
       // Slow prefill, and no prefix cache to skip it: every request is slow, not only the first
       // (affinity lets go of a server that stays slow, after its third slow sample).
       await simConfig(pool.sims[index]!, { prefillMsPerToken: 1, cacheBlocks: 0 });
+      let movedTo: Headers | undefined;
       await eventually(
-        async () =>
-          (await rawChat(pool.sidecar.url, conversationTurn(99))).headers.get(
-            'x-switchyard-backend',
-          ) !== sticky,
+        async () => {
+          const { headers } = await rawChat(pool.sidecar.url, conversationTurn(99));
+          movedTo = headers;
+          return headers.get('x-switchyard-backend') !== sticky;
+        },
         30_000,
         'affinity to let go of the slow endpoint',
       );
+      // The next endpoint of the key's order took it, and the answer says so.
+      assert.equal(movedTo?.get('x-switchyard-affinity'), 'spill');
       const debug = await debugBackends(pool.sidecar);
       const slow = debug.endpoints.find((e) => e.id === sticky)!;
       const others = debug.endpoints.filter((e) => e.id !== sticky);
