@@ -66,13 +66,14 @@ export function servedBy(
   byPort: ReadonlyMap<number, string>,
 ): string | undefined {
   for (const name of ['x-sim-backend', 'llm_provider-x-sim-backend']) {
-    const value = headers[name];
-    if (typeof value === 'string' && value !== '') return value;
+    const value = stringHeader(headers[name]);
+    if (value !== undefined) return value;
   }
   const port = /"id":\s*"(?:chatcmpl|cmpl)-sim(\d+)-/.exec(head)?.[1];
   return port === undefined ? undefined : byPort.get(Number(port));
 }
 
+/** A header's value when it came once and is not empty. */
 function stringHeader(value: string | string[] | undefined): string | undefined {
   return typeof value === 'string' && value !== '' ? value : undefined;
 }

@@ -831,21 +831,23 @@ describe('prefix affinity', () => {
       assert.notEqual(result.attempt.endpoint.id, home);
     });
 
-    test('a home reported 2× slower counts by its speed: balancing would not send it there', () => {
+    /** The speculative prompt's pick when its free home reports `homeItl` ms a token, its peers 10. */
+    const withHomeReporting = (homeItl: number) => {
       const { balancer, specs, home } = freeHome();
-      // Its own prefill would take twice as long there: counted 0 + (2 − 1) · 1 against 0.
       for (const s of specs)
-        balancer.reportLoad(s.id, { interTokenLatencyMs: s.id === home ? 20 : 10 });
-      const result = picked(balancer.pick({ prompt: PROMPT }));
+        balancer.reportLoad(s.id, { interTokenLatencyMs: s.id === home ? homeItl : 10 });
+      return { result: picked(balancer.pick({ prompt: PROMPT })), home };
+    };
+
+    test('a home reported 2× slower counts by its speed: balancing would not send it there', () => {
+      // Its own prefill would take twice as long there: counted 0 + (2 − 1) · 1 against 0.
+      const { result, home } = withHomeReporting(20);
       assert.equal(result.affinity, 'overloaded');
       assert.notEqual(result.attempt.endpoint.id, home);
     });
 
     test('a home reported 1.4× slower is not slower (SLOW_SERVER_RATIO): home, as without reports', () => {
-      const { balancer, specs, home } = freeHome();
-      for (const s of specs)
-        balancer.reportLoad(s.id, { interTokenLatencyMs: s.id === home ? 14 : 10 });
-      const result = picked(balancer.pick({ prompt: PROMPT }));
+      const { result, home } = withHomeReporting(14);
       assert.equal(result.affinity, 'hit');
       assert.equal(result.attempt.endpoint.id, home);
     });
