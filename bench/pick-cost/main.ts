@@ -5,7 +5,9 @@
  * §4, "A slower server"). Side by side, the two ways to get every candidate's slowdown: sorting
  * the latencies and taking the median without each one (the definition, and the first version),
  * and the middle three order statistics the balancer uses. Writes bench/results/pick-cost.json.
- * Picks only, no I/O: the figures are the policy's share of a request's CPU, not a latency.
+ * With prefix affinity on, the picks of new prompts (the affinity decision and, when it keeps no
+ * home, the balancing). Picks only, no I/O: the figures are the policy's share of a request's
+ * CPU, not a latency.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
@@ -27,10 +29,14 @@ function slowdownsBySorting(latencies: readonly number[]): number[] {
   return latencies.map((v) => v / (medianWithout(sorted, lowerBound(sorted, v)) ?? v));
 }
 
-/** A pool of `n` endpoints that report a batch of 2 running and, if `speeds`, their speed. */
-function pool(n: number, speeds: boolean): Balancer {
+/**
+ * A pool of `n` endpoints that report a batch of 2 running and, if `speeds`, their speed; with
+ * `prefix`, prefix affinity on (the default of a pool file and an InferencePool).
+ */
+function pool(n: number, speeds: boolean, prefix = false): Balancer {
   const specs = Array.from({ length: n }, (_, i) => endpoint(`e${i}`));
-  const balancer = new Balancer(testPolicy(), specs, {
+  const policy = prefix ? testPolicy({ affinity: { key: 'Prefix' } }) : testPolicy();
+  const balancer = new Balancer(policy, specs, {
     clock: fakeClock(),
     rng: seededRng(1),
     onEvent: () => {},
@@ -52,6 +58,27 @@ function pickAndFinish(balancer: Balancer): () => void {
   };
 }
 
+/**
+ * Picks of prompts no request has sent before, each with its own key: `history` 0 is a single
+ * message (speculative, docs/policy.md §3), 256 a first turn after a system prompt. Each walks
+ * its key's rendezvous order, and nearly always stops at the first endpoint.
+ */
+function pickNewPrompts(balancer: Balancer, history: number): () => void {
+  let key = 0;
+  return () => {
+    key += 1;
+    const result = balancer.pick({
+      prompt: {
+        hashes: [key, key + 2 ** 40],
+        ends: [256, 2_000],
+        homeDepth: 2,
+        historyChars: history,
+      },
+    });
+    if (result.kind === 'picked') balancer.finish(result.attempt, { kind: 'neutral' });
+  };
+}
+
 const rows = SIZES.map((n) => {
   const latencies = Array.from({ length: n }, (_, i) => 10 + ((i * 7919) % 13));
   const iterations = n >= 4096 ? 1000 : n >= 512 ? 4000 : 20000;
@@ -59,6 +86,8 @@ const rows = SIZES.map((n) => {
     endpoints: n,
     pickNoSpeeds: time(iterations, pickAndFinish(pool(n, false))),
     pickWithSpeeds: time(iterations, pickAndFinish(pool(n, true))),
+    pickFirstTurn: time(iterations, pickNewPrompts(pool(n, true, true), 256)),
+    pickSingleMessage: time(iterations, pickNewPrompts(pool(n, true, true), 0)),
     slowdownsBySorting: time(iterations, () => void slowdownsBySorting(latencies)),
     slowdownsBySelection: time(iterations, () => {
       const slowdownOf = slowdownAgainstPeers(latencies);
@@ -72,7 +101,8 @@ mkdirSync(dirname(OUT), { recursive: true });
 writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');
 for (const r of rows) {
   console.log(
-    `${String(r.endpoints).padStart(5)} endpoints  pick p50 ${r.pickNoSpeeds.p50Us} µs, with speeds ${r.pickWithSpeeds.p50Us} µs  ` +
+    `${String(r.endpoints).padStart(5)} endpoints  pick p50 ${r.pickNoSpeeds.p50Us} µs, with speeds ${r.pickWithSpeeds.p50Us} µs, ` +
+      `prefix affinity: a first turn ${r.pickFirstTurn.p50Us} µs, a single message ${r.pickSingleMessage.p50Us} µs  ` +
       `(every slowdown: sorting ${r.slowdownsBySorting.p50Us} µs, selection ${r.slowdownsBySelection.p50Us} µs)`,
   );
 }

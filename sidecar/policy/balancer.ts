@@ -30,7 +30,7 @@ import {
   idHash,
   keyNumber,
   loadCapacity,
-  rendezvousOrder,
+  rendezvousWalk,
 } from './bounded-load.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { lowerBound, median, medianWithout } from './median.ts';
@@ -162,6 +162,11 @@ interface EndpointState {
   driftMismatches: number;
   /** What the server last said about its load (ORCA header or /metrics). */
   readonly reported: ReportedLoad;
+  /**
+   * The number of the latest affinity decision that found it a candidate (`Balancer.#decisions`):
+   * a membership test in O(1) where `candidates.includes` would scan the pool.
+   */
+  candidateInDecision: number;
 }
 
 /** One group of peers for slow detection (see `Balancer.#slowReferences`). */
@@ -199,6 +204,8 @@ export class Balancer implements PoolBalancer {
   readonly #ewma: TtftEwmas;
   readonly #budget: RetryBudget;
   #states = new Map<string, EndpointState>();
+  /** Affinity decisions made so far: see EndpointState.candidateInDecision. */
+  #decisions = 0;
   /** Removed endpoints' states with attempts still in flight, by id (for a re-add). */
   readonly #retired = new Map<string, EndpointState>();
   /** Endpoints in the order of the last update (status order, P2C index order). */
@@ -597,6 +604,7 @@ export class Balancer implements PoolBalancer {
           cooldownUntilMs: -Infinity,
           removed: false,
           successor: undefined,
+          candidateInDecision: 0,
           driftMismatches: 0,
           reported: new ReportedLoad(),
         };
@@ -674,6 +682,8 @@ export class Balancer implements PoolBalancer {
         : undefined;
     if (prompt === undefined && header === undefined) return { result: 'none' };
 
+    const decision = ++this.#decisions;
+    for (const c of candidates) c.candidateInDecision = decision;
     const configured = affinity.maxSlowdown;
     const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
     const slowerThan = this.#affinitySlowdownLimit(candidates, maxSlowdown, now);
@@ -681,7 +691,7 @@ export class Balancer implements PoolBalancer {
     // server itself: either way its cache is not worth the wait.
     const admissible = (s: EndpointState): boolean =>
       s.breaker.state === 'closed' &&
-      candidates.includes(s) &&
+      s.candidateInDecision === decision &&
       !slowerThan(s) &&
       !(slowdown(s) > maxSlowdown);
     // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
@@ -710,11 +720,12 @@ export class Balancer implements PoolBalancer {
     // anything of it yet, so its home is only a bet on later requests sharing it (below).
     let speculative = false;
     if (prompt !== undefined) {
-      const byId = new Map(pool.map((s) => [s.id, s]));
+      // A candidate is in the pool: the states by id need no filtering.
+      const states = this.#states;
       const match = this.#prefixes.longestMatch(
         prompt.hashes,
         (id) => {
-          const s = byId.get(id);
+          const s = states.get(id);
           return s !== undefined && admissible(s);
         },
         now,
@@ -723,7 +734,7 @@ export class Balancer implements PoolBalancer {
         // The least loaded holder; the most recently used among equals (holders come in that order).
         let best: EndpointState | undefined;
         for (const id of match.holders) {
-          const s = byId.get(id) as EndpointState;
+          const s = states.get(id) as EndpointState;
           if (best === undefined || this.#load(s, now) < this.#load(best, now)) best = s;
         }
         if (best !== undefined) {
@@ -746,8 +757,10 @@ export class Balancer implements PoolBalancer {
     // taken by the time the request gets there; a bet that nothing pays for yet should not raise
     // that risk above balancing's (docs/policy.md §3, "Why a single message...").
     const leastOwn = speculative ? Math.min(...candidates.map(ownCount)) : 0;
-    const order = rendezvousOrder(key, pool);
-    for (const [rank, s] of order.entries()) {
+    // Walked, not sorted: the walk nearly always stops at the first or second endpoint.
+    let rank = -1;
+    for (const s of rendezvousWalk(key, pool)) {
+      rank += 1;
       if (!admissible(s)) continue;
       const free = freeSlots(s);
       const fitsHere =

@@ -7,7 +7,9 @@ import {
   keyNumber,
   loadCapacity,
   rendezvousOrder,
+  rendezvousWalk,
   rendezvousWeight,
+  WALK_SELECTION_STEPS,
 } from './bounded-load.ts';
 
 const endpoints = (n: number, prefix = 'pool/10.0.0.') =>
@@ -107,6 +109,26 @@ describe('rendezvousOrder', () => {
       for (const [id, count] of counts)
         assert.ok(Math.abs(count / keys - 0.2) < 0.01, `${id}: ${count / keys}`);
     }
+  });
+
+  test('walked one at a time, is the same order, past the selection steps too', () => {
+    fc.assert(
+      fc.property(
+        fc.nat(),
+        // Few distinct hashes, so that equal weights (broken by id) come up.
+        fc.uniqueArray(fc.record({ id: fc.string({ maxLength: 4 }), idHash: fc.nat(6) }), {
+          minLength: 0,
+          maxLength: 3 * WALK_SELECTION_STEPS,
+          selector: (e) => e.id,
+        }),
+        (key, pool) => {
+          assert.deepEqual(
+            [...rendezvousWalk(key, pool)].map((e) => e.id),
+            rendezvousOrder(key, pool).map((e) => e.id),
+          );
+        },
+      ),
+    );
   });
 
   test('weights use both halves of a 52-bit key', () => {
