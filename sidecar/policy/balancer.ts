@@ -164,7 +164,7 @@ interface EndpointState {
   readonly reported: ReportedLoad;
   /**
    * The number of the latest affinity decision that found it a candidate (`Balancer.#decisions`):
-   * a membership test in O(1) where `candidates.includes` would scan the pool.
+   * a membership test in O(1) where `candidates.includes` would scan the candidates.
    */
   candidateInDecision: number;
 }
