@@ -31,16 +31,36 @@ function slowdownsBySorting(latencies: readonly number[]): number[] {
 
 /**
  * A pool of `n` endpoints that report a batch of 2 running and, if `speeds`, their speed; with
- * `prefix`, prefix affinity on (the default of a pool file and an InferencePool).
+ * `prefix`, prefix affinity on (the default of a pool file and an InferencePool); with `measured`,
+ * every endpoint has TTFT samples of this sidecar's own, 40 to 140 ms (a pool that has served:
+ * affinity compares each candidate with their median).
  */
-function pool(n: number, speeds: boolean, prefix = false): Balancer {
+function pool(n: number, speeds: boolean, prefix = false, measured = false): Balancer {
   const specs = Array.from({ length: n }, (_, i) => endpoint(`e${i}`));
   const policy = prefix ? testPolicy({ affinity: { key: 'Prefix' } }) : testPolicy();
+  const clock = fakeClock();
   const balancer = new Balancer(policy, specs, {
-    clock: fakeClock(),
+    clock,
     rng: seededRng(1),
     onEvent: () => {},
   });
+  // Every endpoint's request at once, then their first tokens in a scrambled order over 100 ms:
+  // one at a time, a 4,096-endpoint round would leave each idle long enough for its next sample to
+  // count as a cold start and be dropped.
+  for (let sample = 0; measured && sample < 8; sample++) {
+    const attempts = specs.map((s) => {
+      const result = balancer.pick({ pinnedEndpointId: s.id });
+      if (result.kind !== 'picked') throw new Error(`${s.id} is not live`);
+      return result.attempt;
+    });
+    clock.advance(40);
+    for (let k = 0; k < n; k++) {
+      const attempt = attempts[(k * 7919) % n]!; // n is a power of two: a permutation
+      clock.advance(100 / n);
+      balancer.firstByte(attempt, true);
+      balancer.finish(attempt, { kind: 'success', streamed: true });
+    }
+  }
   specs.forEach((s, i) =>
     balancer.reportLoad(s.id, {
       running: 2,
@@ -88,6 +108,7 @@ const rows = SIZES.map((n) => {
     pickWithSpeeds: time(iterations, pickAndFinish(pool(n, true))),
     pickFirstTurn: time(iterations, pickNewPrompts(pool(n, true, true), 256)),
     pickSingleMessage: time(iterations, pickNewPrompts(pool(n, true, true), 0)),
+    pickFirstTurnMeasured: time(iterations, pickNewPrompts(pool(n, true, true, true), 256)),
     slowdownsBySorting: time(iterations, () => void slowdownsBySorting(latencies)),
     slowdownsBySelection: time(iterations, () => {
       const slowdownOf = slowdownAgainstPeers(latencies);
@@ -102,7 +123,8 @@ writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');
 for (const r of rows) {
   console.log(
     `${String(r.endpoints).padStart(5)} endpoints  pick p50 ${r.pickNoSpeeds.p50Us} µs, with speeds ${r.pickWithSpeeds.p50Us} µs, ` +
-      `prefix affinity: a first turn ${r.pickFirstTurn.p50Us} µs, a single message ${r.pickSingleMessage.p50Us} µs  ` +
+      `prefix affinity: a first turn ${r.pickFirstTurn.p50Us} µs, a single message ${r.pickSingleMessage.p50Us} µs, ` +
+      `a first turn with TTFT samples ${r.pickFirstTurnMeasured.p50Us} µs  ` +
       `(every slowdown: sorting ${r.slowdownsBySorting.p50Us} µs, selection ${r.slowdownsBySelection.p50Us} µs)`,
   );
 }

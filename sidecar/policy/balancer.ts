@@ -33,7 +33,7 @@ import {
   rendezvousWalk,
 } from './bounded-load.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
-import { lowerBound, median, medianWithout } from './median.ts';
+import { lowerBound, medianWithout } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
 import {
@@ -45,7 +45,7 @@ import type { PromptBlocks } from './prompt-blocks.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { costTermMs, score } from './score.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
-import { slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
+import { medianBySelection, slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import type {
   AffinityResult,
@@ -817,8 +817,13 @@ export class Balancer implements PoolBalancer {
       const m = this.#ewma.measured(s.id);
       return m !== undefined && m.samples >= AFFINITY_SLOWDOWN_MIN_SAMPLES ? m.ms : undefined;
     };
-    const values = candidates.map(measured).filter((v): v is number => v !== undefined);
-    const reference = median(values);
+    const values: number[] = [];
+    for (const c of candidates) {
+      const v = measured(c);
+      if (v !== undefined && !Number.isNaN(v)) values.push(v);
+    }
+    // By selection, not a sort: this runs on every affinity decision, over every candidate.
+    const reference = medianBySelection(values);
     if (reference === undefined) return () => false;
     const limit = Math.max(maxSlowdown * reference, reference + AFFINITY_SLOWDOWN_MIN_MS);
     const dueForRecheck = (s: EndpointState): boolean =>

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { lowerBound, medianWithout } from './median.ts';
+import { lowerBound, median, medianWithout } from './median.ts';
 import {
+  medianBySelection,
   reportedSlowdowns,
   SLOW_SERVER_RATIO,
   slowdownAgainstPeers,
@@ -68,6 +69,25 @@ describe('reportedSlowdowns', () => {
     assert.equal(slowdownOf(30), 30 / 15);
     assert.equal(slowdownOf(undefined), 1);
     assert.equal(slowdownAgainstPeers([undefined, 7])(7), 1);
+  });
+});
+
+describe('medianBySelection', () => {
+  test("is median.ts's median, bit for bit, ties and even counts included", () => {
+    const value = fc.oneof(
+      fc.integer({ min: 1, max: 6 }), // few distinct values: many ties around the middle
+      fc.double({ min: -1e4, max: 1e4, noNaN: true }),
+    );
+    fc.assert(
+      fc.property(fc.array(value, { maxLength: 60, size: 'max' }), (values) => {
+        assert.equal(medianBySelection([...values]), median(values));
+      }),
+      { numRuns: 2000 },
+    );
+    const ascending = Array.from({ length: 1001 }, (_, i) => i * 0.1);
+    for (const list of [ascending, ascending.toReversed(), ascending.slice(1)])
+      assert.equal(medianBySelection([...list]), median(list));
+    assert.equal(medianBySelection([]), undefined);
   });
 });
 

@@ -67,6 +67,19 @@ export function slowdownAgainstPeers(
   };
 }
 
+/**
+ * The median of `values` as median.ts's `median` computes it (the mean of the two middle values
+ * for an even count, same operands, same order), by selection: O(n) expected instead of a sort.
+ * Reorders `values`; undefined for none. For the comparisons made on every pick at large pools.
+ */
+export function medianBySelection(values: number[]): number | undefined {
+  const n = values.length;
+  if (n === 0) return undefined;
+  const mid = n >> 1;
+  const [below, middle] = middleThree(values, mid);
+  return n % 2 === 1 ? middle : (below + middle) / 2;
+}
+
 function usable(v: number | undefined): v is number {
   return v !== undefined && Number.isFinite(v) && v > 0;
 }
