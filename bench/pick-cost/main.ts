@@ -6,7 +6,8 @@
  * the latencies and taking the median without each one (the definition, and the first version),
  * and the middle three order statistics the balancer uses. Writes bench/results/pick-cost.json.
  * With prefix affinity on, the picks of new prompts (the affinity decision and, when it keeps no
- * home, the balancing). Picks only, no I/O: the figures are the policy's share of a request's
+ * home, the balancing: a single message in a pool whose every home is full walks every
+ * candidate's count for the bet's check, then balances on the same counts). Picks only, no I/O: the figures are the policy's share of a request's
  * CPU, not a latency.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -29,13 +30,28 @@ function slowdownsBySorting(latencies: readonly number[]): number[] {
   return latencies.map((v) => v / (medianWithout(sorted, lowerBound(sorted, v)) ?? v));
 }
 
-/**
- * A pool of `n` endpoints that report a batch of 2 running and, if `speeds`, their speed; with
- * `prefix`, prefix affinity on (the default of a pool file and an InferencePool); with `measured`,
- * every endpoint has TTFT samples of this sidecar's own, 40 to 140 ms (a pool that has served:
- * affinity compares each candidate with their median).
- */
-function pool(n: number, speeds: boolean, prefix = false, measured = false): Balancer {
+interface PoolShape {
+  /** The servers report their speed. */
+  speeds: boolean;
+  /** Prefix affinity on (the default of a pool file and an InferencePool). */
+  prefix?: boolean;
+  /**
+   * Every endpoint has TTFT samples of this sidecar's own, 40 to 140 ms (a pool that has served:
+   * affinity compares each candidate with their median).
+   */
+  measured?: boolean;
+  /**
+   * Every server reports a full batch and a queue (6 running, 1 waiting): no home has a free
+   * slot, so a single message is not bet on and is balanced (docs/policy.md §3).
+   */
+  busy?: boolean;
+}
+
+/** A pool of `n` endpoints that report a batch of 2 running (or, `busy`, a full one). */
+function pool(
+  n: number,
+  { speeds, prefix = false, measured = false, busy = false }: PoolShape,
+): Balancer {
   const specs = Array.from({ length: n }, (_, i) => endpoint(`e${i}`));
   const policy = prefix ? testPolicy({ affinity: { key: 'Prefix' } }) : testPolicy();
   const clock = fakeClock();
@@ -63,8 +79,8 @@ function pool(n: number, speeds: boolean, prefix = false, measured = false): Bal
   }
   specs.forEach((s, i) =>
     balancer.reportLoad(s.id, {
-      running: 2,
-      waiting: 0,
+      running: busy ? 6 : 2,
+      waiting: busy ? 1 : 0,
       ...(speeds ? { interTokenLatencyMs: 10 + ((i * 7919) % 13) } : {}),
     }),
   );
@@ -104,11 +120,18 @@ const rows = SIZES.map((n) => {
   const iterations = n >= 4096 ? 1000 : n >= 512 ? 4000 : 20000;
   return {
     endpoints: n,
-    pickNoSpeeds: time(iterations, pickAndFinish(pool(n, false))),
-    pickWithSpeeds: time(iterations, pickAndFinish(pool(n, true))),
-    pickFirstTurn: time(iterations, pickNewPrompts(pool(n, true, true), 256)),
-    pickSingleMessage: time(iterations, pickNewPrompts(pool(n, true, true), 0)),
-    pickFirstTurnMeasured: time(iterations, pickNewPrompts(pool(n, true, true, true), 256)),
+    pickNoSpeeds: time(iterations, pickAndFinish(pool(n, { speeds: false }))),
+    pickWithSpeeds: time(iterations, pickAndFinish(pool(n, { speeds: true }))),
+    pickFirstTurn: time(iterations, pickNewPrompts(pool(n, { speeds: true, prefix: true }), 256)),
+    pickSingleMessage: time(iterations, pickNewPrompts(pool(n, { speeds: true, prefix: true }), 0)),
+    pickSingleMessageBalanced: time(
+      iterations,
+      pickNewPrompts(pool(n, { speeds: true, prefix: true, busy: true }), 0),
+    ),
+    pickFirstTurnMeasured: time(
+      iterations,
+      pickNewPrompts(pool(n, { speeds: true, prefix: true, measured: true }), 256),
+    ),
     slowdownsBySorting: time(iterations, () => void slowdownsBySorting(latencies)),
     slowdownsBySelection: time(iterations, () => {
       const slowdownOf = slowdownAgainstPeers(latencies);
@@ -123,7 +146,8 @@ writeFileSync(OUT, JSON.stringify(result, null, 2) + '\n');
 for (const r of rows) {
   console.log(
     `${String(r.endpoints).padStart(5)} endpoints  pick p50 ${r.pickNoSpeeds.p50Us} µs, with speeds ${r.pickWithSpeeds.p50Us} µs, ` +
-      `prefix affinity: a first turn ${r.pickFirstTurn.p50Us} µs, a single message ${r.pickSingleMessage.p50Us} µs, ` +
+      `prefix affinity: a first turn ${r.pickFirstTurn.p50Us} µs, a single message ${r.pickSingleMessage.p50Us} µs ` +
+      `(balanced, every home full: ${r.pickSingleMessageBalanced.p50Us} µs), ` +
       `a first turn with TTFT samples ${r.pickFirstTurnMeasured.p50Us} µs  ` +
       `(every slowdown: sorting ${r.slowdownsBySorting.p50Us} µs, selection ${r.slowdownsBySelection.p50Us} µs)`,
   );

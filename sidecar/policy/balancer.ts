@@ -302,6 +302,10 @@ export class Balancer implements PoolBalancer {
               ownPrefill,
               s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
             );
+    // Every candidate's count, once a step needs them all (a single message's home check, then
+    // perhaps the balancing step): at thousands of endpoints a second pass is a measurable share.
+    let ownCounts: number[] | undefined;
+    const allOwnCounts = (): readonly number[] => (ownCounts ??= candidates.map(ownCount));
     const affinity = this.#affinity(
       request,
       pool,
@@ -309,13 +313,15 @@ export class Balancer implements PoolBalancer {
       now,
       slowdown ?? (() => 1),
       ownCount,
+      allOwnCounts,
     );
+    const counted = ownCounts;
     const chosen =
       affinity.endpoint ??
       pickLeastLoaded(
         candidates,
         this.#rng,
-        ownCount,
+        counted === undefined ? ownCount : (_, i) => counted[i] as number,
         (s) => this.#score(s, now),
         (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
@@ -673,6 +679,7 @@ export class Balancer implements PoolBalancer {
     now: number,
     slowdown: (s: EndpointState) => number,
     ownCount: (s: EndpointState) => number,
+    allOwnCounts: () => readonly number[],
   ): { endpoint?: EndpointState; result: AffinityResult } {
     const affinity = this.#policy.affinity;
     const prompt = affinity.key === 'Prefix' ? request.prompt : undefined;
@@ -756,7 +763,11 @@ export class Balancer implements PoolBalancer {
     // slower counts by its speed). A free slot in a report is shared by every sidecar and may be
     // taken by the time the request gets there; a bet that nothing pays for yet should not raise
     // that risk above balancing's (docs/policy.md §3, "Why a single message...").
-    const leastOwn = speculative ? Math.min(...candidates.map(ownCount)) : 0;
+    let leastOwn = 0;
+    if (speculative) {
+      leastOwn = Infinity;
+      for (const count of allOwnCounts()) leastOwn = Math.min(leastOwn, count);
+    }
     // Walked, not sorted: the walk nearly always stops at the first or second endpoint.
     let rank = -1;
     for (const s of rendezvousWalk(key, pool)) {

@@ -49,14 +49,14 @@ function worstIfNaN(value: number): number {
 export function pickLeastLoaded<T>(
   candidates: readonly T[],
   rng: Rng,
-  inFlightOf: (candidate: T) => number,
+  inFlightOf: (candidate: T, index: number) => number,
   scoreOf: (candidate: T) => number,
   priceClassOf: (candidate: T) => number = () => 0,
 ): T {
   if (candidates.length === 0) throw new RangeError('pickLeastLoaded needs a candidate');
   // Each count and price once: a count may weigh the server's reported speed (server-speed.ts),
   // and at thousands of endpoints a second pass over them is a measurable share of the pick.
-  const counts = candidates.map(inFlightOf);
+  const counts = candidates.map((c, i) => inFlightOf(c, i));
   const prices = candidates.map(priceClassOf);
   const least = new Map<number, number>();
   prices.forEach((price, i) => {
