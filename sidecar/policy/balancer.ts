@@ -3,9 +3,9 @@
  *
  *   candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
  *     → tier (Failover: the first tier with a candidate; Balance: all)
- *     → affinity (the endpoint holding the longest known prefix, else the prompt's home by
- *       rendezvous hashing, spilling along that order past endpoints over their load bound; a
- *       full server keeps a request whose cached prefix is worth the wait, prefill-exchange.ts)
+ *     → affinity (affinity-decision.ts: the endpoint holding the longest known prefix, else the
+ *       prompt's home by rendezvous hashing, spilling along that order past endpoints over their
+ *       load bound; a full server keeps a request whose cached prefix is worth the wait)
  *     → least loaded, then P2C on score (load: this sidecar's in-flight, corrected by what the
  *       servers report)
  *     → half-open breaker probe slot, in-flight +1
@@ -16,22 +16,10 @@
  * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
-import {
-  AFFINITY_MAX_EXTRA_IN_FLIGHT,
-  AFFINITY_MAX_SLOWDOWN,
-  AFFINITY_SLOWDOWN_MIN_MS,
-  AFFINITY_SLOWDOWN_MIN_SAMPLES,
-  AFFINITY_SLOW_RECHECK_AFTER_MS,
-} from './affinity.ts';
+import { AffinityDecider } from './affinity-decision.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
-import {
-  DEFAULT_LOAD_FACTOR,
-  idHash,
-  keyNumber,
-  loadCapacity,
-  rendezvousWalk,
-} from './bounded-load.ts';
+import { idHash } from './bounded-load.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { lowerBound, medianWithout } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
@@ -41,14 +29,12 @@ import {
   DEFAULT_PREFIX_MAX_AGE_MS,
   PrefixIndex,
 } from './prefix-index.ts';
-import type { PromptBlocks } from './prompt-blocks.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { costTermMs, score } from './score.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
-import { medianBySelection, slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
+import { slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import type {
-  AffinityResult,
   Attempt,
   Clock,
   EndpointGauges,
@@ -86,27 +72,6 @@ export const MAX_RETRY_AFTER_COOLDOWN_MS = 60_000;
  * are (their TTFT is mostly fixed cost). Without a size (the shell did not say) it is kept.
  */
 export const REFERENCE_REQUEST_BYTES = 4096;
-
-/**
- * The share of a conversation's history its home is taken to hold when this sidecar did not route
- * its earlier turns: they went home only while it had room. 0.5 measured best of 0.5 and 1 on the
- * routing benchmark (docs/benchmarks.md): 1 queued more at homes that turned out not to hold it.
- */
-export const HISTORY_AT_HOME_SHARE = 0.5;
-
-/**
- * How many times what a request adds past its history (a first turn's whole user message, a later
- * turn's new message) its full home is worth as a bet: every later request with the same home
- * key, from any sidecar, goes there, and finds this text cached only if this one went there too.
- * A request that goes elsewhere leaves them all to miss: on the Mooncake trace the first request
- * of a shared document usually met a full home (82 of 138 groups), and the others went home; a
- * document that recurs comes back 1.8 more times on average (2.8 requests a group). 1 measured
- * best of the variants in bench/results/routing-2026-12j-bet-variants/ (TTFT p50 785 → 672 ms,
- * hit rate 20.1 → 26.6 %); 2 then beat 1 in two paired runs (routing-2026-12k-explorations/,
- * `steady`, five seeds each): hit rate 26.5 and 26.1 → 29.7 and 29.7 %, p50 661 and 754 → 682 and
- * 614 ms, p99 4,516 and 4,494 → 4,571 and 4,853 ms, within the seeds' spread (docs/policy.md §3).
- */
-export const ADDED_TEXT_AT_HOME_SHARE = 2;
 
 export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
   if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
@@ -162,10 +127,7 @@ interface EndpointState {
   driftMismatches: number;
   /** What the server last said about its load (ORCA header or /metrics). */
   readonly reported: ReportedLoad;
-  /**
-   * The number of the latest affinity decision that found it a candidate (`Balancer.#decisions`):
-   * a membership test in O(1) where `candidates.includes` would scan the candidates.
-   */
+  /** Written by the affinity decision (`AffinityEndpoint.candidateInDecision`). */
   candidateInDecision: number;
 }
 
@@ -204,8 +166,6 @@ export class Balancer implements PoolBalancer {
   readonly #ewma: TtftEwmas;
   readonly #budget: RetryBudget;
   #states = new Map<string, EndpointState>();
-  /** Affinity decisions made so far: see EndpointState.candidateInDecision. */
-  #decisions = 0;
   /** Removed endpoints' states with attempts still in flight, by id (for a re-add). */
   readonly #retired = new Map<string, EndpointState>();
   /** Endpoints in the order of the last update (status order, P2C index order). */
@@ -222,6 +182,8 @@ export class Balancer implements PoolBalancer {
   readonly #reportMaxAgeMs: number;
   /** What a known cached prefix is worth in queue positions, learned from this pool's attempts. */
   readonly #exchange = new PrefillExchange();
+  /** The affinity step of every pick (affinity-decision.ts), reading the state above. */
+  readonly #affinity: AffinityDecider<EndpointState>;
   #lastNowMs = 0;
   /** What slow detection compares with, per group of peers; undefined until asked (#isSlow). */
   #slowRefs: Map<number, SlowReference> | undefined;
@@ -235,6 +197,13 @@ export class Balancer implements PoolBalancer {
     this.#reportMaxAgeMs = deps.reportMaxAgeMs ?? DEFAULT_REPORT_MAX_AGE_MS;
     this.#ewma = new TtftEwmas(policy.defaultTtftMs);
     this.#budget = new RetryBudget(policy.retry, deps.clock);
+    this.#affinity = new AffinityDecider({
+      prefixes: this.#prefixes,
+      exchange: this.#exchange,
+      ewma: this.#ewma,
+      reportMaxAgeMs: this.#reportMaxAgeMs,
+      stateOf: (id) => this.#states.get(id),
+    });
     this.#setEndpoints(endpoints, false);
   }
 
@@ -306,15 +275,14 @@ export class Balancer implements PoolBalancer {
     // perhaps the balancing step): at thousands of endpoints a second pass is a measurable share.
     let ownCounts: number[] | undefined;
     const allOwnCounts = (): readonly number[] => (ownCounts ??= candidates.map(ownCount));
-    const affinity = this.#affinity(
-      request,
+    const affinity = this.#affinity.decide(this.#policy.affinity, request, {
+      now,
       pool,
       candidates,
-      now,
-      slowdown ?? (() => 1),
+      slowdown: slowdown ?? (() => 1),
       ownCount,
       allOwnCounts,
-    );
+    });
     const counted = ownCounts;
     const chosen =
       affinity.endpoint ??
@@ -655,144 +623,6 @@ export class Balancer implements PoolBalancer {
   }
 
   /**
-   * The affinity decision (docs/policy.md §3):
-   *
-   * 1. The endpoint that holds the longest known prefix of the prompt, when that prefix reaches at
-   *    least the prompt's home key (a turn of a conversation this sidecar has seen), and it fits
-   *    under the load bound, or its prefix is worth the queue there (`#worthQueueing`): `hit`.
-   * 2. Otherwise the endpoints in the rendezvous order of the key (the matched prefix, the
-   *    prompt's conversation-stable home key, or the affinity header): the first that is a
-   *    closed, not-slow candidate under the load bound. The first in order is a `hit`, a later
-   *    one a `spill` — the same second home from every sidecar. The walk stops at the first whose
-   *    batch is known and full, which keeps the request only if what it would hold there is
-   *    worth the queue (`homeWorthChars`: half its history, and at the key's first endpoint the
-   *    bet on the text it adds).
-   * 3. None fits: `overloaded`, and the request is balanced.
-   *
-   * The order is over the whole tier set (`pool`), live or not, so that a key keeps its place
-   * while other endpoints come and go.
-   */
-  #affinity(
-    request: PickRequest,
-    pool: readonly EndpointState[],
-    candidates: readonly EndpointState[],
-    now: number,
-    slowdown: (s: EndpointState) => number,
-    ownCount: (s: EndpointState) => number,
-    allOwnCounts: () => readonly number[],
-  ): { endpoint?: EndpointState; result: AffinityResult } {
-    const affinity = this.#policy.affinity;
-    const prompt = affinity.key === 'Prefix' ? request.prompt : undefined;
-    const header =
-      affinity.key === 'Header' && request.affinityKey !== undefined && request.affinityKey !== ''
-        ? request.affinityKey
-        : undefined;
-    if (prompt === undefined && header === undefined) return { result: 'none' };
-
-    const decision = ++this.#decisions;
-    for (const c of candidates) c.candidateInDecision = decision;
-    const configured = affinity.maxSlowdown;
-    const maxSlowdown = configured > 0 ? configured : AFFINITY_MAX_SLOWDOWN;
-    const slowerThan = this.#affinitySlowdownLimit(candidates, maxSlowdown, now);
-    // Measured slower by this sidecar's own TTFT samples, or reported slower per token by the
-    // server itself: either way its cache is not worth the wait.
-    const admissible = (s: EndpointState): boolean =>
-      s.breaker.state === 'closed' &&
-      s.candidateInDecision === decision &&
-      !slowerThan(s) &&
-      !(slowdown(s) > maxSlowdown);
-    // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
-    // above the least loaded candidate: the bound alone is strict while the pool is nearly
-    // idle (one request in flight can exceed it), where a cache hit still beats an empty queue.
-    const loads = candidates.map((c) => this.#load(c, now));
-    const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
-    const slack = affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
-    const least = Math.min(...loads);
-    // Once a server has shown its batch (it queued requests, see ReportedLoad.freeSlots), the
-    // test is a free slot there instead: a request that queues waits for a running one to
-    // finish, which costs more than the prefill a cache hit saves, while a free slot costs
-    // nothing however busy the home is next to the others. A full home sends the request to
-    // balancing, not along the key's order: every sidecar holds the same report, and they would
-    // all queue on the key's second endpoint together.
-    const freeSlots = (s: EndpointState): number | undefined =>
-      s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs);
-    const fits = (s: EndpointState, free: number | undefined): boolean => {
-      if (free !== undefined) return free >= 1;
-      const load = this.#load(s, now);
-      return load < capacity || load <= least + slack;
-    };
-
-    let key: number;
-    // A prompt of one message that no earlier request is known to share: no server can hold
-    // anything of it yet, so its home is only a bet on later requests sharing it (below).
-    let speculative = false;
-    if (prompt !== undefined) {
-      // A candidate is in the pool: the states by id need no filtering.
-      const states = this.#states;
-      const match = this.#prefixes.longestMatch(
-        prompt.hashes,
-        (id) => {
-          const s = states.get(id);
-          return s !== undefined && admissible(s);
-        },
-        now,
-      );
-      if (match !== undefined && match.depth >= prompt.homeDepth) {
-        // The least loaded holder; the most recently used among equals (holders come in that order).
-        let best: EndpointState | undefined;
-        for (const id of match.holders) {
-          const s = states.get(id) as EndpointState;
-          if (best === undefined || this.#load(s, now) < this.#load(best, now)) best = s;
-        }
-        if (best !== undefined) {
-          const free = freeSlots(best);
-          const cachedChars = matchedChars(prompt, match.depth);
-          if (fits(best, free) || this.#worthQueueing(best, free, cachedChars, candidates, now))
-            return { endpoint: best, result: 'hit' };
-        }
-        key = prompt.hashes[match.depth - 1] as number;
-      } else {
-        key = prompt.hashes[prompt.homeDepth - 1] as number;
-        speculative = (prompt.historyChars ?? 0) === 0;
-      }
-    } else {
-      key = keyNumber(header as string);
-    }
-    // A speculative home must also be where balancing could send the request: among the fewest of
-    // this sidecar's own requests in flight, as the balancing step counts them (a server reported
-    // slower counts by its speed). A free slot in a report is shared by every sidecar and may be
-    // taken by the time the request gets there; a bet that nothing pays for yet should not raise
-    // that risk above balancing's (docs/policy.md §3, "Why a single message...").
-    let leastOwn = 0;
-    if (speculative) {
-      leastOwn = Infinity;
-      for (const count of allOwnCounts()) leastOwn = Math.min(leastOwn, count);
-    }
-    // Walked, not sorted: the walk nearly always stops at the first or second endpoint.
-    let rank = -1;
-    for (const s of rendezvousWalk(key, pool)) {
-      rank += 1;
-      if (!admissible(s)) continue;
-      const free = freeSlots(s);
-      const fitsHere =
-        fits(s, free) && !(speculative && free !== undefined && ownCount(s) > leastOwn);
-      if (fitsHere) return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
-      if (free === undefined) continue;
-      // Its batch is known and full. What the wait may buy there (homeWorthChars): part of the
-      // history, and, unless the request is speculative, what it adds for the later requests that
-      // share its key — only at the key's first endpoint, the one every sidecar computes alike; an
-      // endpoint further down is where this sidecar's own verdicts (slow, open) sent it, and the
-      // others may look elsewhere. Otherwise balance; do not walk on (every sidecar holds the same
-      // report and would queue on the next endpoint together).
-      const worth = prompt === undefined ? 0 : homeWorthChars(prompt, speculative || rank > 0);
-      if (this.#worthQueueing(s, free, worth, candidates, now))
-        return { endpoint: s, result: rank === 0 ? 'hit' : 'spill' };
-      break;
-    }
-    return { result: 'overloaded' };
-  }
-
-  /**
    * Each candidate's reported slowdown per token next to the others (server-speed.ts; 1: none),
    * or undefined when no candidate reports a speed, so the pick does no speed work at all.
    */
@@ -808,69 +638,6 @@ export class Balancer implements PoolBalancer {
     // O(n) once, O(1) a question (server-speed.ts): the step below asks for every candidate.
     const slowdownOf = slowdownAgainstPeers(latencies);
     return (s) => slowdownOf(latencyOf(s));
-  }
-
-  /**
-   * The slowdown check of affinity: whether an endpoint is measured clearly slower than the
-   * candidates' median, so that its cache is not worth the wait. Reads each endpoint's own
-   * samples (`TtftEwmas.measured`), not the seeded EWMA, counts only endpoints with
-   * AFFINITY_SLOWDOWN_MIN_SAMPLES of them, and wants the excess to be both `maxSlowdown` times
-   * and AFFINITY_SLOWDOWN_MIN_MS (docs/policy.md §3). A verdict lapses for a recheck: an endpoint
-   * with nothing of this sidecar's in flight and no sample for AFFINITY_SLOW_RECHECK_AFTER_MS is
-   * not passed over, since only a request there can show that it is fast again.
-   */
-  #affinitySlowdownLimit(
-    candidates: readonly EndpointState[],
-    maxSlowdown: number,
-    now: number,
-  ): (s: EndpointState) => boolean {
-    const measured = (s: EndpointState): number | undefined => {
-      const m = this.#ewma.measured(s.id);
-      return m !== undefined && m.samples >= AFFINITY_SLOWDOWN_MIN_SAMPLES ? m.ms : undefined;
-    };
-    const values: number[] = [];
-    for (const c of candidates) {
-      const v = measured(c);
-      if (v !== undefined && !Number.isNaN(v)) values.push(v);
-    }
-    // By selection, not a sort: this runs on every affinity decision, over every candidate.
-    const reference = medianBySelection(values);
-    if (reference === undefined) return () => false;
-    const limit = Math.max(maxSlowdown * reference, reference + AFFINITY_SLOWDOWN_MIN_MS);
-    const dueForRecheck = (s: EndpointState): boolean =>
-      s.inFlight === 0 && now - s.lastTtftSampleAtMs >= AFFINITY_SLOW_RECHECK_AFTER_MS;
-    return (s) => {
-      const own = measured(s);
-      return own !== undefined && own > limit && !dueForRecheck(s);
-    };
-  }
-
-  /**
-   * Whether an endpoint whose batch is full (`free` < 1; undefined: its batch is not known, and
-   * the answer is no) is worth its queue for a request of which it holds about `cachedChars`: the
-   * positions the request would wait there, beyond the fewest it would wait anywhere else, cost
-   * less than the prefill the cached prefix saves (`PrefillExchange`). Endpoints that never showed
-   * a full batch count as free elsewhere: the endpoint must beat an empty queue then.
-   */
-  #worthQueueing(
-    target: EndpointState,
-    free: number | undefined,
-    cachedChars: number,
-    candidates: readonly EndpointState[],
-    now: number,
-  ): boolean {
-    const batch = target.reported.batch(now);
-    if (free === undefined || batch === undefined) return false;
-    const worth = this.#exchange.positionsWorth(cachedChars, batch);
-    if (worth === 0) return false;
-    let elsewhere = Infinity;
-    for (const s of candidates) {
-      if (s === target) continue;
-      const f = s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs);
-      elsewhere = Math.min(elsewhere, f === undefined ? 0 : Math.max(0, 1 - f));
-    }
-    if (elsewhere === Infinity) elsewhere = 0;
-    return 1 - free - elsewhere <= worth;
   }
 
   /** This sidecar's in-flight count corrected by the server's last report (server-load.ts). */
@@ -1052,35 +819,6 @@ export class Balancer implements PoolBalancer {
     if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
     this.#onEvent(event);
   }
-}
-
-/**
- * How much of a prompt the holder of its first `depth` blocks has: those blocks' characters, or,
- * when the match runs through every block of a prompt cut at the hashing cap, at least everything
- * before its last message (an earlier turn sent that much, and the match says it went there).
- */
-function matchedChars(prompt: PromptBlocks, depth: number): number {
-  const chars = prompt.ends[depth - 1] as number;
-  if (prompt.cut !== true || depth < prompt.hashes.length) return chars;
-  return Math.max(chars, prompt.historyChars ?? 0);
-}
-
-/**
- * How many characters of a prompt the full endpoint where the walk along its key's order stops is
- * worth, when this sidecar knows of no earlier request of it there (docs/policy.md §3):
- *
- * - HISTORY_AT_HOME_SHARE of the history: the earlier turns went home only while it had room, which
- *   this sidecar cannot know when other sidecars sent them;
- * - unless `noBet`, ADDED_TEXT_AT_HOME_SHARE times the text past the history (hashed characters, so
- *   at most the hashing cap): a bet on the later requests that share the key, which all go to its
- *   first endpoint. No bet for a speculative request (a single message nothing is known to share:
- *   most are one-off calls, and on a trace of them, Azure's, any wait for a home was lost time) or
- *   at an endpoint further down the key's order.
- */
-function homeWorthChars(prompt: PromptBlocks, noBet: boolean): number {
-  const history = prompt.historyChars ?? 0;
-  const added = noBet ? 0 : Math.max(0, (prompt.ends.at(-1) ?? 0) - history);
-  return Math.floor(HISTORY_AT_HOME_SHARE * history + ADDED_TEXT_AT_HOME_SHARE * added);
 }
 
 /** Whether slow detection counts `state` among its group's peers: serving, not drifted, not open. */

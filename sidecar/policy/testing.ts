@@ -1,15 +1,23 @@
 /**
  * Fakes for tests of the policy core and of code built on it (the proxy shell's tests may use
- * them too): a clock the test moves by hand, an Rng that replays a script, and a complete
- * `PoolPolicy` with overridable fields. Not exported from index.ts: production never needs them.
+ * them too): a clock the test moves by hand, an Rng that replays a script, a complete
+ * `PoolPolicy` with overridable fields, and a Balancer set up on them with the helpers its tests
+ * share (`setupBalancer`). Not exported from index.ts: production never needs them.
  */
+import { Balancer } from './balancer.ts';
+import { seededRng } from './rng.ts';
 import type {
   AffinityPolicy,
+  Attempt,
   Clock,
   ColdStartPolicy,
   EndpointSpec,
   EndpointStatus,
   HealthPolicy,
+  Outcome,
+  PickRequest,
+  PickResult,
+  PolicyEvent,
   PoolPolicy,
   RetryPolicy,
   Rng,
@@ -127,3 +135,80 @@ export const healthOf = (statuses: readonly EndpointStatus[]) =>
     driftMismatches,
     window,
   }));
+
+export type Picked = Extract<PickResult, { kind: 'picked' }>;
+
+/** An Rng that always draws the middle: open periods are exactly openForMs · 2^k. */
+export const middleRng = (): Rng => ({ next: () => 0.5 });
+
+export const OK: Outcome = { kind: 'success', streamed: true };
+export const ERROR: Outcome = { kind: 'error' };
+export const LIMITED: Outcome = { kind: 'rate-limited' };
+export const NEUTRAL: Outcome = { kind: 'neutral' };
+
+export function picked(result: PickResult): Picked {
+  if (result.kind !== 'picked') throw new Error(`expected a pick, got ${JSON.stringify(result)}`);
+  return result;
+}
+
+export function shedAfter(result: PickResult): number {
+  if (result.kind !== 'shed') throw new Error(`expected a shed, got ${JSON.stringify(result)}`);
+  return result.retryAfterMs;
+}
+
+export interface SetupOptions {
+  policy?: PolicyOverrides;
+  endpoints?: EndpointSpec[];
+  rng?: Rng;
+}
+
+/**
+ * A Balancer on a fake clock, with the helpers the balancer's tests drive it by: the events it
+ * emitted, an endpoint's status, a pick forced onto one endpoint, one served attempt, an update.
+ */
+export function setupBalancer(options: SetupOptions = {}) {
+  const clock = fakeClock();
+  const events: PolicyEvent[] = [];
+  let specs = options.endpoints ?? [endpoint('a'), endpoint('b'), endpoint('c')];
+  let policy = testPolicy(options.policy);
+  const balancer = new Balancer(policy, specs, {
+    clock,
+    rng: options.rng ?? seededRng(1),
+    onEvent: (e) => events.push(e),
+  });
+  const statusOf = (id: string) => {
+    const s = balancer.status().find((x) => x.id === id);
+    if (s === undefined) throw new Error(`no status for ${id}`);
+    return s;
+  };
+  /** Picks `id` by excluding every other endpoint. */
+  const pickOn = (id: string, request: PickRequest = {}): Attempt => {
+    const exclude = new Set(specs.map((s) => s.id).filter((x) => x !== id));
+    const result = picked(balancer.pick({ ...request, exclude }));
+    if (result.attempt.endpoint.id !== id) {
+      throw new Error(`picked ${result.attempt.endpoint.id}, not ${id}`);
+    }
+    return result.attempt;
+  };
+  /** One attempt on `id`: first byte after `ttftMs` (if given), then `outcome`. */
+  const serve = (id: string, outcome: Outcome, ttftMs?: number): Attempt => {
+    const attempt = pickOn(id);
+    if (ttftMs !== undefined) {
+      clock.advance(ttftMs);
+      balancer.firstByte(attempt);
+    }
+    balancer.finish(attempt, outcome);
+    return attempt;
+  };
+  const repeat = (n: number, id: string, outcome: Outcome, ttftMs?: number) => {
+    for (let i = 0; i < n; i++) serve(id, outcome, ttftMs);
+  };
+  const update = (overrides: PolicyOverrides, endpoints: EndpointSpec[]) => {
+    specs = endpoints;
+    policy = testPolicy(overrides);
+    balancer.update(policy, endpoints);
+  };
+  const breakerEvents = () =>
+    events.filter((e): e is Extract<PolicyEvent, { kind: 'breaker' }> => e.kind === 'breaker');
+  return { clock, events, balancer, statusOf, pickOn, serve, repeat, update, breakerEvents };
+}
