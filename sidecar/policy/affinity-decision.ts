@@ -57,13 +57,15 @@ export interface AffinityEndpoint {
   readonly lastTtftSampleAtMs: number;
   /**
    * The number of the latest decision that found it a candidate: a membership test in O(1) where
-   * `candidates.includes` would scan the candidates. Written by the decision only.
+   * `candidates.includes` would scan the candidates. The decider's own scratch, kept in the
+   * endpoint's state: a new state starts it at 0, only `AffinityDecider.decide` writes it, and a
+   * state belongs to one decider.
    */
   candidateInDecision: number;
 }
 
 /** One pick's view of the pool, as the balancer sees it at that moment. */
-export interface AffinityPick<S> {
+export interface AffinityPickView<S> {
   now: number;
   /**
    * The tier set a key's rendezvous order runs over: every non-drifted endpoint of the chosen
@@ -91,6 +93,8 @@ export interface AffinityDeps<S> {
   ewma: TtftEwmas;
   /** How old a server's load report may be and still count. */
   reportMaxAgeMs: number;
+  /** The balancer's load of an endpoint: its in-flight count corrected by the server's report. */
+  load: (s: S, now: number) => number;
   /** The pool's endpoint by id (a prefix holder); undefined for one no longer in the pool. */
   stateOf: (id: string) => S | undefined;
 }
@@ -120,12 +124,12 @@ export class AffinityDecider<S extends AffinityEndpoint> {
    *    bet on the text it adds).
    * 3. None fits: `overloaded`, and the request is balanced.
    *
-   * The order is over the whole tier set (`AffinityPick.pool`), live or not.
+   * The order is over the whole tier set (`AffinityPickView.pool`), live or not.
    */
   decide(
     affinity: AffinityPolicy,
     request: PickRequest,
-    pick: AffinityPick<S>,
+    pick: AffinityPickView<S>,
   ): { endpoint?: S; result: AffinityResult } {
     const { now, pool, candidates, slowdown, ownCount, allOwnCounts } = pick;
     const prompt = affinity.key === 'Prefix' ? request.prompt : undefined;
@@ -173,7 +177,7 @@ export class AffinityDecider<S extends AffinityEndpoint> {
     // anything of it yet, so its home is only a bet on later requests sharing it (below).
     let speculative = false;
     if (prompt !== undefined) {
-      // A candidate is in the pool: the states by id need no filtering.
+      // A candidate is in the pool: `stateOf` needs no filter of its own.
       const stateOf = this.#deps.stateOf;
       const match = this.#deps.prefixes.longestMatch(
         prompt.hashes,
@@ -297,9 +301,8 @@ export class AffinityDecider<S extends AffinityEndpoint> {
     return 1 - free - elsewhere <= worth;
   }
 
-  /** This sidecar's in-flight count corrected by the server's last report (server-load.ts). */
   #load(state: S, now: number): number {
-    return state.reported.estimate(state.inFlight, now, this.#deps.reportMaxAgeMs);
+    return this.#deps.load(state, now);
   }
 }
 

@@ -2,8 +2,8 @@
  * Prefix-cache affinity: send requests that share a prompt prefix to the same endpoint, where
  * the inference server (vLLM, SGLang, TGI) still holds that prefix's KV cache and can skip its
  * prefill. This module reads what a request offers for the decision — its prompt's blocks
- * (`prompt-blocks.ts`) or an affinity header — and the balancer decides (`balancer.ts`, with
- * `prefix-index.ts` and `bounded-load.ts`).
+ * (`prompt-blocks.ts`) or an affinity header — and `affinity-decision.ts` decides, on every pick
+ * of the balancer (`balancer.ts`), with `prefix-index.ts` and `bounded-load.ts`.
  */
 import {
   DEFAULT_BLOCK_CHARS,

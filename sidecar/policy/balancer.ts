@@ -53,8 +53,6 @@ import type {
   Rng,
 } from './types.ts';
 
-export { AFFINITY_MAX_SLOWDOWN } from './affinity.ts';
-
 /** `retryAfterMs` of a shed when no endpoint has a known time of return (drifted, probing). */
 export const DEFAULT_SHED_RETRY_AFTER_MS = 1000;
 
@@ -202,6 +200,7 @@ export class Balancer implements PoolBalancer {
       exchange: this.#exchange,
       ewma: this.#ewma,
       reportMaxAgeMs: this.#reportMaxAgeMs,
+      load: (s, now) => this.#load(s, now),
       stateOf: (id) => this.#states.get(id),
     });
     this.#setEndpoints(endpoints, false);
