@@ -17,6 +17,10 @@ export interface TcpConnection {
   state: string;
   /** The socket's inode: the same connection in two readings. */
   inode: string;
+  /** Bytes sent and not yet acknowledged by the peer (ESTABLISHED), as the kernel counts them. */
+  txQueue: number;
+  /** Bytes received and not yet read by the process. */
+  rxQueue: number;
 }
 
 const TCP_STATES: Record<string, string> = {
@@ -71,11 +75,14 @@ export function tcpConnections(pid: number): TcpConnection[] {
       const cols = line.trim().split(/\s+/);
       if (cols.length < 10 || !inodes.has(cols[9]!)) continue;
       const port = (address: string): number => parseInt(address.split(':')[1] ?? '0', 16);
+      const [tx, rx] = (cols[4] ?? '0:0').split(':');
       found.push({
         localPort: port(cols[1]!),
         remotePort: port(cols[2]!),
         state: TCP_STATES[cols[3]!] ?? cols[3]!,
         inode: cols[9]!,
+        txQueue: parseInt(tx ?? '0', 16),
+        rxQueue: parseInt(rx ?? '0', 16),
       });
     }
   }
