@@ -21,7 +21,6 @@ import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './bas
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import { idHash } from './bounded-load.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
-import { lowerBound, medianWithout } from './median.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
 import {
@@ -34,6 +33,7 @@ import { costTermMs, score } from './score.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
 import { slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
+import { SlowDetection } from './slow-detection.ts';
 import type {
   Attempt,
   Clock,
@@ -129,14 +129,6 @@ interface EndpointState {
   candidateInDecision: number;
 }
 
-/** One group of peers for slow detection (see `Balancer.#slowReferences`). */
-interface SlowReference {
-  /** Its serving endpoints (not drifted, breaker not open) whose breaker is closed. */
-  closed: number;
-  /** The EWMAs of its serving endpoints that have samples, ascending. */
-  sorted: number[];
-}
-
 /** What the balancer knows about an attempt it handed out. */
 interface AttemptRecord {
   readonly state: EndpointState;
@@ -183,8 +175,8 @@ export class Balancer implements PoolBalancer {
   /** The affinity step of every pick (affinity-decision.ts), reading the state above. */
   readonly #affinity: AffinityDecider<EndpointState>;
   #lastNowMs = 0;
-  /** What slow detection compares with, per group of peers; undefined until asked (#isSlow). */
-  #slowRefs: Map<number, SlowReference> | undefined;
+  /** Which endpoints are slow next to their peers (slow-detection.ts), for the breakers. */
+  readonly #slow: SlowDetection<EndpointState>;
 
   constructor(policy: PoolPolicy, endpoints: readonly EndpointSpec[], deps: BalancerDeps) {
     this.#policy = policy;
@@ -195,6 +187,12 @@ export class Balancer implements PoolBalancer {
     this.#reportMaxAgeMs = deps.reportMaxAgeMs ?? DEFAULT_REPORT_MAX_AGE_MS;
     this.#ewma = new TtftEwmas(policy.defaultTtftMs);
     this.#budget = new RetryBudget(policy.retry, deps.clock);
+    this.#slow = new SlowDetection({
+      ewma: this.#ewma,
+      endpoints: () => this.#order,
+      groupOf: (s) => (this.#policy.mode === 'Failover' ? s.spec.tier : 0),
+      maxSlowdown: () => this.#policy.health.maxTtftSlowdown,
+    });
     this.#affinity = new AffinityDecider({
       prefixes: this.#prefixes,
       exchange: this.#exchange,
@@ -404,7 +402,7 @@ export class Balancer implements PoolBalancer {
       if (settled?.to === 'closed') state.window.clear(); // a clean slate after recovery
       this.#emit(state, settled);
     }
-    const reading = { ...state.window.totals(now), slow: this.#isSlow(state) };
+    const reading = { ...state.window.totals(now), slow: this.#slow.isSlow(state) };
     this.#emit(state, state.breaker.evaluate(now, reading, this.#rng));
   }
 
@@ -429,7 +427,7 @@ export class Balancer implements PoolBalancer {
   status(): EndpointStatus[] {
     const now = this.#now();
     this.#advanceBreakers(now);
-    const slow = this.#slowOfAll();
+    const slow = this.#slow.slowOfAll();
     const slowdowns = this.#reportedSlowdowns(this.#order, now);
     return this.#order.map((s) => this.#statusOf(s, now, slow, slowdowns));
   }
@@ -437,7 +435,7 @@ export class Balancer implements PoolBalancer {
   *statusSlices(perSlice: number): Generator<EndpointStatus[]> {
     const size = Math.max(1, Math.floor(perSlice) || 1);
     this.#advanceBreakers(this.#now());
-    const slow = this.#slowOfAll();
+    const slow = this.#slow.slowOfAll();
     const order = this.#order;
     const slowdowns = this.#reportedSlowdowns(order, this.#now());
     for (let start = 0; start < order.length; start += size) {
@@ -606,7 +604,7 @@ export class Balancer implements PoolBalancer {
     }
     this.#states = next;
     this.#order = [...next.values()];
-    this.#slowRefs = undefined; // endpoints, tiers, drift or mode may have changed
+    this.#slow.invalidate(); // endpoints, tiers, drift or mode may have changed
     this.#prefixes.setEndpointCount(this.#order.length);
     const tiers = new Map<number, EndpointState[]>();
     for (const state of this.#order) {
@@ -714,84 +712,7 @@ export class Balancer implements PoolBalancer {
     const before = this.#ewma.hasSamples(state.id) ? this.#ewma.valueMs(state.id) : undefined;
     this.#ewma.observe(state.id, ttftMs);
     state.lastTtftSampleAtMs = this.#now();
-    this.#slowReferenceMoved(state, before, this.#ewma.valueMs(state.id));
-  }
-
-  /**
-   * The endpoints `#isSlow` calls slow, all at once, for `status()` (every /debug/backends): one
-   * lookup and a median read each (issue 16: at 4,096 endpoints a sort per endpoint took seconds).
-   */
-  #slowOfAll(): Set<EndpointState> {
-    const slow = new Set<EndpointState>();
-    for (const state of this.#order) if (this.#isSlow(state)) slow.add(state);
-    return slow;
-  }
-
-  /**
-   * Slow: own EWMA above maxTtftSlowdown × the median EWMA of the other endpoints that have
-   * samples. "Others" are the endpoints that compete for the same traffic: the whole pool in
-   * Balance mode, the endpoint's own tier in Failover mode (a backup tier is often a slower
-   * provider by design, and must not be ejected for being slower than the primary it replaces).
-   * Drifted endpoints are no reference, nor are endpoints whose breaker is open (their EWMA is
-   * from before, when they were not carrying the load that has moved to the others since). An
-   * endpoint without samples is never slow, and neither is the last closed one of its group:
-   * slower is better than nothing (the pool would shed every request with 503 while this one
-   * could answer).
-   *
-   * Asked on every finished attempt: the median comes from the group's EWMAs kept sorted
-   * (`#slowReferences`), so this is a lookup and a binary search, not a sort of the pool.
-   */
-  #isSlow(state: EndpointState): boolean {
-    if (!this.#ewma.hasSamples(state.id)) return false;
-    const group = this.#slowReferences().get(this.#slowGroupOf(state));
-    if (group === undefined) return false; // nobody of its group serves: no reference
-    const own = this.#ewma.valueMs(state.id);
-    // Serving, it is one of the group's counts and values; the reference is the others'.
-    const serving = isSlowReference(state);
-    if (state.breaker.state === 'closed' && group.closed - (serving ? 1 : 0) === 0) return false;
-    const reference = medianWithout(
-      group.sorted,
-      serving ? lowerBound(group.sorted, own) : undefined,
-    );
-    return reference !== undefined && own > this.#policy.health.maxTtftSlowdown * reference;
-  }
-
-  /** The group of peers slow detection compares an endpoint with: its tier in Failover, else all. */
-  #slowGroupOf(state: EndpointState): number {
-    return this.#policy.mode === 'Failover' ? state.spec.tier : 0;
-  }
-
-  /**
-   * Per group (`#slowGroupOf`), what `#isSlow` compares with: how many of its serving endpoints
-   * (not drifted, breaker not open) have a closed breaker, and the EWMAs of those with samples,
-   * ascending. Built on first use; an EWMA sample moves its value in place
-   * (`#slowReferenceMoved`); a breaker change or a pool update (endpoints, tiers, drift, mode)
-   * drops it, to be built again. Those are rare next to finished attempts, which used to sort
-   * every EWMA of the pool each (most of the policy's time at 4,096 endpoints).
-   */
-  #slowReferences(): Map<number, SlowReference> {
-    if (this.#slowRefs !== undefined) return this.#slowRefs;
-    const groups = new Map<number, SlowReference>();
-    for (const p of this.#order) {
-      if (!isSlowReference(p)) continue;
-      const key = this.#slowGroupOf(p);
-      let group = groups.get(key);
-      if (group === undefined) groups.set(key, (group = { closed: 0, sorted: [] }));
-      if (p.breaker.state === 'closed') group.closed += 1;
-      if (this.#ewma.hasSamples(p.id)) group.sorted.push(this.#ewma.valueMs(p.id));
-    }
-    for (const group of groups.values()) group.sorted.sort((a, b) => a - b);
-    this.#slowRefs = groups;
-    return groups;
-  }
-
-  /** `state`'s EWMA went from `from` (undefined: no sample before) to `to`. */
-  #slowReferenceMoved(state: EndpointState, from: number | undefined, to: number): void {
-    if (this.#slowRefs === undefined) return; // built afresh when next asked
-    if (!isSlowReference(state)) return;
-    const sorted = (this.#slowRefs.get(this.#slowGroupOf(state)) as SlowReference).sorted;
-    if (from !== undefined) sorted.splice(lowerBound(sorted, from), 1);
-    sorted.splice(lowerBound(sorted, to), 0, to);
+    this.#slow.moved(state, before, this.#ewma.valueMs(state.id));
   }
 
   #retryAfterMs(now: number, exclude: ReadonlySet<string> | undefined): number {
@@ -806,7 +727,7 @@ export class Balancer implements PoolBalancer {
 
   #emit(state: EndpointState, transition: BreakerTransition | undefined): void {
     if (transition === undefined) return;
-    this.#slowRefs = undefined; // who serves and who is closed changed (every transition does)
+    this.#slow.invalidate(); // who serves and who is closed changed (every transition does)
     if (this.#onEvent === undefined) return;
     const event: PolicyEvent = {
       kind: 'breaker',
@@ -818,11 +739,6 @@ export class Balancer implements PoolBalancer {
     if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
     this.#onEvent(event);
   }
-}
-
-/** Whether slow detection counts `state` among its group's peers: serving, not drifted, not open. */
-function isSlowReference(state: EndpointState): boolean {
-  return state.spec.drifted !== true && state.breaker.state !== 'open';
 }
 
 /** Judged drifted, by the controller (`drifted`) or by this sidecar's own probe. */
