@@ -37,6 +37,12 @@ export interface SimOptions extends EngineOptions {
    * request) or `sglang` (SGLang's metric names, no ORCA header, as SGLang has none).
    */
   engine: SimEngineKind;
+  /**
+   * How long an idle keep-alive connection stays open, in wall-clock ms (not divided by `speed`:
+   * it is the HTTP server's timer, not the model's). 65 s by default, so a proxy's pooled upstream
+   * socket is not closed under it; uvicorn's default (vLLM's server) is 5 s.
+   */
+  keepAliveMs: number;
 }
 
 /** The model servers whose load reporting the simulator can imitate. */
@@ -65,6 +71,7 @@ export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   maxModelLen: undefined,
   apiKey: undefined,
   engine: 'vllm',
+  keepAliveMs: 65_000,
   tokensPerChunk: 1,
   speed: 1,
   seed: 1,
@@ -240,6 +247,13 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
     'string',
     `whose load reports to imitate: ${SIM_ENGINE_KINDS.join(' or ')} (/metrics names, ORCA header)`,
     { choices: SIM_ENGINE_KINDS },
+  ),
+  spec(
+    'keepAliveMs',
+    '<ms>',
+    'integer',
+    'idle keep-alive connections close after this many wall-clock ms (not divided by speed)',
+    { min: 1, max: 2_147_483_647, runtime: false },
   ),
   spec(
     'tokensPerChunk',

@@ -17,12 +17,6 @@ import type { ActionRoute, Exchange, JsonRoute, ReadRoute, Route, UploadRoute } 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 /** The paths vLLM's `--api-key` guards. */
 const GUARDED_PATHS = /^\/(v1|v2|inference|cohere)(\/|$)/;
-/**
- * A long keep-alive: a proxy's pooled upstream socket should not be closed under it by the
- * server's idle timer (Node's default is 5 s), which would show up as spurious resets.
- */
-const KEEP_ALIVE_MS = 65_000;
-
 export class SimHttpServer {
   readonly #sim: Simulator;
   readonly #server: Server;
@@ -49,9 +43,10 @@ export class SimHttpServer {
       else this.#posts.set(route.path, route);
       this.#knownPaths.add(route.path);
     }
-    this.#server = createServer({ keepAliveTimeout: KEEP_ALIVE_MS }, (req, res) =>
-      this.#onRequest(req, res),
-    );
+    // Long by default (`keepAliveMs`): a proxy's pooled upstream socket should not be closed
+    // under it by the server's idle timer (Node's default is 5 s), which shows as spurious resets.
+    const keepAliveTimeout = sim.options().keepAliveMs;
+    this.#server = createServer({ keepAliveTimeout }, (req, res) => this.#onRequest(req, res));
   }
 
   /** Listen on the configured host and port; resolves with the actual port. */
