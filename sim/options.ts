@@ -253,7 +253,7 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
     '<ms>',
     'integer',
     'idle keep-alive connections close after this many wall-clock ms (not divided by speed)',
-    { min: 1, max: 2_147_483_647, runtime: false },
+    { min: 1, max: 2_147_483_647 },
   ),
   spec(
     'tokensPerChunk',

@@ -72,6 +72,8 @@ export class SimHttpServer {
   }
 
   #onRequest(req: IncomingMessage, res: ServerResponse): void {
+    // Read as each response finishes: a run-time change applies from the next response on.
+    this.#server.keepAliveTimeout = this.#sim.options().keepAliveMs;
     const path = (req.url ?? '/').split('?', 1)[0] ?? '/';
     const ex: Exchange = { req, res, path, closed: false, job: undefined };
     res.once('close', () => {
