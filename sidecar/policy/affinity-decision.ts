@@ -154,7 +154,7 @@ export class AffinityDecider<S extends AffinityEndpoint> {
     // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
     // above the least loaded candidate: the bound alone is strict while the pool is nearly
     // idle (one request in flight can exceed it), where a cache hit still beats an empty queue.
-    const loads = candidates.map((c) => this.#load(c, now));
+    const loads = candidates.map((c) => this.#deps.load(c, now));
     const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
     const slack = affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
     const least = Math.min(...loads);
@@ -168,7 +168,7 @@ export class AffinityDecider<S extends AffinityEndpoint> {
       s.reported.freeSlots(s.inFlight, now, this.#deps.reportMaxAgeMs);
     const fits = (s: S, free: number | undefined): boolean => {
       if (free !== undefined) return free >= 1;
-      const load = this.#load(s, now);
+      const load = this.#deps.load(s, now);
       return load < capacity || load <= least + slack;
     };
 
@@ -192,7 +192,7 @@ export class AffinityDecider<S extends AffinityEndpoint> {
         let best: S | undefined;
         for (const id of match.holders) {
           const s = stateOf(id) as S;
-          if (best === undefined || this.#load(s, now) < this.#load(best, now)) best = s;
+          if (best === undefined || this.#deps.load(s, now) < this.#deps.load(best, now)) best = s;
         }
         if (best !== undefined) {
           const free = freeSlots(best);
@@ -299,10 +299,6 @@ export class AffinityDecider<S extends AffinityEndpoint> {
     }
     if (elsewhere === Infinity) elsewhere = 0;
     return 1 - free - elsewhere <= worth;
-  }
-
-  #load(state: S, now: number): number {
-    return this.#deps.load(state, now);
   }
 }
 

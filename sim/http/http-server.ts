@@ -43,10 +43,7 @@ export class SimHttpServer {
       else this.#posts.set(route.path, route);
       this.#knownPaths.add(route.path);
     }
-    // Long by default (`keepAliveMs`): a proxy's pooled upstream socket should not be closed
-    // under it by the server's idle timer (Node's default is 5 s), which shows as spurious resets.
-    const keepAliveTimeout = sim.options().keepAliveMs;
-    this.#server = createServer({ keepAliveTimeout }, (req, res) => this.#onRequest(req, res));
+    this.#server = createServer((req, res) => this.#onRequest(req, res));
   }
 
   /** Listen on the configured host and port; resolves with the actual port. */
@@ -72,7 +69,9 @@ export class SimHttpServer {
   }
 
   #onRequest(req: IncomingMessage, res: ServerResponse): void {
-    // Read as each response finishes: a run-time change applies from the next response on.
+    // Long by default (`keepAliveMs`): a proxy's pooled upstream socket should not be closed
+    // under it by the server's idle timer (Node's default is 5 s), which shows as spurious
+    // resets. Node reads it as each response finishes, so a run-time change applies at once.
     this.#server.keepAliveTimeout = this.#sim.options().keepAliveMs;
     const path = (req.url ?? '/').split('?', 1)[0] ?? '/';
     const ex: Exchange = { req, res, path, closed: false, job: undefined };
