@@ -65,3 +65,49 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Body
     req.on('close', onClose);
   });
 }
+
+/** How `drainRest` ended: the body all read, cut at the bound (reading paused), or the client left. */
+export type DrainResult = 'drained' | 'cut' | 'aborted';
+
+/**
+ * Reads and drops the rest of a request body whose start was already consumed (a streamed upload
+ * found too large on the way), so that the answer can go out once the client has stopped
+ * sending. Answering and closing while the client is still sending leaves its bytes unread in
+ * our socket; closing such a socket sends a reset, and a reset can reach the client before it
+ * has read the answer, so it sees a broken pipe instead of the 413. Past `maxBytes` more, reading
+ * stops (the caller answers and closes anyway); the server's request timeout bounds the time.
+ */
+export function drainRest(
+  req: IncomingMessage,
+  maxBytes = OVERSIZE_DRAIN_LIMIT_BYTES,
+): Promise<DrainResult> {
+  if (req.complete) return Promise.resolve('drained');
+  return new Promise((resolve) => {
+    let size = 0;
+    let settled = false;
+    const settle = (result: DrainResult): void => {
+      if (settled) return;
+      settled = true;
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onAbort);
+      req.off('close', onClose);
+      resolve(result);
+    };
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        req.pause();
+        settle('cut');
+      }
+    };
+    const onEnd = (): void => settle('drained');
+    const onAbort = (): void => settle('aborted');
+    const onClose = (): void => settle(req.complete ? 'drained' : 'aborted');
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onAbort);
+    req.on('close', onClose);
+    req.resume(); // unpiped streams stay paused until told to flow
+  });
+}

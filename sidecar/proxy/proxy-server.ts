@@ -4,7 +4,7 @@ import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
 import { affinityFor } from '../policy/index.ts';
-import { readBody, type BodyResult } from './body.ts';
+import { drainRest, readBody, type BodyResult } from './body.ts';
 import { ConnectionQueue, decodeBody, SUPPORTED_ENCODINGS, withoutBom } from './client-request.ts';
 import { sendError, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps, type ExchangeInit, type ResponseTap } from './exchange.ts';
@@ -354,16 +354,20 @@ export class SidecarProxy {
     const { req, res } = routed;
     const body = new LimitedBody(this.options.maxBodyBytes, () => {
       req.unpipe(body);
-      req.resume(); // read and drop the rest, so the client sees the 413 rather than a reset
-      sendError(
-        res,
-        413,
-        'body_too_large',
-        `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
-        { connection: 'close' },
-      );
+      // The upstream request ends now, unanswered; the client's 413 waits until it has stopped
+      // sending (read and dropped, bounded), or the close would reset the connection under it.
       exchange.abandon(); // called on a later body chunk, when `exchange` is set
       body.end();
+      void drainRest(req).then((drained) => {
+        if (drained === 'aborted') return;
+        sendError(
+          res,
+          413,
+          'body_too_large',
+          `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
+          drained === 'drained' ? {} : { connection: 'close' },
+        );
+      });
     });
     req.pipe(body);
     // Answered before the body was all sent (shed, an early upstream error): read and drop the
