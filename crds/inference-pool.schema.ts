@@ -30,6 +30,7 @@ import {
   AFFINITY_SLOWDOWN_MIN_MS,
   AFFINITY_SLOWDOWN_MIN_SAMPLES,
   CLIENT_STALL_MS,
+  HEALTH_CONSECUTIVE_ERRORS,
 } from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
 import { BACKEND_RULES, BACKENDS_RULES, HEALTH_RULES, celValidations } from './semantic.ts';
@@ -300,6 +301,12 @@ export const HealthSchema = Type.Object(
       minimum: 0,
       maximum: 1,
       default: 0.5,
+    }),
+    consecutiveErrors: Type.Integer({
+      description: `Also open the breaker after this many errors in a row from the endpoint, however few requests the window holds (a success ends the run; 429s and the client's own faults neither add nor end it). A sidecar that sends an endpoint a request every few seconds never reaches minRequests, and an endpoint that fails at once looks idle, so it would keep getting first attempts. 0 turns it off. An integer from 0 to 1000. Default: ${HEALTH_CONSECUTIVE_ERRORS}.`,
+      minimum: 0,
+      maximum: 1000,
+      default: HEALTH_CONSECUTIVE_ERRORS,
     }),
     max429Rate: Type.Number({
       description:

@@ -56,6 +56,11 @@ export const HealthPolicySchema = Type.Object({
   minRequests: Type.Integer({ minimum: 0 }),
   /** Open when errors / requests in the window reach this fraction. */
   maxErrorRate: Fraction,
+  /**
+   * Open after this many errors in a row, whatever the window holds; 0 is off. Optional, so that a
+   * snapshot of an older controller still applies (DEFAULT_CONSECUTIVE_ERRORS when unset).
+   */
+  consecutiveErrors: Type.Optional(Type.Integer({ minimum: 0 })),
   /** Open when 429s / requests in the window reach this fraction. */
   max429Rate: Fraction,
   /** Open ("slow") when the endpoint's EWMA TTFT exceeds this multiple of the others' median. */

@@ -40,6 +40,7 @@ const DEFAULT_POLICY: PoolPolicy = {
     windowMs: 10_000,
     minRequests: 20,
     maxErrorRate: 0.5,
+    consecutiveErrors: 5,
     max429Rate: 0.3,
     maxTtftSlowdown: 4,
     openForMs: 30_000,

@@ -87,6 +87,7 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
       windowMs: ms('health', 'window', health.window),
       minRequests: health.minRequests,
       maxErrorRate: health.maxErrorRate,
+      consecutiveErrors: health.consecutiveErrors,
       max429Rate: health.max429Rate,
       maxTtftSlowdown: health.maxTtftSlowdown,
       openForMs: ms('health', 'openFor', health.openFor),

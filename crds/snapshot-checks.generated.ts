@@ -39,6 +39,7 @@ export const checkPoolSnapshot: (value: unknown) => boolean = (() => {
       Number.isFinite(value['policy']['health']['maxErrorRate']) &&
       value['policy']['health']['maxErrorRate'] <= 1 &&
       value['policy']['health']['maxErrorRate'] >= 0 &&
+      (value['policy']['health']['consecutiveErrors'] !== undefined ? (Number.isInteger(value['policy']['health']['consecutiveErrors']) && value['policy']['health']['consecutiveErrors'] >= 0) : true) &&
       Number.isFinite(value['policy']['health']['max429Rate']) &&
       value['policy']['health']['max429Rate'] <= 1 &&
       value['policy']['health']['max429Rate'] >= 0 &&

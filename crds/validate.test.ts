@@ -61,6 +61,7 @@ const DEFAULT_SECTIONS = {
     window: '10s',
     minRequests: 20,
     maxErrorRate: 0.5,
+    consecutiveErrors: 5,
     max429Rate: 0.3,
     maxTtftSlowdown: 4,
     openFor: '30s',
@@ -328,6 +329,7 @@ describe('validatePool: types and values', () => {
     doc.spec.health = {
       minRequests: 0,
       maxErrorRate: 1.5,
+      consecutiveErrors: -1,
       max429Rate: -0.1,
       maxTtftSlowdown: 0.9,
     };
@@ -340,6 +342,7 @@ describe('validatePool: types and values', () => {
       'spec.affinity.maxSlowdown: must be at least 1, not 0.5',
       'spec.health.minRequests: must be at least 1, not 0',
       'spec.health.maxErrorRate: must be from 0 to 1, not 1.5',
+      'spec.health.consecutiveErrors: must be from 0 to 1000, not -1',
       'spec.health.max429Rate: must be from 0 to 1, not -0.1',
       'spec.health.maxTtftSlowdown: must be at least 1, not 0.9',
       'spec.retry.budgetPercent: must be from 0 to 100, not 101',

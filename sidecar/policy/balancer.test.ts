@@ -629,9 +629,41 @@ describe('cold starts', () => {
 });
 
 describe('breaker', () => {
+  // The window's rules alone (testPolicy's default); `inARow` adds the run of errors in a row.
+  const windowOnly = { policy: { health: { consecutiveErrors: 0 } } };
+  const inARow = { health: { consecutiveErrors: 5 } };
+
   test('stays closed below minRequests, however many errors', () => {
-    const { repeat, statusOf } = setupBalancer();
+    const { repeat, statusOf } = setupBalancer(windowOnly);
     repeat(19, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'closed');
+  });
+
+  test('opens after consecutiveErrors errors in a row, however few the window holds', () => {
+    const { repeat, statusOf, breakerEvents } = setupBalancer({ rng: middleRng(), policy: inARow });
+    repeat(4, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'closed');
+    repeat(1, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'open');
+    assert.equal(breakerEvents()[0]!.reason, 'errors');
+    assert.deepEqual(statusOf('a').window, { requests: 5, errors: 5, rateLimited: 0 });
+  });
+
+  test('a success ends a run of errors; 429s and neutral endings neither add to it nor end it', () => {
+    const { repeat, statusOf } = setupBalancer({ policy: inARow });
+    repeat(4, 'a', ERROR);
+    repeat(1, 'a', OK);
+    repeat(4, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'closed');
+    repeat(1, 'a', NEUTRAL);
+    repeat(1, 'a', LIMITED);
+    repeat(1, 'a', ERROR);
+    assert.equal(statusOf('a').breaker, 'open');
+  });
+
+  test('consecutiveErrors 0 leaves only the window to open a breaker', () => {
+    const { repeat, statusOf } = setupBalancer(windowOnly);
+    repeat(15, 'a', ERROR);
     assert.equal(statusOf('a').breaker, 'closed');
   });
 
@@ -670,7 +702,7 @@ describe('breaker', () => {
   });
 
   test('does not count neutral endings toward health', () => {
-    const { repeat, statusOf } = setupBalancer();
+    const { repeat, statusOf } = setupBalancer(windowOnly);
     repeat(100, 'a', NEUTRAL);
     repeat(19, 'a', ERROR);
     assert.equal(statusOf('a').breaker, 'closed');
@@ -678,7 +710,7 @@ describe('breaker', () => {
   });
 
   test('forgets errors older than the window', () => {
-    const { repeat, statusOf, clock } = setupBalancer();
+    const { repeat, statusOf, clock } = setupBalancer(windowOnly);
     repeat(15, 'a', ERROR);
     clock.advance(10_000);
     repeat(10, 'a', ERROR);

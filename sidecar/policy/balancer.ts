@@ -99,6 +99,8 @@ interface EndpointState {
   readonly breaker: Breaker;
   window: SlidingWindow<HealthCounter>;
   inFlight: number;
+  /** Errors in a row from the endpoint, ended by a success (the breaker's consecutive rule). */
+  errorStreak: number;
   /** Lifetime counts of finished attempts that count toward health. */
   requests: number;
   errors: number;
@@ -376,6 +378,7 @@ export class Balancer implements PoolBalancer {
     // An unknown kind (a JS caller) is treated as neutral: it says nothing about health.
     const kind = (outcome as Partial<Outcome> | undefined)?.kind;
     if (kind === 'success') {
+      state.errorStreak = 0;
       this.#count(state, now, 'requests');
       // Only streamed first tokens are TTFTs: a non-streamed body's first byte arrives after the
       // whole generation and would make long answers look like a slow endpoint (docs/policy.md).
@@ -385,6 +388,7 @@ export class Balancer implements PoolBalancer {
           this.#exchange.observe(record.ttftMs, now - attempt.startedAtMs, record.requestBytes);
       }
     } else if (kind === 'error') {
+      state.errorStreak += 1;
       this.#count(state, now, 'errors');
     } else if (kind === 'rate-limited') {
       this.#count(state, now, 'rateLimited');
@@ -402,7 +406,11 @@ export class Balancer implements PoolBalancer {
       if (settled?.to === 'closed') state.window.clear(); // a clean slate after recovery
       this.#emit(state, settled);
     }
-    const reading = { ...state.window.totals(now), slow: this.#slow.isSlow(state) };
+    const reading = {
+      ...state.window.totals(now),
+      slow: this.#slow.isSlow(state),
+      consecutiveErrors: state.errorStreak,
+    };
     this.#emit(state, state.breaker.evaluate(now, reading, this.#rng));
   }
 
@@ -566,6 +574,7 @@ export class Balancer implements PoolBalancer {
           breaker: new Breaker(health),
           window: new SlidingWindow(health.windowMs, HEALTH_COUNTERS),
           inFlight: 0,
+          errorStreak: 0,
           requests: 0,
           errors: 0,
           rateLimited: 0,

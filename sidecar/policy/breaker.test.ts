@@ -68,6 +68,45 @@ describe('tripReason', () => {
     assert.equal(tripReason(reading({ errors: 20, rateLimited: 20 }), p), undefined);
   });
 
+  test('trips on a run of consecutiveErrors errors, whatever the window holds', () => {
+    const p = health({ consecutiveErrors: 5 });
+    assert.equal(
+      tripReason(reading({ requests: 5, errors: 5, consecutiveErrors: 5 }), p),
+      'errors',
+    );
+    assert.equal(
+      tripReason(reading({ requests: 4, errors: 4, consecutiveErrors: 4 }), p),
+      undefined,
+    );
+    const three = health({ consecutiveErrors: 3 });
+    assert.equal(
+      tripReason(reading({ requests: 3, errors: 3, consecutiveErrors: 3 }), three),
+      'errors',
+    );
+  });
+
+  test('a policy without consecutiveErrors (an older snapshot) counts runs of 5', () => {
+    const p = health({ consecutiveErrors: undefined });
+    assert.equal(
+      tripReason(reading({ requests: 5, errors: 5, consecutiveErrors: 5 }), p),
+      'errors',
+    );
+    assert.equal(
+      tripReason(reading({ requests: 4, errors: 4, consecutiveErrors: 4 }), p),
+      undefined,
+    );
+  });
+
+  test('consecutiveErrors 0 or NaN turns the run rule off', () => {
+    for (const consecutiveErrors of [0, Number.NaN]) {
+      const p = health({ consecutiveErrors });
+      assert.equal(
+        tripReason(reading({ requests: 9, errors: 9, consecutiveErrors: 9 }), p),
+        undefined,
+      );
+    }
+  });
+
   test('needs at least one request even when minRequests is 0', () => {
     const p = health({ minRequests: 0 });
     assert.equal(tripReason(reading({ requests: 0, slow: true }), p), undefined);

@@ -16,6 +16,7 @@
  * Transitions happen when the owner calls in (`advance`, `evaluate`, `settleProbe`): there are no
  * timers, an open breaker becomes half-open the first time it is looked at after its period.
  */
+import { HEALTH_CONSECUTIVE_ERRORS } from '../../crds/policy-defaults.ts';
 import type { BreakerState, HealthPolicy, Rng } from './types.ts';
 
 /**
@@ -47,16 +48,23 @@ export interface HealthReading {
   rateLimited: number;
   /** The endpoint's EWMA TTFT is above `maxTtftSlowdown` × the median of its peers. */
   slow: boolean;
+  /** Errors in a row, ended by a success (429s and neutral outcomes leave it); 0 when unknown. */
+  consecutiveErrors?: number;
 }
 
 /**
- * Whether a closed breaker should open, and why. The `minRequests` gate comes first: with few
+ * Whether a closed breaker should open, and why. A run of `consecutiveErrors` errors opens it
+ * whatever the window holds: a sidecar with little traffic may never reach `minRequests`, and an
+ * endpoint that fails at once holds nothing in flight, so it would keep looking the least loaded
+ * (policy-defaults.ts, HEALTH_CONSECUTIVE_ERRORS). Then the `minRequests` gate: with few
  * requests a rate is noise (1 error in 2 requests is 50 %). A rate rule only fires when at least
  * one such event happened, so a threshold of 0 cannot open a breaker on a spotless window.
  * NaN thresholds compare false and never trip: a broken policy must not eject healthy endpoints.
  */
 export function tripReason(reading: HealthReading, policy: HealthPolicy): TripReason | undefined {
   const { requests, errors, rateLimited } = reading;
+  const streakLimit = policy.consecutiveErrors ?? HEALTH_CONSECUTIVE_ERRORS;
+  if (streakLimit >= 1 && (reading.consecutiveErrors ?? 0) >= streakLimit) return 'errors';
   if (!(requests >= Math.max(1, policy.minRequests))) return undefined;
   if (errors > 0 && errors / requests >= policy.maxErrorRate) return 'errors';
   if (rateLimited > 0 && rateLimited / requests >= policy.max429Rate) return 'rate-limited';

@@ -230,7 +230,7 @@ spec:
   backends:
   - name: in-cluster
     service: {name: vllm, port: http}
-  health: {minRequests: 1000}
+  health: {minRequests: 1000, consecutiveErrors: 0}
 `,
       );
       const token = await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' });

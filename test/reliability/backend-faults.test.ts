@@ -230,7 +230,11 @@ describe('backend faults through a real sidecar', () => {
         poolYaml(
           [`{name: faulty, url: '${url}/v1'}`],
           // No retry, and no breaker either: every request meets the fault.
-          ['health: {minRequests: 1000000}', 'retry: {maxAttempts: 1}', POLICY[3]!],
+          [
+            'health: {minRequests: 1000000, consecutiveErrors: 0}',
+            'retry: {maxAttempts: 1}',
+            POLICY[3]!,
+          ],
         ),
     );
   });

@@ -121,7 +121,7 @@ describe('random malformed upstream responses', () => {
         [`{name: faulty, url: '${faulty.url}/v1'}`],
         [
           // One attempt per request and no breaker: every request meets its own fault.
-          'health: {minRequests: 1000000}',
+          'health: {minRequests: 1000000, consecutiveErrors: 0}',
           'retry: {maxAttempts: 1}',
           'timeouts: {connect: 200ms, firstByte: 300ms, idle: 300ms}',
         ],

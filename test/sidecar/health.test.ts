@@ -99,10 +99,11 @@ describe('passive health through a real sidecar', () => {
     const pool = await startPool(
       [{ name: 'ok' }, { name: 'stall', flags: ['--stall-rate', '1'] }],
       (urls) =>
-        balancePool(urls, '  timeouts: {firstByte: 300ms}\n  health: {minRequests: 100}', [
-          'ok',
-          'stall',
-        ]),
+        balancePool(
+          urls,
+          '  timeouts: {firstByte: 300ms}\n  health: {minRequests: 100, consecutiveErrors: 0}',
+          ['ok', 'stall'],
+        ),
     );
     try {
       let retried = 0;
@@ -169,7 +170,7 @@ describe('passive health through a real sidecar', () => {
 
   test('passes the upstream failure through when retries cannot help', async () => {
     const pool = await startPool([{ name: 'only', flags: ['--error-rate', '1'] }], (urls) =>
-      balancePool(urls, '  health: {minRequests: 100}', ['only']),
+      balancePool(urls, '  health: {minRequests: 100, consecutiveErrors: 0}', ['only']),
     );
     try {
       const res = await rawChat(pool.sidecar.url, hello());
@@ -182,7 +183,7 @@ describe('passive health through a real sidecar', () => {
 
   test('answers 502 with OpenAI-style JSON when no endpoint accepts connections', async () => {
     const pool = await startPool([{ name: 'gone' }], (urls) =>
-      balancePool(urls, '  health: {minRequests: 100}', ['gone']),
+      balancePool(urls, '  health: {minRequests: 100, consecutiveErrors: 0}', ['gone']),
     );
     try {
       await pool.sims[0]!.stop();

@@ -87,7 +87,7 @@ describe('routing through a real sidecar', () => {
     const pool = await startPool([{ name: 'a' }, { name: 'b' }, { name: 'c' }], (urls) =>
       balancePool(
         urls,
-        '  affinity: {key: Prefix, prefixChars: 4096, maxSlowdown: 2.5}\n  health: {minRequests: 1000}',
+        '  affinity: {key: Prefix, prefixChars: 4096, maxSlowdown: 2.5}\n  health: {minRequests: 1000, consecutiveErrors: 0}',
       ),
     );
     try {
@@ -155,7 +155,7 @@ describe('routing through a real sidecar', () => {
       (urls) =>
         balancePool(
           urls,
-          '  health: {minRequests: 1000}\n  retry: {budgetPercent: 0, minPerSecond: 0.2, maxAttempts: 3}',
+          '  health: {minRequests: 1000, consecutiveErrors: 0}\n  retry: {budgetPercent: 0, minPerSecond: 0.2, maxAttempts: 3}',
           ['x', 'y'],
         ),
     );
