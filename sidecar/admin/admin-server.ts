@@ -63,6 +63,8 @@ function describeEndpoint(s: EndpointStatus): unknown {
     requests: s.requests,
     errors: s.errors,
     rateLimited: s.rateLimited,
+    // Errors in a row: the breaker opens at health.consecutiveErrors, below minRequests too.
+    consecutiveErrors: s.consecutiveErrors,
     window: s.window,
     costPerMTok: s.costPerMTok,
   };

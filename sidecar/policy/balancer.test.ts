@@ -643,6 +643,7 @@ describe('breaker', () => {
     const { repeat, statusOf, breakerEvents } = setupBalancer({ rng: middleRng(), policy: inARow });
     repeat(4, 'a', ERROR);
     assert.equal(statusOf('a').breaker, 'closed');
+    assert.equal(statusOf('a').consecutiveErrors, 4);
     repeat(1, 'a', ERROR);
     assert.equal(statusOf('a').breaker, 'open');
     assert.equal(breakerEvents()[0]!.reason, 'errors');
@@ -653,6 +654,7 @@ describe('breaker', () => {
     const { repeat, statusOf } = setupBalancer({ policy: inARow });
     repeat(4, 'a', ERROR);
     repeat(1, 'a', OK);
+    assert.equal(statusOf('a').consecutiveErrors, 0);
     repeat(4, 'a', ERROR);
     assert.equal(statusOf('a').breaker, 'closed');
     repeat(1, 'a', NEUTRAL);
@@ -1175,6 +1177,7 @@ describe('status', () => {
         requests: 0,
         errors: 0,
         rateLimited: 0,
+        consecutiveErrors: 0,
         window: { requests: 0, errors: 0, rateLimited: 0 },
         costPerMTok: 0.2,
         driftMismatches: 0,
@@ -1194,6 +1197,7 @@ describe('status', () => {
         requests: 0,
         errors: 0,
         rateLimited: 0,
+        consecutiveErrors: 0,
         window: { requests: 0, errors: 0, rateLimited: 0 },
         costPerMTok: 0.6,
         driftMismatches: 0,

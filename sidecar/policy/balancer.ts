@@ -483,6 +483,7 @@ export class Balancer implements PoolBalancer {
       requests: s.requests,
       errors: s.errors,
       rateLimited: s.rateLimited,
+      consecutiveErrors: s.errorStreak,
       window: {
         requests: window.requests,
         errors: window.errors,

@@ -138,6 +138,8 @@ export interface EndpointStatus {
   requests: number;
   errors: number;
   rateLimited: number;
+  /** Errors in a row, ended by a success: the breaker opens at `health.consecutiveErrors`. */
+  consecutiveErrors: number;
   /** Counts in the current health window. */
   window: { requests: number; errors: number; rateLimited: number };
   costPerMTok: number;

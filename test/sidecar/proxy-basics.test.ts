@@ -124,7 +124,15 @@ describe('sidecar proxy, through real simulators with the openai client', () => 
       // Its server's time per token next to the others', null until one is reported.
       assert.ok(e.reportedSlowdown === null || e.reportedSlowdown > 0);
       assert.equal(e.inFlight, 0);
-      for (const key of ['id', 'backend', 'url', 'requests', 'errors', 'rateLimited'])
+      for (const key of [
+        'id',
+        'backend',
+        'url',
+        'requests',
+        'errors',
+        'rateLimited',
+        'consecutiveErrors',
+      ])
         assert.ok(key in e, key);
     }
   });

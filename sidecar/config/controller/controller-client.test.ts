@@ -370,6 +370,7 @@ describe('endpointHealth', () => {
       requests: 100,
       errors: 9,
       rateLimited: 4,
+      consecutiveErrors: 0,
       window: { requests: 20, errors: 5, rateLimited: 2 },
       costPerMTok: 0,
     };
