@@ -69,31 +69,17 @@ describe('tripReason', () => {
   });
 
   test('trips on a run of consecutiveErrors errors, whatever the window holds', () => {
-    const p = health({ consecutiveErrors: 5 });
-    assert.equal(
-      tripReason(reading({ requests: 5, errors: 5, consecutiveErrors: 5 }), p),
-      'errors',
-    );
-    assert.equal(
-      tripReason(reading({ requests: 4, errors: 4, consecutiveErrors: 4 }), p),
-      undefined,
-    );
+    // Unset is an older controller's snapshot: the default of 5 applies.
+    for (const consecutiveErrors of [5, undefined]) {
+      const p = health({ consecutiveErrors });
+      const run = (n: number) => reading({ requests: n, errors: n, consecutiveErrors: n });
+      assert.equal(tripReason(run(5), p), 'errors', String(consecutiveErrors));
+      assert.equal(tripReason(run(4), p), undefined, String(consecutiveErrors));
+    }
     const three = health({ consecutiveErrors: 3 });
     assert.equal(
       tripReason(reading({ requests: 3, errors: 3, consecutiveErrors: 3 }), three),
       'errors',
-    );
-  });
-
-  test('a policy without consecutiveErrors (an older snapshot) counts runs of 5', () => {
-    const p = health({ consecutiveErrors: undefined });
-    assert.equal(
-      tripReason(reading({ requests: 5, errors: 5, consecutiveErrors: 5 }), p),
-      'errors',
-    );
-    assert.equal(
-      tripReason(reading({ requests: 4, errors: 4, consecutiveErrors: 4 }), p),
-      undefined,
     );
   });
 

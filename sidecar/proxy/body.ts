@@ -23,20 +23,11 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Body
   if (Number.isFinite(declared) && declared > limitBytes + OVERSIZE_DRAIN_LIMIT_BYTES) {
     return Promise.resolve({ kind: 'too-large', drained: false });
   }
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let settled = false;
-    const settle = (result: BodyResult): void => {
-      if (settled) return;
-      settled = true;
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onAbort);
-      req.off('close', onClose);
-      resolve(result);
-    };
-    const onData = (chunk: Buffer): void => {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  return readUntil<BodyResult>(req, {
+    aborted: { kind: 'aborted' },
+    onData: (chunk, settle) => {
       size += chunk.length;
       if (size <= limitBytes) {
         chunks.push(chunk);
@@ -46,23 +37,11 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Body
       } else if (chunks.length > 0) {
         chunks.length = 0; // over the limit: keep reading, stop keeping
       }
-    };
-    const onEnd = (): void => {
-      if (size > limitBytes) settle({ kind: 'too-large', drained: true });
-      else
-        settle({
-          kind: 'ok',
-          body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size),
-        });
-    };
-    const onAbort = (): void => settle({ kind: 'aborted' });
-    const onClose = (): void => {
-      if (!req.complete) settle({ kind: 'aborted' });
-    };
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onAbort);
-    req.on('close', onClose);
+    },
+    onEnd: () =>
+      size > limitBytes
+        ? { kind: 'too-large', drained: true }
+        : { kind: 'ok', body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) },
   });
 }
 
@@ -82,10 +61,36 @@ export function drainRest(
   maxBytes = OVERSIZE_DRAIN_LIMIT_BYTES,
 ): Promise<DrainResult> {
   if (req.complete) return Promise.resolve('drained');
+  let size = 0;
+  return readUntil<DrainResult>(req, {
+    aborted: 'aborted',
+    onData: (chunk, settle) => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        req.pause();
+        settle('cut');
+      }
+    },
+    onEnd: () => 'drained',
+  });
+}
+
+/**
+ * Reads a request body until `onData` settles or the body ends (`onEnd`'s result); `aborted` when
+ * the client leaves first. The listeners go with the first result, so a later event changes
+ * nothing. The body flows from the start, also after an unpipe (which leaves it paused).
+ */
+function readUntil<T>(
+  req: IncomingMessage,
+  handlers: {
+    aborted: T;
+    onData: (chunk: Buffer, settle: (result: T) => void) => void;
+    onEnd: () => T;
+  },
+): Promise<T> {
   return new Promise((resolve) => {
-    let size = 0;
     let settled = false;
-    const settle = (result: DrainResult): void => {
+    const settle = (result: T): void => {
       if (settled) return;
       settled = true;
       req.off('data', onData);
@@ -94,20 +99,16 @@ export function drainRest(
       req.off('close', onClose);
       resolve(result);
     };
-    const onData = (chunk: Buffer): void => {
-      size += chunk.length;
-      if (size > maxBytes) {
-        req.pause();
-        settle('cut');
-      }
+    const onData = (chunk: Buffer): void => handlers.onData(chunk, settle);
+    const onEnd = (): void => settle(handlers.onEnd());
+    const onAbort = (): void => settle(handlers.aborted);
+    const onClose = (): void => {
+      if (!req.complete) settle(handlers.aborted);
     };
-    const onEnd = (): void => settle('drained');
-    const onAbort = (): void => settle('aborted');
-    const onClose = (): void => settle(req.complete ? 'drained' : 'aborted');
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', onAbort);
     req.on('close', onClose);
-    req.resume(); // unpiped streams stay paused until told to flow
+    req.resume();
   });
 }
