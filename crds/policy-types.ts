@@ -58,7 +58,7 @@ export const HealthPolicySchema = Type.Object({
   maxErrorRate: Fraction,
   /**
    * Open after this many errors in a row, whatever the window holds; 0 is off. Optional, so that a
-   * snapshot of an older controller still applies (DEFAULT_CONSECUTIVE_ERRORS when unset).
+   * snapshot of an older controller still applies (HEALTH_CONSECUTIVE_ERRORS when unset).
    */
   consecutiveErrors: Type.Optional(Type.Integer({ minimum: 0 })),
   /** Open when 429s / requests in the window reach this fraction. */
