@@ -2,7 +2,13 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, loadScrapePeriodProblem, parseDurationMs, parseHostPort } from './args.ts';
+import {
+  DEFAULT_LOAD_SCRAPE_EVERY_MS,
+  LOG_LEVELS,
+  loadScrapePeriodProblem,
+  parseDurationMs,
+  parseHostPort,
+} from './args.ts';
 import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
 
 /** Scraping a server more often than this costs it more than the fresher signal is worth. */
@@ -105,7 +111,7 @@ export function addControllerCommand(program: Command): void {
         '--load-scrape-every <duration>',
         "how often each endpoint's /metrics is scraped for its load (vLLM, SGLang, TensorRT-LLM) and each pool's load is streamed to its sidecars; 0 turns it off",
       )
-        .default(1_000, '1s')
+        .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, '100ms')
         .argParser(parseDurationMs),
     )
     .addOption(

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import {
+  DEFAULT_LOAD_SCRAPE_EVERY_MS,
   LOG_LEVELS,
   loadScrapePeriodProblem,
   parseDurationMs,
@@ -127,7 +128,7 @@ export function addSidecarCommand(program: Command): void {
         '--load-scrape-every <duration>',
         "standalone: how often each endpoint's /metrics is scraped for the load its server reports (vLLM, SGLang, TensorRT-LLM; one that answers 404 is left alone); 0 turns it off. With --controller the controller scrapes",
       )
-        .default(1_000, '1s')
+        .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, '100ms')
         .argParser(parseDurationMs),
     )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))

@@ -13,6 +13,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { DEFAULT_LOAD_SCRAPE_EVERY_MS, MIN_LOAD_SCRAPE_EVERY_MS } from '../../cli/args.ts';
 import { startSidecar } from '../../harness/processes.ts';
 import {
   freePort,
@@ -68,9 +69,10 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
         'warn',
         '--picker',
         picker,
-        // A scrape a (simulated) second, as a sidecar in front of real servers does by default.
+        // The default scrape period in simulated time, as a sidecar in front of real servers
+        // scrapes them.
         '--load-scrape-every',
-        `${Math.max(100, Math.round(1000 / ctx.speed))}ms`,
+        `${Math.max(MIN_LOAD_SCRAPE_EVERY_MS, Math.round(DEFAULT_LOAD_SCRAPE_EVERY_MS / ctx.speed))}ms`,
       ]),
     );
   };

@@ -8,6 +8,7 @@ import {
   REFERENCE_REQUEST_BYTES,
 } from './balancer.ts';
 import { seededRng } from './rng.ts';
+import { BALANCE_REPORT_MAX_AGE_MS } from './server-load.ts';
 import {
   endpoint,
   ERROR,
@@ -276,6 +277,42 @@ describe('server-reported load', () => {
       ageMs: 0,
     });
     assert.equal(statusOf('b').reported, undefined);
+  });
+
+  test('with every server reporting within half a second, the least-loaded step counts the estimate', () => {
+    const { balancer, statusOf } = setupBalancer({ endpoints: [endpoint('a'), endpoint('b')] });
+    balancer.reportLoad('a', { running: 6, waiting: 4 });
+    balancer.reportLoad('b', { running: 2, waiting: 0 });
+    // Other sidecars fill a: b takes this sidecar's requests until b looks as busy (10 each).
+    for (let i = 0; i < 8; i++) assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'b');
+    assert.equal(statusOf('b').load, 10);
+    assert.equal(statusOf('a').inFlight, 0);
+    // Equally loaded by the estimate: both stay in play.
+    const next = new Set([0, 1, 2, 3].map(() => picked(balancer.pick({})).attempt.endpoint.id));
+    assert.deepEqual([...next].sort(), ['a', 'b']);
+  });
+
+  test('a report older than half a second, or a server without one, leaves the step to the own counts', () => {
+    const { balancer, clock } = setupBalancer({ endpoints: [endpoint('a'), endpoint('b')] });
+    balancer.reportLoad('a', { running: 6, waiting: 4 });
+    balancer.reportLoad('b', { running: 2, waiting: 0 });
+    clock.advance(BALANCE_REPORT_MAX_AGE_MS + 1);
+    // Still within the reports' maximum age (they score the ties), but too old to balance on,
+    // which would send every sidecar holding them to b: the own counts alternate.
+    const ids = [0, 1, 2, 3].map(() => picked(balancer.pick({})).attempt.endpoint.id);
+    assert.deepEqual(ids, ['b', 'a', 'b', 'a']);
+
+    // A fresh report from one server only: the other (an external provider, say) would look
+    // emptier than any server whose report counts everyone's requests.
+    const mixed = setupBalancer({ endpoints: [endpoint('a'), endpoint('b'), endpoint('p')] });
+    mixed.balancer.reportLoad('a', { running: 0, waiting: 0 });
+    mixed.balancer.reportLoad('b', { running: 9, waiting: 3 });
+    const counts = new Map<string, number>();
+    for (let i = 0; i < 9; i++) {
+      const id = picked(mixed.balancer.pick({})).attempt.endpoint.id;
+      counts.set(id, (counts.get(id) ?? 0) + 1);
+    }
+    assert.deepEqual(Object.fromEntries(counts), { a: 3, b: 3, p: 3 });
   });
 
   test('forgets a report after the maximum age', () => {

@@ -30,7 +30,12 @@ import {
 } from './prefix-index.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { costTermMs, score } from './score.ts';
-import { DEFAULT_REPORT_MAX_AGE_MS, ReportedLoad, type ServerLoadReport } from './server-load.ts';
+import {
+  BALANCE_REPORT_MAX_AGE_MS,
+  DEFAULT_REPORT_MAX_AGE_MS,
+  ReportedLoad,
+  type ServerLoadReport,
+} from './server-load.ts';
 import { slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import { SlowDetection } from './slow-detection.ts';
@@ -255,11 +260,11 @@ export class Balancer implements PoolBalancer {
     const slowdown = this.#reportedSlowdowns(candidates, now);
     const ownPrefill =
       slowdown === undefined ? 1 : (this.#exchange.prefillInHolds(request.requestBytes) ?? 1);
-    // This sidecar's own counts, not the load estimate: every sidecar holds the same server
-    // report, and a minimum over it sends them all to the same endpoint until the next one
-    // (docs/policy.md §4). The estimate decides between the equally loaded, in the score. A
-    // server that reports generating clearly slower than its peers counts by the time its queue
-    // (when its batch is full) and this request's prefill would take there (server-speed.ts).
+    // This sidecar's own counts, always current and shared with no one. Affinity's check of a
+    // speculative home compares them; the balancing step counts them unless every server
+    // reported its queue within half a second (#balanceCount, docs/policy.md §4). A server that
+    // reports generating clearly slower than its peers counts by the time its queue (when its
+    // batch is full) and this request's prefill would take there (server-speed.ts).
     const ownCount: (s: EndpointState) => number =
       slowdown === undefined
         ? (s) => s.inFlight
@@ -288,7 +293,7 @@ export class Balancer implements PoolBalancer {
       pickLeastLoaded(
         candidates,
         this.#rng,
-        counted === undefined ? ownCount : (_, i) => counted[i] as number,
+        this.#balanceCount(candidates, now, ownCount, counted, slowdown, ownPrefill),
         (s) => this.#score(s, now),
         (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
       );
@@ -645,6 +650,37 @@ export class Balancer implements PoolBalancer {
     // O(n) once, O(1) a question (server-speed.ts): the step below asks for every candidate.
     const slowdownOf = slowdownAgainstPeers(latencies);
     return (s) => slowdownOf(latencyOf(s));
+  }
+
+  /**
+   * What the least-loaded step counts. When every candidate's server reported its queue within
+   * `BALANCE_REPORT_MAX_AGE_MS`, the load estimate: it counts every sidecar's requests, and is
+   * recent enough that sidecars holding the same report do not pile onto its emptiest server
+   * (each adds its own requests to it at once, and the next report comes within a quarter
+   * second). Otherwise this sidecar's own counts, which are always current and shared with no
+   * one: an older report herds, and a candidate without one (an external provider, a server whose
+   * scrape failed) would look emptier than every server whose report counts everyone's requests.
+   * A server reported clearly slower counts by its speed either way (server-speed.ts).
+   */
+  #balanceCount(
+    candidates: readonly EndpointState[],
+    now: number,
+    ownCount: (s: EndpointState) => number,
+    ownCounts: readonly number[] | undefined,
+    slowdown: ((s: EndpointState) => number) | undefined,
+    ownPrefill: number,
+  ): (s: EndpointState, i: number) => number {
+    const maxAgeMs = Math.min(BALANCE_REPORT_MAX_AGE_MS, this.#reportMaxAgeMs);
+    if (!candidates.every((s) => s.reported.countsEveryone(now, maxAgeMs)))
+      return ownCounts === undefined ? ownCount : (_, i) => ownCounts[i] as number;
+    if (slowdown === undefined) return (s) => this.#load(s, now);
+    return (s) =>
+      speedWeightedCount(
+        this.#load(s, now),
+        slowdown(s),
+        ownPrefill,
+        s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
+      );
   }
 
   /** This sidecar's in-flight count corrected by the server's last report (server-load.ts). */
