@@ -425,7 +425,7 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '--heartbeat',
       '10s',
       '--load-scrape-every',
-      '1s',
+      '100ms',
       '--log-level',
       'info',
     ]);
