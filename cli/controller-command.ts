@@ -11,8 +11,6 @@ import {
 } from './args.ts';
 import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
 
-/** Scraping a server more often than this costs it more than the fresher signal is worth. */
-
 interface ControllerFlags {
   kubeconfig?: string;
   listen: { host: string; port: number };
@@ -111,7 +109,7 @@ export function addControllerCommand(program: Command): void {
         '--load-scrape-every <duration>',
         "how often each endpoint's /metrics is scraped for its load (vLLM, SGLang, TensorRT-LLM) and each pool's load is streamed to its sidecars; 0 turns it off",
       )
-        .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, '100ms')
+        .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, `${DEFAULT_LOAD_SCRAPE_EVERY_MS}ms`)
         .argParser(parseDurationMs),
     )
     .addOption(

@@ -128,7 +128,7 @@ export function addSidecarCommand(program: Command): void {
         '--load-scrape-every <duration>',
         "standalone: how often each endpoint's /metrics is scraped for the load its server reports (vLLM, SGLang, TensorRT-LLM; one that answers 404 is left alone); 0 turns it off. With --controller the controller scrapes",
       )
-        .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, '100ms')
+        .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, `${DEFAULT_LOAD_SCRAPE_EVERY_MS}ms`)
         .argParser(parseDurationMs),
     )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))

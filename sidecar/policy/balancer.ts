@@ -656,8 +656,8 @@ export class Balancer implements PoolBalancer {
    * What the least-loaded step counts. When every candidate's server reported its queue within
    * `BALANCE_REPORT_MAX_AGE_MS`, the load estimate: it counts every sidecar's requests, and is
    * recent enough that sidecars holding the same report do not pile onto its emptiest server
-   * (each adds its own requests to it at once, and the next report comes within a quarter
-   * second). Otherwise this sidecar's own counts, which are always current and shared with no
+   * (each adds its own requests to it at once, and the next report comes within a tenth of
+   * a second). Otherwise this sidecar's own counts, which are always current and shared with no
    * one: an older report herds, and a candidate without one (an external provider, a server whose
    * scrape failed) would look emptier than every server whose report counts everyone's requests.
    * A server reported clearly slower counts by its speed either way (server-speed.ts).

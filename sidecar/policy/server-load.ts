@@ -29,7 +29,7 @@ export interface ServerLoadReport {
 }
 
 /**
- * Two seconds: the controller (or a standalone sidecar) scrapes every 250 ms by default and ORCA
+ * Two seconds: the controller (or a standalone sidecar) scrapes every 100 ms by default and ORCA
  * headers come with responses, so a fresh report is normally well under this; an older one means
  * the source went quiet.
  */
@@ -37,9 +37,9 @@ export const DEFAULT_REPORT_MAX_AGE_MS = 2000;
 
 /**
  * Half a second: how recent every candidate's report must be for the balancing step to count
- * the estimate instead of this sidecar's own attempts (docs/policy.md §4). Twice the default
- * scrape period (250 ms): with the default, every server's report qualifies; with scrapes a
- * second apart most do not, and the step falls back to the own counts, which cannot herd. On the
+ * the estimate instead of this sidecar's own attempts (docs/policy.md §4). Five default scrape
+ * periods (100 ms), so a late answer or two do not switch rules; with scrapes a second apart
+ * most reports are older, and the step falls back to the own counts, which cannot herd. On the
  * routing benchmark a one-second report balanced on made TTFT p50 762 ms against the own
  * counts' 593; a quarter-second one, 421.
  */

@@ -6,8 +6,8 @@
  * eighth of its requests, a 4× slower server's first tokens take seconds each, and a TTFT mixes
  * the server's speed with its queue and with how much of the prompt was cached (a cache hit on a
  * slow server is fast). The servers report their speed directly: the inter-token latency histogram
- * of vLLM and SGLang, scraped every 100 ms (by default) by the controller (or a standalone sidecar) and
- * turned into a mean time per token between scrapes (lib/load-scrape/scrape-schedule.ts). Every
+ * of vLLM and SGLang, scraped every 100 ms by default by the controller (or a standalone sidecar)
+ * and turned into a mean time per token between scrapes (lib/load-scrape/scrape-schedule.ts). Every
  * sidecar reads the same number from the first seconds of traffic on, whatever it sent where.
  *
  * Pure: the balancer passes in the numbers it holds.

@@ -83,13 +83,13 @@ describe(
       ).requests;
     };
     const chat = (s: RunningProcess): Promise<Response> => postChat(s.url, 'llama');
-    // 30 requests at once over both sidecars: the least-loaded step spreads them over every
-    // endpoint in routing. One at a time, every endpoint is idle at each pick, and the tie goes
-    // by two random choices on the TTFT EWMA, which never picks the slowest of three: an endpoint
-    // kept in routing could then see none of them (docs/policy.md §4).
-    const burst = (): Promise<unknown> =>
+    // `n` requests at once, alternating between the sidecars: the least-loaded step spreads them
+    // over every endpoint in routing. One at a time, every endpoint is idle at each pick, and the
+    // tie goes by two random choices on the TTFT EWMA, which never picks the slowest of three: an
+    // endpoint kept in routing could then see none of them (docs/policy.md §4).
+    const burst = (n: number): Promise<unknown> =>
       Promise.all(
-        Array.from({ length: 30 }, (_, i) => chat(sidecars[i % 2]!).then((r) => r.text())),
+        Array.from({ length: n }, (_, i) => chat(sidecars[i % 2]!).then((r) => r.text())),
       );
     const events = async (reason: string): Promise<{ message: string }[]> =>
       (
@@ -193,7 +193,7 @@ describe(
           (await debug(sidecar)).every((e) => !e.drifted),
         );
       const before = await simRequests(pool.hosts[2]!);
-      await burst();
+      await burst(30);
       assert.ok((await simRequests(pool.hosts[2]!)) - before >= 3, 'g3 serves again');
       await waitFor(
         'the EndpointDriftCleared Event',
@@ -221,7 +221,7 @@ describe(
         return true;
       });
       const before = await simRequests(pool.hosts[2]!);
-      await burst();
+      await burst(30);
       assert.ok((await simRequests(pool.hosts[2]!)) - before >= 3, 'g3 still serves');
       assert.equal((await status()).endpoints?.ready, 3, 'nothing excluded');
     });
@@ -231,13 +231,10 @@ describe(
       await noDriftInStatus('recovery');
       await simAdmin(pool.hosts[0]!, { errorRate: 1 });
       // Traffic until both sidecars' breakers for g1 are open (minRequests 5) and status says so.
-      let sent = 0;
       const st = await waitFor(
         'g1 open in both sidecars in status',
         async () => {
-          await Promise.all(
-            Array.from({ length: 10 }, () => chat(sidecars[sent++ % 2]!).then((r) => r.text())),
-          );
+          await burst(10);
           const s = await status();
           const g1 = s.endpointHealth?.find((e) => e.id === id(pool.hosts[0]!));
           return g1?.breakerOpen === 2 ? s : undefined;

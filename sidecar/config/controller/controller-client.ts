@@ -62,7 +62,8 @@ export interface ControllerClientOptions {
   onSnapshot(snapshot: PoolSnapshot, source: SnapshotSource): void;
   /**
    * The load the pool's servers reported, as the controller scraped it (a `load` event, every
-   * `--load-scrape-every`, 100 ms by default). Optional: without it load events are ignored, as by sidecars before them.
+   * `--load-scrape-every`, 100 ms by default). Optional: without it load events are ignored, as
+   * by sidecars before them.
    */
   onLoad?: ((load: PoolLoad) => void) | undefined;
   /** Per-endpoint health for reports (see `endpointHealth` in endpoint-health.ts). */
