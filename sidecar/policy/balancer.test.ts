@@ -459,6 +459,51 @@ describe('EWMA of time to first token', () => {
     assert.equal(statusOf('new').ewmaSeeded, true);
   });
 
+  test('under light load the slowest endpoint is still tried now and then, so a recovery shows', () => {
+    const { balancer, clock, repeat, statusOf } = setupBalancer({
+      policy: { coldStart: { idleAfterMs: 0 } },
+    });
+    repeat(30, 'a', OK, 10);
+    repeat(30, 'b', OK, 20);
+    repeat(30, 'c', OK, 40); // 2.7× the others' median: slow, not slow enough to eject
+    // One request a second, each finished before the next: every endpoint is idle at each pick,
+    // so the least-loaded step ties them all and two random choices on the score decide. Without
+    // the idle fade, c (the slowest) loses every pair it is drawn into, for ever.
+    const ttftOf: Record<string, number> = { a: 10, b: 20, c: 10 }; // c has recovered
+    const picksOf = (n: number) => {
+      const counts: Record<string, number> = { a: 0, b: 0, c: 0 };
+      for (let i = 0; i < n; i++) {
+        clock.advance(1_000);
+        const attempt = picked(balancer.pick({})).attempt;
+        const id = attempt.endpoint.id;
+        counts[id] = (counts[id] as number) + 1;
+        clock.advance(ttftOf[id] as number);
+        balancer.firstByte(attempt, true);
+        balancer.finish(attempt, OK);
+      }
+      return counts;
+    };
+    const first = picksOf(60);
+    // Tried again within a minute, but rarely while its last samples said 2.7× slower.
+    assert.ok((first.c as number) >= 1, JSON.stringify(first));
+    assert.ok((first.c as number) <= 12, JSON.stringify(first));
+    // Its samples show the recovery: its EWMA comes down, and it gets its share again.
+    picksOf(600);
+    assert.ok(statusOf('c').ewmaTtftMs < 30, String(statusOf('c').ewmaTtftMs));
+    const later = picksOf(120);
+    assert.ok((later.c as number) >= 20, JSON.stringify(later));
+  });
+
+  test("fades only the score: the EWMA in the status is the samples' own, idle or not", () => {
+    const { clock, repeat, statusOf } = setupBalancer({
+      policy: { coldStart: { idleAfterMs: 0 } },
+    });
+    repeat(30, 'a', OK, 60);
+    const ewma = statusOf('a').ewmaTtftMs;
+    clock.advance(60_000);
+    assert.equal(statusOf('a').ewmaTtftMs, ewma);
+  });
+
   test('does not feed non-streamed successes: their first byte is not a first token', () => {
     const { serve, statusOf } = setupBalancer();
     serve('a', { kind: 'success', streamed: false }, 5_000);

@@ -20,7 +20,7 @@ import { AffinityDecider } from './affinity-decision.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import { idHash } from './bounded-load.ts';
-import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
+import { idleFadedMs, isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
 import {
@@ -692,11 +692,23 @@ export class Balancer implements PoolBalancer {
     return score(
       {
         inFlight: this.#load(state, now),
-        ewmaTtftMs: this.#ewma.valueMs(state.id),
+        ewmaTtftMs: this.#scoredEwmaMs(state, now),
         costPerMTok: state.spec.costPerMTok,
       },
       this.#policy.costWeightPerMs,
     );
+  }
+
+  /**
+   * The EWMA the score reads: faded by how long this sidecar has had nothing on the endpoint
+   * (IDLE_EWMA_DECAY_MS), so an endpoint that lost every pick while idle is tried again. One
+   * with an attempt in flight is not idle (its sample is coming, or its first token is late);
+   * a seeded one has no sample to fade and reads as the pool median.
+   */
+  #scoredEwmaMs(state: EndpointState, now: number): number {
+    const ewmaMs = this.#ewma.valueMs(state.id);
+    if (state.inFlight > 0 || !this.#ewma.hasSamples(state.id)) return ewmaMs;
+    return idleFadedMs(ewmaMs, now - state.lastActivityMs);
   }
 
   #start(state: EndpointState, now: number, requestBytes?: number): Attempt {

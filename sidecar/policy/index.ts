@@ -39,9 +39,11 @@ export {
 export {
   EWMA_NEW_SAMPLE_WEIGHT,
   FALLBACK_DEFAULT_TTFT_MS,
+  IDLE_EWMA_DECAY_MS,
   MIN_TTFT_MS,
   TtftEwmas,
   blendEwma,
+  idleFadedMs,
   isUsableTtftSample,
 } from './ewma.ts';
 export { PICKERS, type Picker } from './baseline-pickers.ts';
