@@ -101,16 +101,24 @@ describe('routing through a real sidecar', () => {
       assert.equal(served.size, 1, `one conversation went to ${[...served].join(', ')}`);
       assert.deepEqual([...placed], ['hit'], 'every turn says it went home');
       const sticky = [...served][0]!;
-      // Measure every endpoint with unrelated short prompts (no affinity key), three at a time:
-      // the least-loaded step then spreads each batch over all three, so each gets the
-      // AFFINITY_SLOWDOWN_MIN_SAMPLES samples (after its cold first one) that affinity's
-      // slowdown check counts; sequential requests could all avoid one.
-      for (let i = 0; i < AFFINITY_SLOWDOWN_MIN_SAMPLES + 2; i++) {
-        const batch = await Promise.all(
-          [0, 1, 2].map(() => rawChat(pool.sidecar.url, { ...hello(), stream: true })),
-        );
-        for (const { headers } of batch) assert.equal(headers.get('x-switchyard-affinity'), 'none');
-      }
+      // Measure every endpoint with unrelated short prompts (no affinity key), three at a time,
+      // until each has the AFFINITY_SLOWDOWN_MIN_SAMPLES samples (after its cold first one) that
+      // affinity's slowdown check counts. The least-loaded step spreads a batch over all three
+      // while its requests overlap; a short answer may end before the batch's last request is
+      // placed, so the batches go on until the samples are there rather than a fixed number.
+      await eventually(
+        async () => {
+          const batch = await Promise.all(
+            [0, 1, 2].map(() => rawChat(pool.sidecar.url, { ...hello(), stream: true })),
+          );
+          for (const { headers } of batch)
+            assert.equal(headers.get('x-switchyard-affinity'), 'none');
+          const { endpoints } = await debugBackends(pool.sidecar);
+          return endpoints.every((e) => e.ttftSamples >= AFFINITY_SLOWDOWN_MIN_SAMPLES + 1);
+        },
+        20_000,
+        'every endpoint to have the samples of the slowdown check',
+      );
       const index = ['a', 'b', 'c'].indexOf(sticky.split('/')[0]!);
       // Slow prefill, and no prefix cache to skip it: every request is slow, not only the first
       // (affinity lets go of a server that stays slow, after its third slow sample).
@@ -124,7 +132,12 @@ describe('routing through a real sidecar', () => {
         },
         30_000,
         'affinity to let go of the slow endpoint',
-      );
+      ).catch(async (err: Error) => {
+        // What the slowdown check saw, so a failure says which side of its limit each one was.
+        const { endpoints } = await debugBackends(pool.sidecar);
+        const seen = endpoints.map((e) => `${e.id}: ${e.measuredTtftMs} ms × ${e.ttftSamples}`);
+        throw new Error(`${err.message} (sticky ${sticky}; ${seen.join(', ')})`, { cause: err });
+      });
       // The next endpoint of the key's order took it, and the answer says so.
       assert.equal(movedTo?.get('x-switchyard-affinity'), 'spill');
       const debug = await debugBackends(pool.sidecar);
