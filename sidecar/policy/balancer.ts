@@ -119,6 +119,8 @@ interface EndpointState {
   dropNextSample: boolean;
   /** When its latest TTFT sample came in; -Infinity before the first (affinity's recheck). */
   lastTtftSampleAtMs: number;
+  /** When this balancer first had it: its idleness (the score's fade) counts from here at most. */
+  readonly addedAtMs: number;
   /** Not a candidate before this time (an upstream 429 with Retry-After); -Infinity for none. */
   cooldownUntilMs: number;
   /** Left the pool in an update; its attempts may still finish, without effect. */
@@ -587,6 +589,7 @@ export class Balancer implements PoolBalancer {
           lastActivityMs: -Infinity,
           dropNextSample: false,
           lastTtftSampleAtMs: -Infinity,
+          addedAtMs: this.#now(),
           cooldownUntilMs: -Infinity,
           removed: false,
           successor: undefined,
@@ -702,13 +705,14 @@ export class Balancer implements PoolBalancer {
   /**
    * The EWMA the score reads: faded by how long this sidecar has had nothing on the endpoint
    * (IDLE_EWMA_DECAY_MS), so an endpoint that lost every pick while idle is tried again. One
-   * with an attempt in flight is not idle (its sample is coming, or its first token is late);
-   * a seeded one has no sample to fade and reads as the pool median.
+   * with an attempt in flight is not idle (its sample is coming, or its first token is late).
+   * A seeded one fades too, from when it joined or its last attempt ended: left at the pool
+   * median while the others fade, a newcomer would lose every tie under light load.
    */
   #scoredEwmaMs(state: EndpointState, now: number): number {
     const ewmaMs = this.#ewma.valueMs(state.id);
-    if (state.inFlight > 0 || !this.#ewma.hasSamples(state.id)) return ewmaMs;
-    return idleFadedMs(ewmaMs, now - state.lastActivityMs);
+    if (state.inFlight > 0) return ewmaMs;
+    return idleFadedMs(ewmaMs, now - Math.max(state.lastActivityMs, state.addedAtMs));
   }
 
   #start(state: EndpointState, now: number, requestBytes?: number): Attempt {
