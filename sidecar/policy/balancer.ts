@@ -20,7 +20,7 @@ import { AffinityDecider } from './affinity-decision.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import { Breaker, type BreakerTransition } from './breaker.ts';
 import { idHash } from './bounded-load.ts';
-import { idleFadedMs, isUsableTtftSample, TtftEwmas } from './ewma.ts';
+import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
 import {
@@ -29,7 +29,7 @@ import {
   PrefixIndex,
 } from './prefix-index.ts';
 import { RetryBudget } from './retry-budget.ts';
-import { costTermMs, score } from './score.ts';
+import { costTermMs, idleFade, score } from './score.ts';
 import {
   BALANCE_REPORT_MAX_AGE_MS,
   DEFAULT_REPORT_MAX_AGE_MS,
@@ -111,8 +111,9 @@ interface EndpointState {
   errors: number;
   rateLimited: number;
   /**
-   * When the endpoint last finished an attempt; -Infinity for a new endpoint, whose first sample
-   * is a cold start too (a new pod: model loading, empty prefix cache, no warmed kernels).
+   * When the endpoint last finished an attempt (one of its previous life's too, when it came back
+   * while they streamed); -Infinity for a new endpoint, whose first sample is a cold start too (a
+   * new pod: model loading, empty prefix cache, no warmed kernels).
    */
   lastActivityMs: number;
   /** Set when an attempt starts on an idle endpoint: its next TTFT sample is a cold start. */
@@ -371,8 +372,12 @@ export class Balancer implements PoolBalancer {
     const state = record.state;
     state.inFlight = Math.max(0, state.inFlight - 1);
     if (state.removed) {
-      for (let next = state.successor; next !== undefined; next = next.successor)
+      // The successor's idleness (the score's fade) starts when the last of these ends.
+      const endedAtMs = this.#now();
+      for (let next = state.successor; next !== undefined; next = next.successor) {
         next.inFlight = Math.max(0, next.inFlight - 1);
+        next.lastActivityMs = Math.max(next.lastActivityMs, endedAtMs);
+      }
       if (state.inFlight === 0 && this.#retired.get(state.id) === state)
         this.#retired.delete(state.id);
       return;
@@ -692,27 +697,30 @@ export class Balancer implements PoolBalancer {
   }
 
   #score(state: EndpointState, now: number): number {
-    return score(
+    const full = score(
       {
         inFlight: this.#load(state, now),
-        ewmaTtftMs: this.#scoredEwmaMs(state, now),
+        ewmaTtftMs: this.#ewma.valueMs(state.id),
         costPerMTok: state.spec.costPerMTok,
       },
       this.#policy.costWeightPerMs,
     );
+    return full * this.#idleFade(state, now);
   }
 
   /**
-   * The EWMA the score reads: faded by how long this sidecar has had nothing on the endpoint
-   * (IDLE_EWMA_DECAY_MS), so an endpoint that lost every pick while idle is tried again. One
-   * with an attempt in flight is not idle (its sample is coming, or its first token is late).
-   * A seeded one fades too, from when it joined or its last attempt ended: left at the pool
-   * median while the others fade, a newcomer would lose every tie under light load.
+   * What the score is multiplied by (`idleFade`, docs/policy.md §4): less the longer this sidecar
+   * has had nothing on the endpoint, so that an endpoint that lost every pick while idle is tried
+   * again. Idleness counts from its last finished attempt, or from when this balancer got it (a
+   * newcomer, whose seed would otherwise lose every tie to its fading peers). One with an attempt
+   * in flight is not idle: its sample is coming, or its first token is late. Each error in a row
+   * halves the pace, since a failed attempt ends before the retry that follows it, and the failing
+   * endpoint would otherwise look the longest idle at the next pick: a backoff, not a stop.
    */
-  #scoredEwmaMs(state: EndpointState, now: number): number {
-    const ewmaMs = this.#ewma.valueMs(state.id);
-    if (state.inFlight > 0) return ewmaMs;
-    return idleFadedMs(ewmaMs, now - Math.max(state.lastActivityMs, state.addedAtMs));
+  #idleFade(state: EndpointState, now: number): number {
+    if (state.inFlight > 0) return 1;
+    const idleForMs = now - Math.max(state.lastActivityMs, state.addedAtMs);
+    return idleFade(idleForMs / 2 ** state.errorStreak);
   }
 
   #start(state: EndpointState, now: number, requestBytes?: number): Attempt {

@@ -5,12 +5,10 @@ import { median } from './median.ts';
 import {
   EWMA_NEW_SAMPLE_WEIGHT,
   FALLBACK_DEFAULT_TTFT_MS,
-  IDLE_EWMA_DECAY_MS,
   MEASURED_WINDOW,
   MIN_TTFT_MS,
   TtftEwmas,
   blendEwma,
-  idleFadedMs,
   isUsableTtftSample,
 } from './ewma.ts';
 
@@ -19,19 +17,6 @@ describe('blendEwma', () => {
     assert.equal(EWMA_NEW_SAMPLE_WEIGHT, 0.2);
     assert.equal(blendEwma(100, 200), 120);
     assert.equal(blendEwma(500, 100), 420);
-  });
-});
-
-describe('idleFadedMs', () => {
-  test('fades by e per IDLE_EWMA_DECAY_MS idle, never below MIN_TTFT_MS', () => {
-    assert.equal(IDLE_EWMA_DECAY_MS, 10_000);
-    assert.equal(idleFadedMs(300, 0), 300);
-    assert.ok(Math.abs(idleFadedMs(300, 10_000) - 300 / Math.E) < 1e-9);
-    assert.equal(idleFadedMs(300, 1_000_000), MIN_TTFT_MS);
-  });
-
-  test('leaves the value alone for no idleness, a negative one (a clock gone back) or NaN', () => {
-    for (const idle of [0, -5_000, Number.NaN]) assert.equal(idleFadedMs(300, idle), 300);
   });
 });
 

@@ -38,25 +38,6 @@ export function blendEwma(previousMs: number, sampleMs: number): number {
 }
 
 /**
- * How fast an idle endpoint's EWMA fades in the P2C score: by e per 10 s without anything of this
- * sidecar's in flight there (linkerd's default for its Peak-EWMA, whose estimate decays toward 0
- * the same way between samples). Without it an endpoint is sampled only while it wins picks, so
- * under light load (every endpoint idle at each pick, the tie going to two random choices on the
- * EWMA) the slowest of three never wins a pair and never gets the sample that would show it has
- * recovered. Faded, its read drops below its peers' after about `ln(slowdown)` × 10 s idle, one
- * request goes there, and its fresh sample restores the read: a recheck every ~11 s for an
- * endpoint 3× slower, nothing for one in use. Only the score reads it; slow detection and the
- * status keep the EWMA itself.
- */
-export const IDLE_EWMA_DECAY_MS = 10_000;
-
-/** `valueMs` faded for `idleForMs` of idleness (IDLE_EWMA_DECAY_MS), never below MIN_TTFT_MS. */
-export function idleFadedMs(valueMs: number, idleForMs: number): number {
-  if (!(idleForMs > 0)) return valueMs;
-  return Math.max(MIN_TTFT_MS, valueMs * Math.exp(-idleForMs / IDLE_EWMA_DECAY_MS));
-}
-
-/**
  * The EWMA TTFT of every endpoint of a pool, keyed by endpoint id.
  *
  * An endpoint without samples of its own is "seeded": it reads as the pool median of the

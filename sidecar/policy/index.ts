@@ -39,11 +39,9 @@ export {
 export {
   EWMA_NEW_SAMPLE_WEIGHT,
   FALLBACK_DEFAULT_TTFT_MS,
-  IDLE_EWMA_DECAY_MS,
   MIN_TTFT_MS,
   TtftEwmas,
   blendEwma,
-  idleFadedMs,
   isUsableTtftSample,
 } from './ewma.ts';
 export { PICKERS, type Picker } from './baseline-pickers.ts';
@@ -52,5 +50,5 @@ export { median } from './median.ts';
 export { pickTwoChoices } from './p2c.ts';
 export { RETRY_BUDGET_WINDOW_MS, RetryBudget, retryAllowance } from './retry-budget.ts';
 export { sampleTwoDistinct, seededRng } from './rng.ts';
-export { costTermMs, score, type ScoreInputs } from './score.ts';
+export { IDLE_FADE_MS, costTermMs, idleFade, score, type ScoreInputs } from './score.ts';
 export { DEFAULT_BUCKET_COUNT, SlidingWindow } from './sliding-window.ts';

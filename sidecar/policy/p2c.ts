@@ -2,7 +2,8 @@
  * Power of two choices: draw two distinct candidates at random and take the one with the lower
  * score. Picking the global minimum instead would send every sidecar to the same endpoint
  * between two updates of its score (the herd); two random choices already get exponentially
- * close to the best possible spread (Mitzenmacher), and the worst endpoint is never chosen.
+ * close to the best possible spread (Mitzenmacher), and the endpoint with the worst score at
+ * that moment is never chosen (an idle endpoint's score fades until it is tried again: score.ts).
  */
 import { sampleTwoDistinct } from './rng.ts';
 import type { Rng } from './types.ts';

@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { costTermMs, score } from './score.ts';
+import { costTermMs, IDLE_FADE_MS, idleFade, score } from './score.ts';
 
 describe('score', () => {
   test('is (inFlight + 1) × EWMA TTFT for pure latency routing', () => {
@@ -32,5 +32,18 @@ describe('score', () => {
 
   test('never lets a negative in-flight count shrink the queue term below one request', () => {
     assert.equal(score({ inFlight: -5, ewmaTtftMs: 100, costPerMTok: 0 }, undefined), 100);
+  });
+});
+
+describe('idleFade', () => {
+  test('is e^(−idle / IDLE_FADE_MS): e per 10 s idle, toward 0', () => {
+    assert.equal(IDLE_FADE_MS, 10_000);
+    assert.equal(idleFade(0), 1);
+    assert.ok(Math.abs(idleFade(10_000) - 1 / Math.E) < 1e-12);
+    assert.ok(idleFade(600_000) > 0 && idleFade(600_000) < 1e-20);
+  });
+
+  test('is 1 for a negative idleness (a clock gone back) or NaN', () => {
+    for (const idle of [-5_000, Number.NaN]) assert.equal(idleFade(idle), 1);
   });
 });

@@ -85,8 +85,10 @@ describe(
     const chat = (s: RunningProcess): Promise<Response> => postChat(s.url, 'llama');
     // `n` requests at once, alternating between the sidecars: the least-loaded step spreads them
     // over every endpoint in routing. One at a time, every endpoint is idle at each pick, and the
-    // tie goes by two random choices on the TTFT EWMA, which never picks the slowest of three: an
-    // endpoint kept in routing could then see none of them (docs/policy.md §4).
+    // tie goes by two random choices on the score, where the slowest of three wins only once its
+    // idle fade has brought its score under a peer's, about ln(slowdown) × 10 s after its last
+    // request: an endpoint kept in routing could see none of a test's few requests
+    // (docs/policy.md §4, "Idle fade").
     const burst = (n: number): Promise<unknown> =>
       Promise.all(
         Array.from({ length: n }, (_, i) => chat(sidecars[i % 2]!).then((r) => r.text())),

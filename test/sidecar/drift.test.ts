@@ -66,8 +66,8 @@ describe('standalone drift detection', () => {
         'c to recover',
       );
       // Three at a time: one after another, every endpoint has none in flight and the tie goes
-      // by EWMA, where c (which took no traffic for a while) may well be the slowest on a busy
-      // machine and lose every draw; three at once fill all three endpoints.
+      // by score, where c (which took no traffic for a while) may well be the slowest on a busy
+      // machine and win a draw only after its idle fade (seconds); three at once fill all three.
       const served = (await simStats(pool.sims[2]!)).requests;
       for (let i = 0; i < 10; i++)
         await Promise.all([0, 1, 2].map(() => rawChat(pool.sidecar.url, hello('llama'))));

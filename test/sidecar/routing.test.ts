@@ -102,10 +102,11 @@ describe('routing through a real sidecar', () => {
       assert.deepEqual([...placed], ['hit'], 'every turn says it went home');
       const sticky = [...served][0]!;
       // Measure every endpoint with unrelated short prompts (no affinity key), three at a time,
-      // until each has the AFFINITY_SLOWDOWN_MIN_SAMPLES samples (after its cold first one) that
-      // affinity's slowdown check counts. The least-loaded step spreads a batch over all three
-      // while its requests overlap; a short answer may end before the batch's last request is
-      // placed, so the batches go on until the samples are there rather than a fixed number.
+      // until each has the AFFINITY_SLOWDOWN_MIN_SAMPLES samples that affinity's slowdown check
+      // counts (`ttftSamples` leaves out the cold first one, which is dropped). The least-loaded
+      // step spreads a batch over all three while its requests overlap; a short answer may end
+      // before the batch's last request is placed, so the batches go on until the samples are
+      // there rather than a fixed number.
       await eventually(
         async () => {
           const batch = await Promise.all(
@@ -114,7 +115,7 @@ describe('routing through a real sidecar', () => {
           for (const { headers } of batch)
             assert.equal(headers.get('x-switchyard-affinity'), 'none');
           const { endpoints } = await debugBackends(pool.sidecar);
-          return endpoints.every((e) => e.ttftSamples >= AFFINITY_SLOWDOWN_MIN_SAMPLES + 1);
+          return endpoints.every((e) => e.ttftSamples >= AFFINITY_SLOWDOWN_MIN_SAMPLES);
         },
         20_000,
         'every endpoint to have the samples of the slowdown check',
