@@ -28,7 +28,8 @@ export interface ScrapeOptions {
 /**
  * Keep-alive, one connection per server: ten scrapes a second then reuse its connection instead
  * of leaving ten TIME_WAIT sockets per server per second (tens of thousands a minute at a large
- * pool). With node:http rather than fetch, so a sidecar never loads undici (megabytes of RSS in every pod).
+ * pool). With node:http rather than fetch, so a sidecar never loads undici (megabytes of RSS in
+ * every pod).
  */
 const AGENT_OPTIONS = { keepAlive: true, maxSockets: 1, maxFreeSockets: 1, scheduling: 'lifo' };
 const httpAgent = new http.Agent(AGENT_OPTIONS as AgentOptions);

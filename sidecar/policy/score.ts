@@ -6,8 +6,7 @@
  * The first term estimates how long a new request would wait for its first token: the requests
  * ahead of it plus itself, times the observed TTFT (linkerd's `rtt · (pending + 1)`). The second
  * converts price into milliseconds with the pool's exchange rate, so "0.40 $/Mtok cheaper" can
- * outweigh "80 ms slower" when the operator says it should. The balancer multiplies the score of
- * an endpoint this sidecar has left idle by `idleFade` (below), so that it is tried again.
+ * outweigh "80 ms slower" when the operator says it should.
  */
 
 /**
