@@ -80,7 +80,10 @@ export const RetryPolicySchema = Type.Object({
 });
 
 export const ColdStartPolicySchema = Type.Object({
-  /** An endpoint that finished no request for this long is "cold": its next TTFT sample is dropped. */
+  /**
+   * An endpoint that finished no request for this long is "cold": its next TTFT sample is dropped,
+   * unless it is faster than the endpoint's EWMA (a cold start only slows a first token).
+   */
   idleAfterMs: NonNegative,
 });
 

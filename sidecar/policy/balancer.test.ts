@@ -459,15 +459,16 @@ describe('EWMA of time to first token', () => {
     assert.equal(statusOf('new').ewmaSeeded, true);
   });
 
-  /** One request a second, each finished before the next; how many each endpoint served. */
+  /** One request every `everyMs`, each finished before the next; how many each endpoint served. */
   const lightLoad = (
     setup: ReturnType<typeof setupBalancer>,
     n: number,
     ttftOf: (id: string) => number,
+    everyMs = 1_000,
   ): Record<string, number> => {
     const counts: Record<string, number> = {};
     for (let i = 0; i < n; i++) {
-      setup.clock.advance(1_000);
+      setup.clock.advance(everyMs);
       const attempt = picked(setup.balancer.pick({})).attempt;
       const id = attempt.endpoint.id;
       counts[id] = (counts[id] ?? 0) + 1;
@@ -498,6 +499,22 @@ describe('EWMA of time to first token', () => {
     assert.ok(setup.statusOf('c').ewmaTtftMs < 15, String(setup.statusOf('c').ewmaTtftMs));
     const later = lightLoad(setup, 120, (id) => ttftMs[id] as number);
     assert.ok((later.c ?? 0) >= 20, JSON.stringify(later));
+  });
+
+  test('a recovery shows even when every request is a cold start (a request a minute)', () => {
+    const setup = setupBalancer({ policy: { defaultTtftMs: 500 } });
+    for (const [id, ms] of [
+      ['a', 10],
+      ['b', 20],
+      ['c', 40],
+    ] as const) {
+      setup.serve(id, OK, ms); // a new endpoint's first sample is dropped
+      setup.repeat(30, id, OK, ms);
+    }
+    // Every endpoint idles past coldStart.idleAfterMs (60 s) between requests, so every sample is
+    // a cold start. c recovered: its samples, faster than its EWMA, are kept, not dropped as cold.
+    lightLoad(setup, 120, (id) => (id === 'c' ? 10 : id === 'a' ? 10 : 20), 70_000);
+    assert.ok(setup.statusOf('c').ewmaTtftMs < 15, String(setup.statusOf('c').ewmaTtftMs));
   });
 
   test('the whole score fades: an expensive endpoint is tried again, and equals keep their exchange rate', () => {
@@ -715,6 +732,21 @@ describe('cold starts', () => {
     ]);
     serve('a', OK, 100);
     assert.equal(statusOf('a').ewmaTtftMs, 0.8 * 420 + 0.2 * 100);
+  });
+
+  test("keeps a cold sample faster than the endpoint's own EWMA: a cold start only slows", () => {
+    const { serve, statusOf, clock, events } = setupBalancer({ policy: { defaultTtftMs: 500 } });
+    serve('a', OK, 5_000); // a new endpoint: cold
+    serve('a', OK, 2_000);
+    assert.equal(statusOf('a').ewmaTtftMs, 0.8 * 500 + 0.2 * 2_000);
+    clock.advance(60_000);
+    serve('a', OK, 100); // idle: cold, but faster than its EWMA
+    assert.equal(statusOf('a').ewmaTtftMs, 0.8 * 800 + 0.2 * 100);
+    assert.equal(events.length, 1, "only the newcomer's first sample was dropped");
+    clock.advance(60_000);
+    serve('a', OK, 5_000); // cold and slower: dropped
+    assert.equal(statusOf('a').ewmaTtftMs, 0.8 * 800 + 0.2 * 100);
+    assert.equal(events.length, 2);
   });
 
   test('keeps the sample of an endpoint idle for less than idleAfterMs', () => {

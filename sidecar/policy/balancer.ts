@@ -774,12 +774,17 @@ export class Balancer implements PoolBalancer {
 
   #feedEwma(state: EndpointState, ttftMs: number): void {
     if (!isUsableTtftSample(ttftMs)) return; // a garbage sample must not use up the cold drop
+    const before = this.#ewma.hasSamples(state.id) ? this.#ewma.valueMs(state.id) : undefined;
     if (state.dropNextSample) {
       state.dropNextSample = false;
-      this.#onEvent?.({ kind: 'cold-sample-dropped', endpointId: state.id });
-      return;
+      // A cold start only makes a first token slower: a cold sample faster than the endpoint's
+      // own EWMA is news that it got faster (a slow endpoint tried again after a long idle, the
+      // idle fade's retry), and is kept. A newcomer's has no EWMA of its own to beat: dropped.
+      if (before === undefined || ttftMs >= before) {
+        this.#onEvent?.({ kind: 'cold-sample-dropped', endpointId: state.id });
+        return;
+      }
     }
-    const before = this.#ewma.hasSamples(state.id) ? this.#ewma.valueMs(state.id) : undefined;
     this.#ewma.observe(state.id, ttftMs);
     state.lastTtftSampleAtMs = this.#now();
     this.#slow.moved(state, before, this.#ewma.valueMs(state.id));
