@@ -388,6 +388,32 @@ describe('server-reported load', () => {
     assert.equal(picked(balancer.pick({})).attempt.endpoint.id, 'a');
   });
 
+  test("a long prompt weighs its prefill in the slower server's queue positions, not in holds", () => {
+    const { balancer, clock, pickOn } = setupBalancer();
+    // The prefill exchange measures 100 ms for 64 KiB and a 600 ms hold.
+    const sample = pickOn('b', { requestBytes: 65_536 });
+    clock.advance(100);
+    balancer.firstByte(sample, true);
+    clock.advance(500);
+    balancer.finish(sample, OK);
+    // a is 4× slower, has shown a batch of 6 (it queued) and runs 2: a free slot. b and c run 8.
+    balancer.reportLoad('a', { running: 6, waiting: 1, interTokenLatencyMs: 40 });
+    balancer.reportLoad('a', { running: 2, waiting: 0 });
+    balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
+    balancer.reportLoad('c', { running: 0, interTokenLatencyMs: 10 });
+    for (let i = 0; i < 8; i++) {
+      pickOn('b');
+      pickOn('c');
+    }
+    // A 640 KiB prompt: 1,000 ms of prefill, 1.67 holds, 10 of a's positions. Its first token at
+    // a takes 4 s, or 2 positions deep at b or c about 1.2 s: a counts 2 + 3 × 10 = 32 against 8.
+    // (Counted in holds it was 2 + 3 × 1.67 = 7, and a took it.)
+    const long = picked(balancer.pick({ requestBytes: 655_360 })).attempt.endpoint.id;
+    assert.notEqual(long, 'a');
+    // A 16 KiB one (a quarter of a position) still goes to a's free slot: 2 + 0.75 against 8.
+    assert.equal(picked(balancer.pick({ requestBytes: 16_384 })).attempt.endpoint.id, 'a');
+  });
+
   test('stops weighing a server once its speed is 2 s old, though its queue is still reported', () => {
     const clock = fakeClock();
     const balancer = new Balancer(testPolicy(), [endpoint('a'), endpoint('b')], {

@@ -36,7 +36,7 @@ import {
   ReportedLoad,
   type ServerLoadReport,
 } from './server-load.ts';
-import { slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
+import { prefillPositions, slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
@@ -261,8 +261,10 @@ export class Balancer implements PoolBalancer {
       };
     }
     const slowdown = this.#reportedSlowdowns(candidates, now);
+    // The request's prefill in holds of a typical request; each server's count weighs it in that
+    // server's queue positions (server-speed.ts, prefillPositions).
     const ownPrefill =
-      slowdown === undefined ? 1 : (this.#exchange.prefillInHolds(request.requestBytes) ?? 1);
+      slowdown === undefined ? undefined : this.#exchange.prefillInHolds(request.requestBytes);
     // This sidecar's own counts, always current and shared with no one. Affinity's check of a
     // speculative home compares them; the balancing step counts them unless every server
     // reported its queue within half a second (#balanceCount, docs/policy.md §4). A server that
@@ -275,7 +277,7 @@ export class Balancer implements PoolBalancer {
             speedWeightedCount(
               s.inFlight,
               slowdown(s),
-              ownPrefill,
+              prefillPositions(ownPrefill, s.reported.batch(now)),
               s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
             );
     // Every candidate's count, once a step needs them all (a single message's home check, then
@@ -676,7 +678,7 @@ export class Balancer implements PoolBalancer {
     ownCount: (s: EndpointState) => number,
     ownCounts: readonly number[] | undefined,
     slowdown: ((s: EndpointState) => number) | undefined,
-    ownPrefill: number,
+    ownPrefill: number | undefined,
   ): (s: EndpointState, i: number) => number {
     const maxAgeMs = Math.min(BALANCE_REPORT_MAX_AGE_MS, this.#reportMaxAgeMs);
     if (!candidates.every((s) => s.reported.countsEveryone(now, maxAgeMs)))
@@ -686,7 +688,7 @@ export class Balancer implements PoolBalancer {
       speedWeightedCount(
         this.#load(s, now),
         slowdown(s),
-        ownPrefill,
+        prefillPositions(ownPrefill, s.reported.batch(now)),
         s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
       );
   }

@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import { lowerBound, median, medianWithout } from './median.ts';
 import {
   medianBySelection,
+  prefillPositions,
   reportedSlowdowns,
   SLOW_SERVER_RATIO,
   slowdownAgainstPeers,
@@ -99,17 +100,17 @@ describe('speedWeightedCount', () => {
   });
 
   test("counts a slower server by the time its queue and the request's prefill take there", () => {
-    // 4× slower, idle: a short request (a tenth of a hold) counts as 0.3 requests ahead…
+    // 4× slower, idle: a short request (a tenth of a position) counts as 0.3 requests ahead…
     assert.ok(Math.abs(speedWeightedCount(0, 4, 0.1) - 0.3) < 1e-12);
-    // …a long one (two holds) as 6, and with one of its own in flight, as 10.
+    // …a long one (two positions) as 6, and with one of its own in flight, as 10.
     assert.equal(speedWeightedCount(0, 4, 2), 6);
     assert.equal(speedWeightedCount(1, 4, 2), 10);
-    // Prefill not known yet: one hold.
+    // Prefill not known: one position.
     assert.equal(speedWeightedCount(1, 4, Number.NaN), 7);
   });
 
   test('with a free slot, counts only the slower prefill: nobody is ahead of the request there', () => {
-    // 4× slower with room: a tenth of a hold of prefill costs 0.3 more.
+    // 4× slower with room: a tenth of a position of prefill costs 0.3 more.
     assert.ok(Math.abs(speedWeightedCount(2, 4, 0.1, 1) - 2.3) < 1e-12);
     assert.equal(speedWeightedCount(2, 4, 2, 3), 8);
     // No room, or room not known: the queue counts too.
@@ -125,15 +126,32 @@ describe('speedWeightedCount', () => {
         fc.double({ min: 0, max: 20, noNaN: true }),
         fc.double({ min: 0, max: 10, noNaN: true }),
         fc.option(fc.integer({ min: -5, max: 10 }), { nil: undefined }),
-        (inFlight, slowdown, holds, free) => {
-          const count = speedWeightedCount(inFlight, slowdown, holds, free);
+        (inFlight, slowdown, positions, free) => {
+          const count = speedWeightedCount(inFlight, slowdown, positions, free);
           assert.ok(count >= inFlight - 1e-9);
-          assert.ok(speedWeightedCount(inFlight, slowdown + 1, holds, free) >= count - 1e-9);
-          assert.ok(speedWeightedCount(inFlight, slowdown, holds + 1, free) >= count - 1e-9);
+          assert.ok(speedWeightedCount(inFlight, slowdown + 1, positions, free) >= count - 1e-9);
+          assert.ok(speedWeightedCount(inFlight, slowdown, positions + 1, free) >= count - 1e-9);
           // A free slot never makes a slow server look busier.
-          assert.ok(speedWeightedCount(inFlight, slowdown, holds, 1) <= count + 1e-9);
+          assert.ok(speedWeightedCount(inFlight, slowdown, positions, 1) <= count + 1e-9);
         },
       ),
     );
+  });
+});
+
+describe('prefillPositions', () => {
+  test("counts a request's prefill in the server's queue positions: a hold is a batch of them", () => {
+    // A sixth of a hold at a server of six slots is one position: one slot frees that often.
+    assert.ok(Math.abs(prefillPositions(1 / 6, 6) - 1) < 1e-12);
+    // A long prompt (1.25 holds: 3 s of prefill next to a 2.4 s hold) is 7.5 positions there.
+    assert.equal(prefillPositions(1.25, 6), 7.5);
+  });
+
+  test('a server that has not shown its batch counts as one slot; an unmeasured prefill as one position', () => {
+    assert.equal(prefillPositions(1.25, undefined), 1.25);
+    assert.equal(prefillPositions(1.25, 0), 1.25);
+    assert.equal(prefillPositions(undefined, 6), 1);
+    assert.equal(prefillPositions(Number.NaN, 6), 1);
+    assert.equal(prefillPositions(-1, 6), 1);
   });
 });

@@ -129,10 +129,10 @@ function medianOfThree(a: number, b: number, c: number): number {
 }
 
 /**
- * The count the balancing step compares for a candidate with `inFlight` of this sidecar's own
- * attempts, reported `slowdown` times slower than its peers, for a request whose own prefill takes
- * `ownPrefillHolds` of a typical request's slot time (1 when not known); `freeSlots` is what the
- * server's reports say of its room (ReportedLoad.freeSlots; undefined: not known).
+ * The count the balancing step compares for a candidate with `inFlight` requests, reported
+ * `slowdown` times slower than its peers, for a request whose own prefill is worth
+ * `ownPrefillPositions` queue positions (`prefillPositions`; 1 when not known); `freeSlots` is
+ * what the server's reports say of its room (ReportedLoad.freeSlots; undefined: not known).
  *
  * The time to this request's first token is about (requests ahead + its own prefill) × the
  * server's time per unit of work: `inFlight + p` at a server of typical speed, `slowdown ×
@@ -146,11 +146,26 @@ function medianOfThree(a: number, b: number, c: number): number {
 export function speedWeightedCount(
   inFlight: number,
   slowdown: number,
-  ownPrefillHolds: number,
+  ownPrefillPositions: number,
   freeSlots?: number,
 ): number {
   if (!(slowdown >= SLOW_SERVER_RATIO)) return inFlight;
-  const p = Number.isFinite(ownPrefillHolds) && ownPrefillHolds >= 0 ? ownPrefillHolds : 1;
+  const p =
+    Number.isFinite(ownPrefillPositions) && ownPrefillPositions >= 0 ? ownPrefillPositions : 1;
   if (freeSlots !== undefined && freeSlots >= 1) return inFlight + (slowdown - 1) * p;
   return slowdown * (inFlight + p) - p;
+}
+
+/**
+ * A request's own prefill in queue positions of a server, the unit of the counts the balancing
+ * step compares: its prefill in holds of a typical request (`PrefillExchange.prefillInHolds`) times
+ * the server's batch, since at a full batch a slot frees every hold ÷ batch. 1 (one request ahead)
+ * while the prefill is not measured; the batch counts as 1 while the server has not shown it
+ * (ReportedLoad.batch). Counted in holds, a 60k-token prompt weighed a sixth of its cost on a
+ * server of six slots, and a 4× slower server with a free slot took it ahead of peers two or
+ * three positions deep: 12 s to its first token against about 4 (docs/policy.md §4).
+ */
+export function prefillPositions(holds: number | undefined, batch: number | undefined): number {
+  if (holds === undefined || !Number.isFinite(holds) || holds < 0) return 1;
+  return holds * (batch !== undefined && batch >= 1 ? batch : 1);
 }
