@@ -372,14 +372,18 @@ describe('server-reported load', () => {
     assert.equal(statusOf('c').reportedSlowdown, undefined);
   });
 
-  test('a slower server with a free slot counts only its slower prefill, not the queue', () => {
-    const { balancer, pickOn } = setupBalancer();
-    pickOn('a');
-    // a has shown a batch of 6 (it queued), and 2 run there now: 4 free slots.
+  /** a reports 4× b's and c's time per token, has shown a batch of 6 (it queued), runs 2: 4 free. */
+  const slowServerWithRoom = (balancer: Balancer): void => {
     balancer.reportLoad('a', { running: 6, waiting: 1, interTokenLatencyMs: 40 });
     balancer.reportLoad('a', { running: 2, waiting: 0 });
     balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
     balancer.reportLoad('c', { running: 0, interTokenLatencyMs: 10 });
+  };
+
+  test('a slower server with a free slot counts only its slower prefill, not the queue', () => {
+    const { balancer, pickOn } = setupBalancer();
+    pickOn('a');
+    slowServerWithRoom(balancer);
     for (let i = 0; i < 5; i++) {
       pickOn('b');
       pickOn('c');
@@ -396,11 +400,8 @@ describe('server-reported load', () => {
     balancer.firstByte(sample, true);
     clock.advance(500);
     balancer.finish(sample, OK);
-    // a is 4× slower, has shown a batch of 6 (it queued) and runs 2: a free slot. b and c run 8.
-    balancer.reportLoad('a', { running: 6, waiting: 1, interTokenLatencyMs: 40 });
-    balancer.reportLoad('a', { running: 2, waiting: 0 });
-    balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
-    balancer.reportLoad('c', { running: 0, interTokenLatencyMs: 10 });
+    slowServerWithRoom(balancer);
+    // b and c run 8 each.
     for (let i = 0; i < 8; i++) {
       pickOn('b');
       pickOn('c');
@@ -539,7 +540,7 @@ describe('EWMA of time to first token', () => {
     }
     // Every endpoint idles past coldStart.idleAfterMs (60 s) between requests, so every sample is
     // a cold start. c recovered: its samples, faster than its EWMA, are kept, not dropped as cold.
-    lightLoad(setup, 120, (id) => (id === 'c' ? 10 : id === 'a' ? 10 : 20), 70_000);
+    lightLoad(setup, 120, (id) => (id === 'b' ? 20 : 10), 70_000);
     assert.ok(setup.statusOf('c').ewmaTtftMs < 15, String(setup.statusOf('c').ewmaTtftMs));
   });
 
