@@ -1,7 +1,13 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { INSTALL, POLICY_NAMES as BENCH_POLICY_NAMES, SCENARIOS } from '../lib/bench-names.ts';
+import {
+  INSTALL,
+  LOAD_SOURCES,
+  POLICY_NAMES as BENCH_POLICY_NAMES,
+  SCENARIOS,
+  type LoadSource,
+} from '../lib/bench-names.ts';
 import { parsePositiveInt } from './args.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
@@ -54,6 +60,7 @@ interface BenchFlags {
   quiet?: boolean;
   replot?: boolean;
   dumpRequests?: boolean;
+  loadSource: LoadSource;
 }
 
 /** `switchyard bench`: the routing benchmark (docs/benchmarks.md#routing). */
@@ -146,6 +153,14 @@ export function addBenchCommand(program: Command): void {
         'bench/results/routing',
       ),
     )
+    .addOption(
+      new Option(
+        '--load-source <who>',
+        "who scrapes the servers' load for switchyard's sidecars: each sidecar itself (sidecar, as standalone) or one controller stream they all subscribe to (controller, as in Kubernetes)",
+      )
+        .choices(LOAD_SOURCES)
+        .default('sidecar'),
+    )
     .option('--heterogeneous', 'make b1 half as fast and give b2 an eighth of the cache')
     .option('--no-plots', 'skip the plots')
     .option('--quiet', 'no progress output')
@@ -220,6 +235,7 @@ export function addBenchCommand(program: Command): void {
           plots: flags.plots,
           quiet: flags.quiet === true,
           dumpRequests: flags.dumpRequests === true,
+          loadSource: flags.loadSource,
         });
         const failed = results.targets.checks.filter((c) => c.met === false).length;
         if (failed > 0 && flags.quiet !== true)

@@ -60,7 +60,20 @@ export function startSwitchyard(
   args: string[],
   options: StartOptions = {},
 ): Promise<RunningProcess> {
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), SWITCHYARD_BIN, ...args], {
+  return startNodeScript(SWITCHYARD_BIN, args, options, `switchyard ${args.join(' ')}`);
+}
+
+/**
+ * Any Node script of this repository (a benchmark's helper process) started like `startSwitchyard`:
+ * ready once it prints its URL on a line of its own.
+ */
+export function startNodeScript(
+  script: string,
+  args: string[],
+  options: StartOptions = {},
+  label = `${script} ${args.join(' ')}`,
+): Promise<RunningProcess> {
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), script, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...options.env },
   });
@@ -72,9 +85,7 @@ export function startSwitchyard(
       done = true;
       void kill();
       reject(
-        new Error(
-          `switchyard ${args.join(' ')} did not start within ${options.timeoutMs ?? 15_000} ms:\n${output()}`,
-        ),
+        new Error(`${label} did not start within ${options.timeoutMs ?? 15_000} ms:\n${output()}`),
       );
     }, options.timeoutMs ?? 15_000);
     const lines = createInterface({ input: child.stdout });
@@ -99,11 +110,7 @@ export function startSwitchyard(
       if (done) return;
       done = true;
       clearTimeout(timer);
-      reject(
-        new Error(
-          `switchyard ${args.join(' ')} exited (${code}) before it was ready:\n${output()}`,
-        ),
-      );
+      reject(new Error(`${label} exited (${code}) before it was ready:\n${output()}`));
     });
   });
 }

@@ -16,6 +16,14 @@ export const SCENARIOS = [
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 
+/**
+ * Who scrapes the servers' load for switchyard's sidecars in the bench: each sidecar itself, as a
+ * standalone sidecar does, or one controller stream that every sidecar subscribes to, as in
+ * Kubernetes (bench/routing/load-relay.ts).
+ */
+export const LOAD_SOURCES = ['sidecar', 'controller'] as const;
+export type LoadSource = (typeof LOAD_SOURCES)[number];
+
 export const POLICY_NAMES = [
   'round-robin',
   'random',

@@ -5,6 +5,8 @@
  * balancers, the oracle) and gateways.ts (LiteLLM, SMG, vllm-router).
  */
 
+import type { LoadSource } from '../../lib/bench-names.ts';
+
 /** The API key every client of the benchmark sends (LiteLLM's proxy insists on a master key). */
 export const BENCH_CLIENT_KEY = 'sk-switchyard-bench-0000000000000000';
 
@@ -33,6 +35,11 @@ export interface RouterContext {
   seed: number;
   /** The model name the clients send and the simulators serve (routers that route by model). */
   model: string;
+  /**
+   * Who scrapes the servers' load for switchyard's sidecars: each sidecar itself (standalone), or
+   * one controller stream all of them subscribe to (as in Kubernetes, load-relay.ts).
+   */
+  loadSource: LoadSource;
 }
 
 export type Family = 'baseline' | 'switchyard' | 'oracle' | 'peer';

@@ -133,7 +133,9 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       `simulators at speed ${s.speed}. ${s.backends} backends, ${s.routers} instances of every router (one of each \`-central\` gateway), ` +
       `${(s.seeds ?? 1) > 1 ? `${s.seeds} runs of every policy (seeds ${s.seed}–${s.seed + s.seeds - 1})` : `seed ${s.seed}`}` +
       `${t.laterTurns === null || t.laterTurns === undefined ? '' : `; prompts sent as chat conversations rebuilt from the hash-id chains (${t.laterTurns.toLocaleString('en-US')} of the replayed requests are later turns)`}` +
-      `${s.heterogeneous ? ', heterogeneous fleet' : ''}. ${results.machine.cpus} CPUs, Node ${results.machine.node}; the whole run took ${results.durationS.toFixed(0)} s.`,
+      `${s.heterogeneous ? ', heterogeneous fleet' : ''}` +
+      `${s.loadSource === 'controller' ? "; switchyard's sidecars get the servers' load from one controller stream that scrapes them (as in Kubernetes), not each from its own scrapes" : ''}` +
+      `. ${results.machine.cpus} CPUs, Node ${results.machine.node}; the whole run took ${results.durationS.toFixed(0)} s.`,
     '',
   );
   out.push(

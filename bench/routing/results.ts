@@ -3,6 +3,7 @@
  * the results.json that run.ts writes and plots.ts and report.ts read (here, apart from all
  * three, so that they do not import each other in a circle).
  */
+import type { LoadSource } from '../../lib/bench-names.ts';
 import type { SharePoint } from './metrics.ts';
 import type { ScenarioName } from './scenarios.ts';
 import type { SeededResult } from './seeds.ts';
@@ -42,6 +43,11 @@ export interface BenchSettings {
    * runs, its prompt's size and conversation turn. For finding which requests make a tail.
    */
   dumpRequests?: boolean;
+  /**
+   * Who scrapes the servers' load for switchyard's sidecars (lib/bench-names.ts, LOAD_SOURCES);
+   * absent in the results of runs from before the option, which were all `sidecar`.
+   */
+  loadSource?: LoadSource;
 }
 
 /**

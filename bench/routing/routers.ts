@@ -14,7 +14,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { DEFAULT_LOAD_SCRAPE_EVERY_MS, MIN_LOAD_SCRAPE_EVERY_MS } from '../../cli/args.ts';
-import { startSidecar } from '../../harness/processes.ts';
+import { startNodeScript, startSidecar, startSwitchyard } from '../../harness/processes.ts';
 import {
   freePort,
   spawnListening,
@@ -37,6 +37,8 @@ import {
 // --------------------------------------------------------------------------------------------
 // switchyard (and the baselines inside it)
 // --------------------------------------------------------------------------------------------
+
+const RELAY_SCRIPT = join(import.meta.dirname, 'load-relay.ts');
 
 function poolYaml(ctx: RouterContext, affinity: 'Prefix' | 'None'): string {
   const spec: Record<string, unknown> = {
@@ -63,18 +65,64 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
     const dir = tempDir('routing-sidecar');
     const file = join(dir, 'pool.yaml');
     writeFileSync(file, poolYaml(ctx, affinity));
-    return startInstances(ctx.instances, () =>
-      startSidecar(file, [
-        '--log-level',
-        'warn',
-        '--picker',
-        picker,
-        // The default scrape period in simulated time, as a sidecar in front of real servers
-        // scrapes them.
-        '--load-scrape-every',
-        `${Math.max(MIN_LOAD_SCRAPE_EVERY_MS, Math.round(DEFAULT_LOAD_SCRAPE_EVERY_MS / ctx.speed))}ms`,
-      ]),
+    // The default scrape period in simulated time, as a sidecar (or the controller) in front of
+    // real servers scrapes them.
+    const scrapeEveryMs = Math.max(
+      MIN_LOAD_SCRAPE_EVERY_MS,
+      Math.round(DEFAULT_LOAD_SCRAPE_EVERY_MS / ctx.speed),
     );
+    if (ctx.loadSource === 'sidecar') {
+      return startInstances(ctx.instances, () =>
+        startSidecar(file, [
+          '--log-level',
+          'warn',
+          '--picker',
+          picker,
+          '--load-scrape-every',
+          `${scrapeEveryMs}ms`,
+        ]),
+      );
+    }
+    // As in Kubernetes: one scraper for every sidecar, its load streamed to them (load-relay.ts).
+    const relay = await startNodeScript(RELAY_SCRIPT, [file, String(scrapeEveryMs)]);
+    const token = join(dir, 'token');
+    writeFileSync(token, 'bench');
+    try {
+      const set = await startInstances(ctx.instances, (i) =>
+        startSwitchyard([
+          'sidecar',
+          '--controller',
+          relay.url,
+          '--namespace',
+          'bench',
+          '--pool',
+          'bench',
+          '--token-file',
+          token,
+          '--sidecar-id',
+          `bench-${i}`,
+          '--listen',
+          '127.0.0.1:0',
+          '--admin',
+          '127.0.0.1:0',
+          '--log-level',
+          'warn',
+          '--picker',
+          picker,
+        ]),
+      );
+      return {
+        ...set,
+        pids: [...set.pids, relay.pid],
+        stop: async () => {
+          await set.stop();
+          await relay.stop();
+        },
+      };
+    } catch (err) {
+      await relay.stop();
+      throw err;
+    }
   };
 }
 

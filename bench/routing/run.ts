@@ -487,6 +487,7 @@ async function runOnce(run: {
           costWeightPerMs: run.weight,
           seed: run.seed,
           model: MODEL,
+          loadSource: settings.loadSource ?? 'sidecar',
         });
       } catch (err) {
         return {

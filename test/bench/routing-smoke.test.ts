@@ -33,7 +33,7 @@ interface Affinity {
 }
 
 interface Results {
-  settings: { routers: number; backends: number; seeds: number };
+  settings: { routers: number; backends: number; seeds: number; loadSource?: string };
   trace: {
     format: string;
     requestsReplayed: number;
@@ -203,6 +203,35 @@ describe('switchyard bench (smoke)', () => {
       assert.ok(r.conversations.maxHomeShare >= 1 / 3 && r.conversations.maxHomeShare <= 1);
     }
     assert.match(readFileSync(join(dir, 'report.md'), 'utf8'), /\| switchyard \| [\d.]+ % \|/);
+  });
+
+  it('--load-source controller feeds the sidecars from one controller stream, as in Kubernetes', async () => {
+    const dir = join(out, 'controller');
+    await bench([
+      '--trace',
+      join(FIXTURES, 'mooncake-sample.jsonl'),
+      '--policies',
+      'switchyard',
+      '--scenario',
+      'steady',
+      '--max-requests',
+      '20',
+      '--time-scale',
+      '0.002',
+      '--speed',
+      '50',
+      '--seeds',
+      '1',
+      '--no-plots',
+      '--load-source',
+      'controller',
+      '--out',
+      dir,
+    ]);
+    const results = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as Results;
+    assert.equal(results.settings.loadSource, 'controller');
+    assert.equal(results.scenarios['steady']?.['switchyard']?.errors, 0);
+    assert.match(readFileSync(join(dir, 'report.md'), 'utf8'), /from one controller stream/);
   });
 
   it('reads an Azure CSV excerpt by its content', async () => {
