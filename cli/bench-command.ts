@@ -183,7 +183,8 @@ export function addBenchCommand(program: Command): void {
         'Examples:\n  switchyard bench                                  # steady + fast-failure, 1,000 requests, every policy\n' +
         '  switchyard bench --scenario all --max-requests 0  # the whole trace, every scenario (long)\n' +
         '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin\n' +
-        '  switchyard bench --scenario conversations --routers 16 --policies switchyard,smg-cache-aware,smg-cache-aware-central',
+        '  switchyard bench --scenario conversations --routers 16 --policies switchyard,smg-cache-aware,smg-cache-aware-central\n' +
+        '  switchyard bench --routers 16 --load-source controller  # 16 sidecars fed by one scraper, as in Kubernetes',
     )
     .action(async (flags: BenchFlags) => {
       if (flags.replot === true) {

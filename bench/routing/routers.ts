@@ -93,6 +93,7 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
           'sidecar',
           '--controller',
           relay.url,
+          // The relay serves the pool file's pool (`metadata.name: bench`) in namespace bench.
           '--namespace',
           'bench',
           '--pool',
