@@ -1,8 +1,9 @@
 /**
  * The controller's stream without Kubernetes, for `switchyard bench --load-source controller`:
  * the controller's own snapshot server (controller/stream/snapshot-server.ts) and load monitor
- * (lib/load-scrape/monitor.ts) in one process, fed the pool file's configuration instead of the
- * API server's InferencePool and EndpointSlices. The sidecars subscribe with `--controller` as in
+ * (lib/load-scrape/monitor.ts) in one process, serving the snapshot the controller's reconcile core
+ * (controller/core/desired-snapshot.ts) computes from the pool file's spec instead of an
+ * InferencePool and its EndpointSlices from the API server. The sidecars subscribe with `--controller` as in
  * Kubernetes, so one scraper serves all of them: R sidecars cost the servers one scrape a period,
  * not R, and the load reaches them over the same stream and code path as in a cluster.
  *
@@ -14,7 +15,9 @@
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
-import type { PoolSnapshot } from '../../crds/snapshot.ts';
+import { parsePoolYaml } from '../../crds/pool-document.ts';
+import { validatePool } from '../../crds/validate.ts';
+import { desiredSnapshot } from '../../controller/core/desired-snapshot.ts';
 import { ControllerMetrics } from '../../controller/metrics.ts';
 import { SnapshotServer } from '../../controller/stream/snapshot-server.ts';
 import { LoadMonitor } from '../../lib/load-scrape/monitor.ts';
@@ -29,13 +32,29 @@ if (poolFile === undefined || !(periodMs > 0)) {
   process.stderr.write('usage: node bench/routing/load-relay.ts <pool file> <scrape period ms>\n');
   process.exit(2);
 }
-const loaded = loadPoolText(readFileSync(poolFile, 'utf8'), process.env);
+// The pool file's problems, each naming its field; then the snapshot exactly as the controller's
+// reconcile core computes it from an InferencePool of that spec (URL backends need no Service).
+const text = readFileSync(poolFile, 'utf8');
+const loaded = loadPoolText(text, process.env);
 if (!loaded.ok) {
   process.stderr.write(formatProblems(poolFile, loaded.problems) + '\n');
   process.exit(2);
 }
-const { pool } = loaded;
-const key = `${RELAY_NAMESPACE}/${pool.name}`;
+const validated = validatePool((parsePoolYaml(text) as { ok: true; document: unknown }).document);
+if (!validated.ok) throw new Error('a pool file that loads validates');
+const name = validated.pool.metadata.name;
+const desired = desiredSnapshot({
+  pool: { ...validated.pool, metadata: { ...validated.pool.metadata, namespace: RELAY_NAMESPACE } },
+  services: new Map(),
+  slicesByService: new Map(),
+  secrets: new Map(),
+});
+if (desired.snapshot === undefined) {
+  const why = desired.conditions.map((c) => `${c.type}: ${c.message}`).join('; ');
+  process.stderr.write(`${poolFile}: the controller would send no snapshot of it (${why})\n`);
+  process.exit(2);
+}
+const key = `${RELAY_NAMESPACE}/${name}`;
 const logger = pino({ level: 'warn' });
 
 const stream = new SnapshotServer({
@@ -53,20 +72,14 @@ const stream = new SnapshotServer({
   },
   logger,
   metrics: new ControllerMetrics(),
-  heartbeatMs: 30_000,
+  // The controller's default (`switchyard controller --heartbeat`): sidecars reconnect after 35 s
+  // of silence.
+  heartbeatMs: 10_000,
   tls: undefined,
   poolExists: (k) => k === key,
   onSidecarChange: () => undefined,
 });
-const snapshot: PoolSnapshot = {
-  version: 1,
-  hash: pool.hash,
-  pool: { namespace: RELAY_NAMESPACE, name: pool.name },
-  policy: pool.policy,
-  timeouts: pool.timeouts,
-  endpoints: pool.endpoints,
-};
-stream.publish(key, snapshot, performance.now());
+stream.publish(key, { ...desired.snapshot, version: 1 }, performance.now());
 
 const load = new LoadMonitor({
   periodMs,

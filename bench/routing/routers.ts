@@ -14,7 +14,12 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { DEFAULT_LOAD_SCRAPE_EVERY_MS, MIN_LOAD_SCRAPE_EVERY_MS } from '../../cli/args.ts';
-import { startNodeScript, startSidecar, startSwitchyard } from '../../harness/processes.ts';
+import {
+  startNodeScript,
+  startSidecar,
+  startSwitchyard,
+  type RunningProcess,
+} from '../../harness/processes.ts';
 import {
   freePort,
   spawnListening,
@@ -84,12 +89,14 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
       );
     }
     // As in Kubernetes: one scraper for every sidecar, its load streamed to them (load-relay.ts).
-    const relay = await startNodeScript(RELAY_SCRIPT, [file, String(scrapeEveryMs)]);
     const token = join(dir, 'token');
     writeFileSync(token, 'bench');
+    const relay = await startNodeScript(RELAY_SCRIPT, [file, String(scrapeEveryMs)]);
+    let relayExited = false;
+    void relay.exited.then(() => (relayExited = true));
     try {
-      const set = await startInstances(ctx.instances, (i) =>
-        startSwitchyard([
+      const set = await startInstances(ctx.instances, async (i) => {
+        const sidecar = await startSwitchyard([
           'sidecar',
           '--controller',
           relay.url,
@@ -110,14 +117,26 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
           'warn',
           '--picker',
           picker,
-        ]),
-      );
+        ]);
+        // It listens before the first snapshot arrives; /startupz passes once it has one.
+        await untilStarted(sidecar).catch(async (err: unknown) => {
+          await sidecar.stop();
+          throw err;
+        });
+        return sidecar;
+      });
       return {
         ...set,
         pids: [...set.pids, relay.pid],
         stop: async () => {
-          await set.stop();
-          await relay.stop();
+          // A relay gone mid-run leaves the sidecars on stale load: that run measured nothing.
+          const died = relayExited;
+          try {
+            await set.stop();
+          } finally {
+            await relay.stop();
+          }
+          if (died) throw new Error(`the load relay exited during the run:\n${relay.output()}`);
         },
       };
     } catch (err) {
@@ -125,6 +144,21 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
       throw err;
     }
   };
+}
+
+/** Resolves once a sidecar's /startupz passes (a configuration applied), within 10 s. */
+async function untilStarted(sidecar: RunningProcess): Promise<void> {
+  const deadline = performance.now() + 10_000;
+  for (;;) {
+    const res = await fetch(`${sidecar.adminUrl}/startupz`).catch(() => undefined);
+    await res?.body?.cancel();
+    if (res?.status === 200) return;
+    if (performance.now() > deadline)
+      throw new Error(
+        `a sidecar got no snapshot from the load relay within 10 s:\n${sidecar.output()}`,
+      );
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 const switchyardVersion = (): string => {

@@ -57,8 +57,9 @@ describe('bench load relay', () => {
         started.push(sidecar);
         sidecars.push(sidecar);
       }
-      // Each sidecar has the pool from the stream, and every endpoint's queue as the relay
-      // scraped it: a sidecar with --controller scrapes nothing itself.
+      // Each sidecar has the pool from the stream, and every endpoint's queue: before any request
+      // (so no ORCA header), from the relay's scrapes, since a sidecar with --controller leaves
+      // scraping to the controller.
       for (const sidecar of sidecars) {
         await eventually(
           async () => {
