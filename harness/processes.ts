@@ -153,6 +153,42 @@ export function startSidecar(
   );
 }
 
+/** Where a sidecar in Kubernetes mode subscribes: the controller's stream and its pool. */
+export interface Subscription {
+  controllerUrl: string;
+  namespace: string;
+  pool: string;
+  tokenFile: string;
+  sidecarId: string;
+}
+
+/** `switchyard sidecar --controller` on free loopback ports, logging at warn (`flags` override). */
+export function startSubscribedSidecar(
+  subscription: Subscription,
+  flags: string[] = [],
+): Promise<RunningProcess> {
+  return startSwitchyard([
+    'sidecar',
+    '--controller',
+    subscription.controllerUrl,
+    '--namespace',
+    subscription.namespace,
+    '--pool',
+    subscription.pool,
+    '--token-file',
+    subscription.tokenFile,
+    '--sidecar-id',
+    subscription.sidecarId,
+    '--listen',
+    '127.0.0.1:0',
+    '--admin',
+    '127.0.0.1:0',
+    '--log-level',
+    'warn',
+    ...flags,
+  ]);
+}
+
 /** Stops every given process; never throws. */
 export async function stopAll(processes: readonly (RunningProcess | undefined)[]): Promise<void> {
   await Promise.all(

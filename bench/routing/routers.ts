@@ -17,7 +17,7 @@ import { DEFAULT_LOAD_SCRAPE_EVERY_MS, MIN_LOAD_SCRAPE_EVERY_MS } from '../../cl
 import {
   startNodeScript,
   startSidecar,
-  startSwitchyard,
+  startSubscribedSidecar,
   type RunningProcess,
 } from '../../harness/processes.ts';
 import {
@@ -96,28 +96,17 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
     void relay.exited.then(() => (relayExited = true));
     try {
       const set = await startInstances(ctx.instances, async (i) => {
-        const sidecar = await startSwitchyard([
-          'sidecar',
-          '--controller',
-          relay.url,
-          // The relay serves the pool file's pool (`metadata.name: bench`) in namespace bench.
-          '--namespace',
-          'bench',
-          '--pool',
-          'bench',
-          '--token-file',
-          token,
-          '--sidecar-id',
-          `bench-${i}`,
-          '--listen',
-          '127.0.0.1:0',
-          '--admin',
-          '127.0.0.1:0',
-          '--log-level',
-          'warn',
-          '--picker',
-          picker,
-        ]);
+        const sidecar = await startSubscribedSidecar(
+          {
+            controllerUrl: relay.url,
+            // The relay serves the pool file's pool (`metadata.name: bench`) in namespace bench.
+            namespace: 'bench',
+            pool: 'bench',
+            tokenFile: token,
+            sidecarId: `bench-${i}`,
+          },
+          ['--picker', picker],
+        );
         // It listens before the first snapshot arrives; /startupz passes once it has one.
         await untilStarted(sidecar).catch(async (err: unknown) => {
           await sidecar.stop();

@@ -12,7 +12,7 @@ import { balancePool, scratchDir } from '../../harness/pool-file.ts';
 import {
   startNodeScript,
   startSim,
-  startSwitchyard,
+  startSubscribedSidecar,
   stopAll,
   type RunningProcess,
 } from '../../harness/processes.ts';
@@ -35,25 +35,13 @@ describe('bench load relay', () => {
       started.push(relay);
       const sidecars: RunningProcess[] = [];
       for (const id of ['app-1', 'app-2']) {
-        const sidecar = await startSwitchyard([
-          'sidecar',
-          '--controller',
-          relay.url,
-          '--namespace',
-          'bench',
-          '--pool',
-          'test',
-          '--token-file',
-          token,
-          '--sidecar-id',
-          id,
-          '--listen',
-          '127.0.0.1:0',
-          '--admin',
-          '127.0.0.1:0',
-          '--log-level',
-          'warn',
-        ]);
+        const sidecar = await startSubscribedSidecar({
+          controllerUrl: relay.url,
+          namespace: 'bench',
+          pool: 'test',
+          tokenFile: token,
+          sidecarId: id,
+        });
         started.push(sidecar);
         sidecars.push(sidecar);
       }
