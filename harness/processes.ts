@@ -153,40 +153,41 @@ export function startSidecar(
   );
 }
 
-/** Where a sidecar in Kubernetes mode subscribes: the controller's stream and its pool. */
-export interface Subscription {
+/** A sidecar fed by the controller's snapshot stream (Kubernetes mode), as the tests start one. */
+export interface ControllerSidecar {
   controllerUrl: string;
-  namespace: string;
   pool: string;
+  namespace: string;
   tokenFile: string;
+  caFile?: string | undefined;
+  /** Where it keeps its last snapshot; none when undefined. */
+  cacheFile?: string | undefined;
   sidecarId: string;
+  listen?: string;
+  admin?: string;
 }
 
-/** `switchyard sidecar --controller` on free loopback ports, logging at warn (`flags` override). */
-export function startSubscribedSidecar(
-  subscription: Subscription,
-  flags: string[] = [],
-): Promise<RunningProcess> {
-  return startSwitchyard([
+/** The arguments of `switchyard sidecar` fed by the controller (after the subcommand name). */
+export function controllerSidecarArgs(o: ControllerSidecar): string[] {
+  return [
     'sidecar',
     '--controller',
-    subscription.controllerUrl,
-    '--namespace',
-    subscription.namespace,
+    o.controllerUrl,
     '--pool',
-    subscription.pool,
+    o.pool,
+    '--namespace',
+    o.namespace,
     '--token-file',
-    subscription.tokenFile,
+    o.tokenFile,
+    ...(o.caFile === undefined ? [] : ['--ca-file', o.caFile]),
+    ...(o.cacheFile === undefined ? [] : ['--cache-file', o.cacheFile]),
     '--sidecar-id',
-    subscription.sidecarId,
+    o.sidecarId,
     '--listen',
-    '127.0.0.1:0',
+    o.listen ?? '127.0.0.1:0',
     '--admin',
-    '127.0.0.1:0',
-    '--log-level',
-    'warn',
-    ...flags,
-  ]);
+    o.admin ?? '127.0.0.1:0',
+  ];
 }
 
 /** Stops every given process; never throws. */

@@ -1,11 +1,12 @@
 /**
  * The controller's stream without Kubernetes, for `switchyard bench --load-source controller`:
  * the controller's own snapshot server (controller/stream/snapshot-server.ts) and load monitor
- * (lib/load-scrape/monitor.ts) in one process, serving the snapshot the controller's reconcile core
- * (controller/core/desired-snapshot.ts) computes from the pool file's spec instead of an
- * InferencePool and its EndpointSlices from the API server. The sidecars subscribe with `--controller` as in
- * Kubernetes, so one scraper serves all of them: R sidecars cost the servers one scrape a period,
- * not R, and the load reaches them over the same stream and code path as in a cluster.
+ * (lib/load-scrape/monitor.ts) in one process, serving the snapshot the controller's reconcile
+ * core (controller/core/desired-snapshot.ts) computes from the pool file's spec instead of an
+ * InferencePool and its EndpointSlices from the API server. The sidecars subscribe with
+ * `--controller` as in Kubernetes, so one scraper serves all of them: R sidecars cost the servers
+ * one scrape a period, not R, and the load reaches them over the same stream and code path as in
+ * a cluster.
  *
  *   node bench/routing/load-relay.ts <pool file> <scrape period ms>
  *
@@ -21,7 +22,7 @@ import { desiredSnapshot } from '../../controller/core/desired-snapshot.ts';
 import { ControllerMetrics } from '../../controller/metrics.ts';
 import { SnapshotServer } from '../../controller/stream/snapshot-server.ts';
 import { LoadMonitor } from '../../lib/load-scrape/monitor.ts';
-import { formatProblems, loadPoolText } from '../../sidecar/config/pool-file.ts';
+import { formatProblems } from '../../sidecar/config/pool-file.ts';
 
 /** The namespace the pool is served in: the sidecars subscribe with `--namespace bench`. */
 const RELAY_NAMESPACE = 'bench';
@@ -34,14 +35,12 @@ if (poolFile === undefined || !(periodMs > 0)) {
 }
 // The pool file's problems, each naming its field; then the snapshot exactly as the controller's
 // reconcile core computes it from an InferencePool of that spec (URL backends need no Service).
-const text = readFileSync(poolFile, 'utf8');
-const loaded = loadPoolText(text, process.env);
-if (!loaded.ok) {
-  process.stderr.write(formatProblems(poolFile, loaded.problems) + '\n');
+const parsed = parsePoolYaml(readFileSync(poolFile, 'utf8'));
+const validated = parsed.ok ? validatePool(parsed.document) : parsed;
+if (!validated.ok) {
+  process.stderr.write(formatProblems(poolFile, validated.errors) + '\n');
   process.exit(2);
 }
-const validated = validatePool((parsePoolYaml(text) as { ok: true; document: unknown }).document);
-if (!validated.ok) throw new Error('a pool file that loads validates');
 const name = validated.pool.metadata.name;
 const desired = desiredSnapshot({
   pool: { ...validated.pool, metadata: { ...validated.pool.metadata, namespace: RELAY_NAMESPACE } },

@@ -15,9 +15,10 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { DEFAULT_LOAD_SCRAPE_EVERY_MS, MIN_LOAD_SCRAPE_EVERY_MS } from '../../cli/args.ts';
 import {
+  controllerSidecarArgs,
   startNodeScript,
   startSidecar,
-  startSubscribedSidecar,
+  startSwitchyard,
   type RunningProcess,
 } from '../../harness/processes.ts';
 import {
@@ -96,17 +97,20 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
     void relay.exited.then(() => (relayExited = true));
     try {
       const set = await startInstances(ctx.instances, async (i) => {
-        const sidecar = await startSubscribedSidecar(
-          {
+        const sidecar = await startSwitchyard([
+          ...controllerSidecarArgs({
             controllerUrl: relay.url,
             // The relay serves the pool file's pool (`metadata.name: bench`) in namespace bench.
             namespace: 'bench',
             pool: 'bench',
             tokenFile: token,
             sidecarId: `bench-${i}`,
-          },
-          ['--picker', picker],
-        );
+          }),
+          '--log-level',
+          'warn',
+          '--picker',
+          picker,
+        ]);
         // It listens before the first snapshot arrives; /startupz passes once it has one.
         await untilStarted(sidecar).catch(async (err: unknown) => {
           await sidecar.stop();
@@ -118,7 +122,8 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
         ...set,
         pids: [...set.pids, relay.pid],
         stop: async () => {
-          // A relay gone mid-run leaves the sidecars on stale load: that run measured nothing.
+          // A relay gone mid-run left the sidecars on stale load: the run measured nothing, and
+          // the bench stops with the relay's output rather than report it.
           const died = relayExited;
           try {
             await set.stop();

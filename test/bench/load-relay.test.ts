@@ -10,9 +10,10 @@ import { describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { balancePool, scratchDir } from '../../harness/pool-file.ts';
 import {
+  controllerSidecarArgs,
   startNodeScript,
   startSim,
-  startSubscribedSidecar,
+  startSwitchyard,
   stopAll,
   type RunningProcess,
 } from '../../harness/processes.ts';
@@ -35,13 +36,17 @@ describe('bench load relay', () => {
       started.push(relay);
       const sidecars: RunningProcess[] = [];
       for (const id of ['app-1', 'app-2']) {
-        const sidecar = await startSubscribedSidecar({
-          controllerUrl: relay.url,
-          namespace: 'bench',
-          pool: 'test',
-          tokenFile: token,
-          sidecarId: id,
-        });
+        const sidecar = await startSwitchyard([
+          ...controllerSidecarArgs({
+            controllerUrl: relay.url,
+            namespace: 'bench',
+            pool: 'test',
+            tokenFile: token,
+            sidecarId: id,
+          }),
+          '--log-level',
+          'warn',
+        ]);
         started.push(sidecar);
         sidecars.push(sidecar);
       }

@@ -11,13 +11,18 @@ import https from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import {
+  controllerSidecarArgs,
+  startSwitchyard,
+  stopAll,
+  type RunningProcess,
+} from '../../harness/processes.ts';
 import { freePorts, startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
 import { findSecrets } from '../reliability/secrets.ts';
 import { recordFigure } from '../reliability/figures.ts';
 import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import { forgeServiceAccountToken } from './tokens.ts';
-import { controllerSidecarArgs, createNamespaces } from './test-controller.ts';
+import { createNamespaces } from './test-controller.ts';
 import { chatTo, keepSending, postChat } from './traffic.ts';
 import { makeServingTls, type ServingTls } from '../../harness/tls.ts';
 import {

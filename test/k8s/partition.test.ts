@@ -21,15 +21,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it, type TestContext } from 'node:test';
-import { SWITCHYARD_BIN, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import {
+  controllerSidecarArgs,
+  SWITCHYARD_BIN,
+  stopAll,
+  type RunningProcess,
+} from '../../harness/processes.ts';
 import { recordFigure } from '../reliability/figures.ts';
 import { startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
 import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
-import {
-  controllerSidecarArgs,
-  createNamespaces,
-  startPlainController,
-} from './test-controller.ts';
+import { createNamespaces, startPlainController } from './test-controller.ts';
 import {
   assertTestAddress,
   createTestHost,

@@ -1,12 +1,17 @@
 /**
  * Set-ups shared by the end-to-end tests: namespaces, a controller on plain HTTP for the tests
- * where TLS is not what is under test, the arguments of a sidecar fed by it, and a whole pool
- * behind a Service on test hosts (`startServicePool`).
+ * where TLS is not what is under test, and a whole pool behind a Service on test hosts
+ * (`startServicePool`).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import {
+  controllerSidecarArgs,
+  startSwitchyard,
+  stopAll,
+  type RunningProcess,
+} from '../../harness/processes.ts';
 import { startCluster, type Cluster } from '../../harness/k8s/cluster.ts';
 import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import { assertTestAddress, createTestHost, type TestHost } from './test-hosts.ts';
@@ -45,42 +50,6 @@ export function startPlainController(
     'controller-0',
     ...extra,
   ]);
-}
-
-export interface ControllerSidecar {
-  controllerUrl: string;
-  pool: string;
-  namespace: string;
-  tokenFile: string;
-  caFile?: string | undefined;
-  cacheFile: string;
-  sidecarId: string;
-  listen?: string;
-  admin?: string;
-}
-
-/** The arguments of `switchyard sidecar` fed by the controller (after the subcommand name). */
-export function controllerSidecarArgs(o: ControllerSidecar): string[] {
-  return [
-    'sidecar',
-    '--controller',
-    o.controllerUrl,
-    '--pool',
-    o.pool,
-    '--namespace',
-    o.namespace,
-    '--token-file',
-    o.tokenFile,
-    ...(o.caFile === undefined ? [] : ['--ca-file', o.caFile]),
-    '--cache-file',
-    o.cacheFile,
-    '--sidecar-id',
-    o.sidecarId,
-    '--listen',
-    o.listen ?? '127.0.0.1:0',
-    '--admin',
-    o.admin ?? '127.0.0.1:0',
-  ];
 }
 
 /** The namespace of a `ServicePool`'s pool, Service and app. */
