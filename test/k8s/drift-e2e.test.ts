@@ -83,16 +83,29 @@ describe(
       ).requests;
     };
     const chat = (s: RunningProcess): Promise<Response> => postChat(s.url, 'llama');
-    // `n` requests at once, alternating between the sidecars: the least-loaded step spreads them
-    // over every endpoint in routing. One at a time, every endpoint is idle at each pick, and the
-    // tie goes by two random choices on the score, where the slowest of three wins only once its
-    // idle fade has brought its score under a peer's, about ln(slowdown) × 10 s after its last
-    // request: an endpoint kept in routing could see none of a test's few requests
-    // (docs/policy.md §4, "Idle fade").
-    const burst = (n: number): Promise<unknown> =>
-      Promise.all(
-        Array.from({ length: n }, (_, i) => chat(sidecars[i % 2]!).then((r) => r.text())),
-      );
+    // `n` requests at once, alternating between the sidecars, while every backend takes 300 ms
+    // to answer, so that they are all in flight together and the least-loaded step spreads them
+    // over every endpoint in routing. Answered at once, they reach the sidecars one after another
+    // (CI saw it): every endpoint is idle at each pick, and the tie goes by two random choices on
+    // the score, where the slowest of three wins only once its idle fade has brought its score
+    // under a peer's, about ln(slowdown) × 10 s after its last request: an endpoint kept in
+    // routing could see none of a test's few requests (docs/policy.md §4, "Idle fade").
+    const burst = async (n: number): Promise<void> => {
+      const decodeMsPerToken = async (h: TestHost): Promise<number> => {
+        assertTestAddress(h.ip);
+        const res = await fetch(`http://${h.ip}:8000/admin/config`);
+        return ((await res.json()) as { decodeMsPerToken: number }).decodeMsPerToken;
+      };
+      const usual = await Promise.all(pool.hosts.map(decodeMsPerToken));
+      await Promise.all(pool.hosts.map((h) => simAdmin(h, { decodeMsPerToken: 100 })));
+      try {
+        await Promise.all(
+          Array.from({ length: n }, (_, i) => chat(sidecars[i % 2]!).then((r) => r.text())),
+        );
+      } finally {
+        await Promise.all(pool.hosts.map((h, i) => simAdmin(h, { decodeMsPerToken: usual[i] })));
+      }
+    };
     const events = async (reason: string): Promise<{ message: string }[]> =>
       (
         await pool.cluster.request<{
