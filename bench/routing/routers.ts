@@ -14,6 +14,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { DEFAULT_LOAD_SCRAPE_EVERY_MS, MIN_LOAD_SCRAPE_EVERY_MS } from '../../cli/args.ts';
+import { waitFor } from '../../harness/k8s/cluster.ts';
 import {
   controllerSidecarArgs,
   startNodeScript,
@@ -142,17 +143,17 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
 
 /** Resolves once a sidecar's /startupz passes (a configuration applied), within 10 s. */
 async function untilStarted(sidecar: RunningProcess): Promise<void> {
-  const deadline = performance.now() + 10_000;
-  for (;;) {
-    const res = await fetch(`${sidecar.adminUrl}/startupz`).catch(() => undefined);
-    await res?.body?.cancel();
-    if (res?.status === 200) return;
-    if (performance.now() > deadline)
-      throw new Error(
-        `a sidecar got no snapshot from the load relay within 10 s:\n${sidecar.output()}`,
-      );
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  await waitFor(
+    'a sidecar to get its snapshot from the load relay',
+    async () => {
+      const res = await fetch(`${sidecar.adminUrl}/startupz`);
+      await res.body?.cancel();
+      return res.status === 200;
+    },
+    { timeoutMs: 10_000, intervalMs: 20 },
+  ).catch((err: unknown) => {
+    throw new Error(`${err instanceof Error ? err.message : String(err)}:\n${sidecar.output()}`);
+  });
 }
 
 const switchyardVersion = (): string => {
