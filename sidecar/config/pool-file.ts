@@ -165,19 +165,24 @@ export function watchPoolFile(
     timer = setTimeout(fire, Math.max(0, Math.min(debounceMs, pendingSinceMs + maxWaitMs - now)));
     rewatch();
   };
+  // The names that matter in each watched directory, as of the latest resolution of the chain.
+  // A watcher reads them here at each event, not from when it was made: a link re-pointed to
+  // another file of a directory watched already must make that file's edits count.
+  let wanted = new Map<string, Set<string>>();
   const rewatch = (): void => {
-    const wanted = chainOf(absolute);
+    wanted = chainOf(absolute);
     for (const [dir, watcher] of watchers) {
       if (wanted.has(dir)) continue;
       watcher.close();
       watchers.delete(dir);
     }
-    for (const [dir, names] of wanted) {
+    for (const dir of wanted.keys()) {
       if (watchers.has(dir)) continue;
       try {
         const watcher = watch(dir, { persistent: false }, (_event, file) => {
+          const names = wanted.get(dir);
           // ConfigMap mounts swap a `..data` symlink; any such change may be ours.
-          if (file !== null && !names.has(file) && !file.startsWith('..')) return;
+          if (file !== null && names?.has(file) !== true && !file.startsWith('..')) return;
           changed();
         });
         watcher.on('error', () => undefined);

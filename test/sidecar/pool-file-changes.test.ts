@@ -99,6 +99,32 @@ describe('pool file changes', () => {
     );
   });
 
+  test('a symlink re-pointed to another file of a watched directory: its later edits apply', async () => {
+    await withSidecar(
+      async (sidecar, dir) => {
+        // Re-point the link (atomically, as `ln -sfn` through a rename) to b.yaml beside a.yaml:
+        // the directory is watched already, for a.yaml's sake.
+        await writeFile(join(dir, 'files', 'b.yaml'), two());
+        await symlink('b.yaml', join(dir, 'files', 'pool.tmp'));
+        await rename(join(dir, 'files', 'pool.tmp'), join(dir, 'files', 'pool.yaml'));
+        await eventually(async () => (await endpointCount(sidecar)) === 2, 5_000, 'the swap');
+        // The edit of the new target: this one was ignored until SIGHUP.
+        await writeFile(join(dir, 'files', 'b.yaml'), one());
+        await eventually(async () => (await endpointCount(sidecar)) === 1, 5_000, 'the edit');
+        // And the old target is no longer followed.
+        await writeFile(join(dir, 'files', 'a.yaml'), two());
+        await sleep(1_000);
+        assert.equal(await endpointCount(sidecar), 1, 'an edit of the old target is not applied');
+      },
+      async (dir) => {
+        await mkdir(join(dir, 'files'));
+        await writeFile(join(dir, 'files', 'a.yaml'), one());
+        await symlink('a.yaml', join(dir, 'files', 'pool.yaml'));
+        return join(dir, 'files', 'pool.yaml');
+      },
+    );
+  });
+
   test('a ConfigMap-style update (the ..data symlink swapped) is applied, and so is the next one', async () => {
     const version = async (dir: string, name: string, text: string): Promise<void> => {
       await mkdir(join(dir, 'mount', name));
