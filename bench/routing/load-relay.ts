@@ -66,6 +66,8 @@ const stream = new SnapshotServer({
           serviceAccount: 'bench',
           podName: undefined,
           podUid: undefined,
+          // Bound to no pod: the stream withholds API keys, and the bench's pool files hold none.
+          pod: undefined,
         },
       }),
   },

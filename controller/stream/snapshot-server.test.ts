@@ -24,23 +24,29 @@ const SNAPSHOT: PoolSnapshot = {
   ],
 };
 
-describe('SnapshotServer: load events', () => {
+describe('SnapshotServer', () => {
   let server: SnapshotServer;
   let base: string;
 
   before(async () => {
     server = new SnapshotServer({
       authenticator: {
-        authenticate: () =>
-          Promise.resolve({
+        // 'Bearer t': a token bound to no pod; 'Bearer pod-<pool>': one bound to a pod of <pool>.
+        authenticate: (authorization) => {
+          const follows = /^Bearer pod-(\w+)$/.exec(authorization ?? '')?.[1];
+          const podName = follows === undefined ? undefined : `app-${follows}`;
+          return Promise.resolve({
             ok: true,
             identity: {
               namespace: 'apps',
               serviceAccount: 'app',
-              podName: undefined,
+              podName,
               podUid: undefined,
+              pod:
+                podName === undefined ? undefined : { name: podName, follows: new Set([follows!]) },
             },
-          }),
+          });
+        },
       },
       logger: pino({ level: 'silent' }),
       metrics: new ControllerMetrics(),
@@ -55,13 +61,19 @@ describe('SnapshotServer: load events', () => {
   after(() => server.close());
 
   /** Subscribes and collects the stream's text until `done` says it has enough. */
-  const subscribe = (done: (text: string) => boolean): Promise<string> =>
+  const subscribe = (done: (text: string) => boolean, token = 't'): Promise<string> =>
     new Promise((resolve, reject) => {
       const req = http.get(
         `${base}/v1/namespaces/apps/pools/chat/snapshots?sidecar=s1`,
-        { headers: { authorization: 'Bearer t' } },
+        { headers: { authorization: `Bearer ${token}` } },
         (res) => {
-          let text = '';
+          let text = `${res.statusCode} ${String(res.headers['x-switchyard-api-keys'])}\n`;
+          if (res.statusCode !== 200) {
+            res.setEncoding('utf8');
+            res.on('data', (chunk: string) => (text += chunk));
+            res.on('end', () => resolve(text));
+            return;
+          }
           res.setEncoding('utf8');
           res.on('data', (chunk: string) => {
             text += chunk;
@@ -100,5 +112,46 @@ describe('SnapshotServer: load events', () => {
   it('sends nothing for a pool nobody subscribes to', () => {
     server.publishLoad('apps/other', { endpoints: [] });
     assert.equal(server.connectedCount(), 0);
+  });
+
+  describe('API keys reach only the pods that follow the pool', () => {
+    it('a pod of the pool gets the keys; a token bound to no pod gets the snapshot without them', async () => {
+      const keyed: PoolSnapshot = {
+        ...SNAPSHOT,
+        version: 8,
+        endpoints: [{ ...SNAPSHOT.endpoints[0]!, apiKey: 'sk-only-for-chat-pods' }],
+      };
+      server.publish('apps/chat', keyed, performance.now());
+      const hasSnapshot = (text: string): boolean => text.includes('event: snapshot');
+      const ofPod = await subscribe(hasSnapshot, 'pod-chat');
+      assert.match(ofPod, /^200 undefined\n/);
+      assert.ok(ofPod.includes(`data: ${JSON.stringify(keyed)}\n\n`));
+      const unbound = await subscribe(hasSnapshot, 't');
+      assert.match(unbound, /^200 withheld\n/, 'the stream says the keys are withheld');
+      assert.equal(unbound.includes('sk-only-for-chat-pods'), false);
+      assert.ok(
+        unbound.includes('"id":"gpus/10.0.0.7:8000"'),
+        'the rest of the snapshot is served',
+      );
+      // Subscribed before the next change: each gets the next snapshot in its own form.
+      const next = { ...keyed, version: 9 };
+      const bothNext = (text: string): boolean => text.includes('id: 9');
+      const [podNext, unboundNext] = [subscribe(bothNext, 'pod-chat'), subscribe(bothNext, 't')];
+      while (server.connectedCount() < 2) await new Promise((r) => setTimeout(r, 5));
+      server.publish('apps/chat', next, performance.now());
+      assert.ok((await podNext).includes('sk-only-for-chat-pods'));
+      assert.equal((await unboundNext).includes('sk-only-for-chat-pods'), false);
+    });
+
+    it('a pod of another pool is refused with a 403 that says why, and sees nothing of the pool', async () => {
+      const text = await subscribe(() => false, 'pod-embed');
+      assert.match(text, /^403 /);
+      const body = JSON.parse(text.slice(text.indexOf('\n') + 1)) as { error: { message: string } };
+      assert.match(
+        body.error.message,
+        /Pod app-embed does not follow pool chat \(it follows embed\)/,
+      );
+      assert.equal(text.includes('gpus/10.0.0.7'), false);
+    });
   });
 });

@@ -12,6 +12,7 @@ import {
   type SidecarReport,
 } from '../../crds/snapshot.ts';
 import type { PoolKey } from '../core/pool-index.ts';
+import { holdsApiKeys, streamAccess, withoutApiKeys } from '../core/stream-access.ts';
 import type { SidecarView } from '../core/status.ts';
 import type { ControllerMetrics } from '../metrics.ts';
 import type { AuthResult } from './token-auth.ts';
@@ -23,6 +24,8 @@ export interface Authenticator {
 interface Subscriber {
   sidecar: string;
   res: http.ServerResponse;
+  /** False for a token bound to no pod: it is sent `keylessEvent` (core/stream-access.ts). */
+  withKeys: boolean;
 }
 
 /** One sidecar as this replica's stream server knows it: its connections and its last report. */
@@ -37,11 +40,18 @@ interface PoolChannel {
   snapshot: PoolSnapshot | undefined;
   /** The serialised SSE event of `snapshot`, built once per change, written to every subscriber. */
   event: string | undefined;
+  /** The same without API keys, for tokens bound to no pod; `event` when it holds no key. */
+  keylessEvent: string | undefined;
   subscribers: Set<Subscriber>;
   sidecars: Map<string, SidecarConnection>;
 }
 
 const MAX_REPORT_BYTES = 1024 * 1024;
+/**
+ * Set on the stream of a token bound to no pod: its snapshots carry no API keys, and the sidecar
+ * says so in its log (a provider would answer its requests 401).
+ */
+export const API_KEYS_HEADER = 'x-switchyard-api-keys';
 /**
  * A subscriber with more than this waiting in its socket's buffer (a stalled or half-open
  * connection) is not sent `load` events: each one replaces the last, so skipping loses nothing,
@@ -106,6 +116,7 @@ export class SnapshotServer {
       channel = {
         snapshot: undefined,
         event: undefined,
+        keylessEvent: undefined,
         subscribers: new Set(),
         sidecars: new Map(),
       };
@@ -118,8 +129,12 @@ export class SnapshotServer {
   publish(key: PoolKey, snapshot: PoolSnapshot, sinceMs: number): void {
     const channel = this.channel(key);
     channel.snapshot = snapshot;
-    channel.event = `event: ${SNAPSHOT_EVENT}\nid: ${snapshot.version}\ndata: ${JSON.stringify(snapshot)}\n\n`;
-    for (const s of channel.subscribers) s.res.write(channel.event);
+    const event = (s: PoolSnapshot): string =>
+      `event: ${SNAPSHOT_EVENT}\nid: ${s.version}\ndata: ${JSON.stringify(s)}\n\n`;
+    channel.event = event(snapshot);
+    channel.keylessEvent = holdsApiKeys(snapshot) ? event(withoutApiKeys(snapshot)) : channel.event;
+    for (const s of channel.subscribers)
+      s.res.write(s.withKeys ? channel.event : channel.keylessEvent);
     if (channel.subscribers.size > 0)
       this.options.metrics.pushLatency.observe((performance.now() - sinceMs) / 1000);
   }
@@ -260,6 +275,12 @@ export class SnapshotServer {
       );
       return;
     }
+    const access = streamAccess(auth.identity.pod, name);
+    if (access.kind === 'refused') {
+      this.options.metrics.authFailures.inc({ reason: 'forbidden' });
+      sendJson(res, 403, 'forbidden', access.message);
+      return;
+    }
     const key = `${namespace}/${name}`;
     if (!this.options.poolExists(key)) {
       sendJson(res, 404, 'pool_not_found', `InferencePool ${key} does not exist.`);
@@ -269,13 +290,14 @@ export class SnapshotServer {
       auth.identity.podName ??
       url.searchParams.get('sidecar') ??
       `${auth.identity.serviceAccount}@${req.socket.remoteAddress ?? '?'}`;
-    if (kind === 'snapshots') this.subscribe(key, sidecar, req, res);
+    if (kind === 'snapshots') this.subscribe(key, sidecar, access.kind === 'with-keys', req, res);
     else await this.acceptReport(key, auth.identity.podName, req, res);
   }
 
   private subscribe(
     key: PoolKey,
     sidecar: string,
+    withKeys: boolean,
     req: http.IncomingMessage,
     res: http.ServerResponse,
   ): void {
@@ -284,11 +306,13 @@ export class SnapshotServer {
       'content-type': 'text/event-stream',
       'cache-control': 'no-store',
       'x-switchyard-protocol': String(SNAPSHOT_PROTOCOL_VERSION),
+      ...(withKeys ? {} : { [API_KEYS_HEADER]: 'withheld' }),
     });
     res.socket?.setNoDelay(true);
     res.write(': connected\n\n');
-    if (channel.event !== undefined) res.write(channel.event);
-    const subscriber: Subscriber = { sidecar, res };
+    const current = withKeys ? channel.event : channel.keylessEvent;
+    if (current !== undefined) res.write(current);
+    const subscriber: Subscriber = { sidecar, res, withKeys };
     channel.subscribers.add(subscriber);
     const state = channel.sidecars.get(sidecar) ?? {
       report: undefined,
@@ -298,7 +322,7 @@ export class SnapshotServer {
     state.streams++;
     state.lastSeenMs = performance.now();
     channel.sidecars.set(sidecar, state);
-    this.options.logger.info({ pool: key, sidecar }, 'sidecar subscribed');
+    this.options.logger.info({ pool: key, sidecar, apiKeys: withKeys }, 'sidecar subscribed');
     this.options.onSidecarChange(key);
     req.socket.setTimeout(0);
     res.once('close', () => {

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { KubeRaw } from '../kube/kube-raw.ts';
+import { poolsFollowedBy, type BoundPod, type PodMetadata } from '../core/stream-access.ts';
+import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
 
 interface TokenReviewStatus {
   authenticated?: boolean;
@@ -17,6 +18,11 @@ export type Identity = {
   /** The pod the token is bound to (projected tokens), when the API server says so. */
   podName: string | undefined;
   podUid: string | undefined;
+  /**
+   * The bound pod and the pools it follows, read when the token was reviewed (so a label change
+   * counts from the next review, within a minute); undefined for a token bound to no pod.
+   */
+  pod: BoundPod | undefined;
 };
 
 export type AuthResult = { ok: true; identity: Identity } | { ok: false; reason: string };
@@ -100,14 +106,43 @@ export class TokenAuthenticator {
     const user = SA_USER.exec(status.user?.username ?? '');
     if (user === null) return { ok: false, reason: 'not a ServiceAccount token' };
     const extra = status.user?.extra ?? {};
+    const namespace = user[1]!;
+    const podName = extra['authentication.kubernetes.io/pod-name']?.[0];
+    const podUid = extra['authentication.kubernetes.io/pod-uid']?.[0];
+    let pod: BoundPod | undefined;
+    if (podName !== undefined) {
+      const found = await this.boundPod(namespace, podName, podUid);
+      if (found === undefined)
+        return { ok: false, reason: `the pod ${podName} the token is bound to is gone` };
+      pod = found;
+    }
     return {
       ok: true,
-      identity: {
-        namespace: user[1]!,
-        serviceAccount: user[2]!,
-        podName: extra['authentication.kubernetes.io/pod-name']?.[0],
-        podUid: extra['authentication.kubernetes.io/pod-uid']?.[0],
-      },
+      identity: { namespace, serviceAccount: user[2]!, podName, podUid, pod },
     };
+  }
+
+  /**
+   * The pod a token is bound to, with the pools it follows; undefined when it is gone or is
+   * another pod of the same name. The TokenReview checked it exists; its labels say which
+   * pools' keys it may read.
+   */
+  private async boundPod(
+    namespace: string,
+    name: string,
+    uid: string | undefined,
+  ): Promise<BoundPod | undefined> {
+    let pod: PodMetadata & { metadata?: { uid?: string } };
+    try {
+      pod = await this.raw.request(
+        'GET',
+        `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`,
+      );
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404) return undefined;
+      throw new Error(`reading the token's pod failed: ${(err as Error).message}`, { cause: err });
+    }
+    if (uid !== undefined && pod.metadata?.uid !== uid) return undefined;
+    return { name, follows: poolsFollowedBy(pod) };
   }
 }

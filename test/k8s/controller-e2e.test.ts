@@ -141,13 +141,14 @@ describe(
       controllerUrl: string,
       pool = 'chat',
       cacheFile = join(dir, `${id}.snapshot.json`),
+      token = tokenFile,
     ): Promise<RunningProcess> =>
       startSwitchyard(
         controllerSidecarArgs({
           controllerUrl,
           pool,
           namespace: NS,
-          tokenFile,
+          tokenFile: token,
           caFile: tls.caFile,
           cacheFile,
           sidecarId: id,
@@ -395,9 +396,72 @@ spec:
     allowInsecureApiKey: true
 `,
       );
+      // The key reaches a sidecar whose token is bound to a pod of the pool, and no other.
+      await cluster.request('POST', `/api/v1/namespaces/${NS}/pods`, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'app-keyed', labels: { 'switchyard.dev/pool': 'keyed' } },
+        spec: { serviceAccountName: 'app', containers: [{ name: 'app', image: 'app' }] },
+      });
+      await cluster.request('POST', `/api/v1/namespaces/${NS}/pods`, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'app-of-chat', labels: { 'switchyard.dev/pool': 'chat' } },
+        spec: { serviceAccountName: 'app', containers: [{ name: 'app', image: 'app' }] },
+      });
+      const podTokenFile = join(dir, 'keyed-pod.token');
+      writeFileSync(
+        podTokenFile,
+        (
+          await cluster.createServiceAccountToken(NS, 'app', {
+            audience: 'switchyard',
+            boundPod: 'app-keyed',
+          })
+        ).token,
+      );
       const cacheFile = join(dir, 'keyed.snapshot.json');
-      const keyedSidecar = await startSidecar('keyed-1', controller!.url, 'keyed', cacheFile);
+      const keyedSidecar = await startSidecar(
+        'keyed-1',
+        controller!.url,
+        'keyed',
+        cacheFile,
+        podTokenFile,
+      );
+      // A token bound to no pod (`kubectl create token`) reads the pool without its key.
+      const unboundCache = join(dir, 'keyed-unbound.snapshot.json');
+      const unboundSidecar = await startSidecar(
+        'keyed-unbound',
+        controller!.url,
+        'keyed',
+        unboundCache,
+      );
       try {
+        await waitFor(
+          'the keyless snapshot',
+          async () => (await endpointsOf(unboundSidecar)).length === 1,
+        );
+        assert.equal(
+          readFileSync(unboundCache, 'utf8').includes(key1),
+          false,
+          'no key without a pod',
+        );
+        assert.match(unboundSidecar.output(), /withholds API keys from this sidecar/);
+        // A pod of another pool is refused, and told why.
+        const otherPod = await cluster.createServiceAccountToken(NS, 'app', {
+          audience: 'switchyard',
+          boundPod: 'app-of-chat',
+        });
+        const refused = await streamRequest(
+          `${controller!.url}/v1/namespaces/${NS}/pools/keyed/snapshots`,
+          readFileSync(tls.caFile, 'utf8'),
+          otherPod.token,
+        );
+        assert.equal(refused.status, 403);
+        assert.match(
+          refused.body,
+          /Pod app-of-chat does not follow pool keyed \(it follows chat\)/,
+        );
+        assert.equal(refused.body.includes(key1), false);
         await waitFor(
           'the keyed snapshot',
           async () => (await endpointsOf(keyedSidecar)).length === 1,
@@ -432,8 +496,19 @@ spec:
           [key1, key2],
         );
         assert.deepEqual(leaks, []);
+        assert.equal(
+          readFileSync(unboundCache, 'utf8').includes(key2),
+          false,
+          'nor the rotated one',
+        );
       } finally {
         await keyedSidecar.stop();
+        await unboundSidecar.stop();
+        for (const pod of ['app-keyed', 'app-of-chat'])
+          await cluster.request(
+            'DELETE',
+            `/api/v1/namespaces/${NS}/pods/${pod}?gracePeriodSeconds=0`,
+          );
       }
     });
 
@@ -460,7 +535,7 @@ spec:
       await cluster.request('POST', pods, {
         apiVersion: 'v1',
         kind: 'Pod',
-        metadata: { name: 'app-bound' },
+        metadata: { name: 'app-bound', labels: { 'switchyard.dev/pool': 'chat' } },
         spec: { serviceAccountName: 'app', containers: [{ name: 'app', image: 'app' }] },
       });
       const whileAlive = await token(NS, { boundPod: 'app-bound' });
@@ -535,7 +610,7 @@ spec:
         await cluster.request('POST', pods, {
           apiVersion: 'v1',
           kind: 'Pod',
-          metadata: { name: 'app-cached' },
+          metadata: { name: 'app-cached', labels: { 'switchyard.dev/pool': 'chat' } },
           spec: { serviceAccountName: 'app', containers: [{ name: 'app', image: 'app' }] },
         });
         const { token } = await cluster.createServiceAccountToken(NS, 'app', {

@@ -72,7 +72,7 @@ const GRANTED = [
   'core/secrets:get,list,watch@*',
   'discovery.k8s.io/endpointslices:list,watch@*',
   'core/events:create@*',
-  'core/pods:list,watch@*',
+  'core/pods:get,list,watch@*',
   'authentication.k8s.io/tokenreviews:create@cluster',
   // The chart's Roles in the release namespace: leader election and self-managed TLS.
   'coordination.k8s.io/leases:create,get,list,update@release',
@@ -435,9 +435,17 @@ spec:
           const reasons = res.body.items.map((e) => e.reason);
           return reasons.includes('EndpointsChanged') && reasons.includes('SidecarNotInjected');
         });
-        // 4. A sidecar's token reviewed on the stream (TLS of the controller's own CA).
+        // 4. A sidecar's token reviewed on the stream (TLS of the controller's own CA), bound to
+        // a pod of the pool (the pod's labels are read: its pools' keys only).
+        await cluster.request('POST', `/api/v1/namespaces/${APP_NS}/pods`, {
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name: 'app-with-sidecar', labels: { 'switchyard.dev/pool': 'chat' } },
+          spec: { serviceAccountName: 'app', containers: [{ name: 'app', image: 'app' }] },
+        });
         const sidecarToken = await cluster.createServiceAccountToken(APP_NS, 'app', {
           audience: 'switchyard',
+          boundPod: 'app-with-sidecar',
         });
         const secret = await cluster.request<{ data: Record<string, string> }>(
           'GET',

@@ -236,6 +236,11 @@ export class SnapshotStream {
         open = true;
         this.#session = next;
         log.info({ controller, sidecar: this.#options.sidecarId }, 'connected to the controller');
+        if (res.headers['x-switchyard-api-keys'] === 'withheld')
+          log.warn(
+            { controller },
+            'the controller withholds API keys from this sidecar: its token is bound to no pod (only a pod labelled switchyard.dev/pool=<pool> gets them); backends that need a key will refuse its requests',
+          );
         this.#options.onConnected(next);
         const parser = new SseParser({ onEvent: (event) => this.#onEvent(event) }, maxEventSize);
         res.setEncoding('utf8');

@@ -1,0 +1,63 @@
+/**
+ * Who may read which pool's snapshots, and with which of their parts. Snapshots carry provider
+ * API keys, so the rule is the pod, not the namespace: a token bound to a pod (every projected
+ * token a kubelet mounts is) reads the pools that pod follows, keys included, and nothing else; a
+ * token bound to no pod (minted by hand with `kubectl create token`, a tool's) reads any pool of
+ * its namespace but never a key. docs/controller.md ("Who gets API keys") says the same.
+ */
+import type { PoolSnapshot } from '../../crds/snapshot.ts';
+import { POOL_LABEL } from '../injection/pod-patch.ts';
+
+/** The part of a Pod the rule reads. */
+export interface PodMetadata {
+  metadata?: { labels?: Record<string, string> | undefined } | undefined;
+}
+
+/** The pools a pod follows: the ones its sidecar routes with, so the ones whose keys it needs. */
+export function poolsFollowedBy(pod: PodMetadata): ReadonlySet<string> {
+  const pool = pod.metadata?.labels?.[POOL_LABEL];
+  return new Set(pool === undefined || pool === '' ? [] : [pool]);
+}
+
+/** A token's bound pod as the stream sees it; undefined for a token bound to no pod. */
+export interface BoundPod {
+  name: string;
+  follows: ReadonlySet<string>;
+}
+
+export type StreamAccess =
+  | { kind: 'with-keys' }
+  /** The snapshot without its API keys: the token is bound to no pod. */
+  | { kind: 'without-keys' }
+  | { kind: 'refused'; message: string };
+
+export function streamAccess(pod: BoundPod | undefined, pool: string): StreamAccess {
+  if (pod === undefined) return { kind: 'without-keys' };
+  if (pod.follows.has(pool)) return { kind: 'with-keys' };
+  const follows = [...pod.follows];
+  return {
+    kind: 'refused',
+    message:
+      `Pod ${pod.name} does not follow pool ${pool} ` +
+      `(${follows.length === 0 ? `it has no ${POOL_LABEL} label` : `it follows ${follows.join(', ')}`}): ` +
+      `a sidecar reads the snapshots of its own pod's pools only. Label the pod ${POOL_LABEL}=${pool}.`,
+  };
+}
+
+/** True when some endpoint of the snapshot carries an API key. */
+export function holdsApiKeys(snapshot: PoolSnapshot): boolean {
+  return snapshot.endpoints.some((e) => e.apiKey !== undefined);
+}
+
+/** The snapshot as a token bound to no pod gets it: the same, less every API key. */
+export function withoutApiKeys(snapshot: PoolSnapshot): PoolSnapshot {
+  if (!holdsApiKeys(snapshot)) return snapshot;
+  return {
+    ...snapshot,
+    endpoints: snapshot.endpoints.map((e) => {
+      if (e.apiKey === undefined) return e;
+      const { apiKey: _withheld, ...rest } = e;
+      return rest;
+    }),
+  };
+}
