@@ -1,24 +1,11 @@
-// ESLint flat config. The pure cores (sidecar/policy, the controller's reconcile core, and the pure
-// decision of each controller feature room) must stay deterministic: time and randomness come in
-// as parameters, never from globals.
+// ESLint flat config. The pure cores (scripts/pure-cores.js) must stay deterministic: time and
+// randomness come in as parameters, never from globals.
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
+import { NOT_PURE, PURE_CORES } from './scripts/pure-cores.js';
 
-const PURE_CORE = [
-  'lib/rng.ts',
-  'sidecar/policy/**/*.ts',
-  'crds/**/*.ts',
-  'controller/core/**/*.ts',
-  // The pure decisions that live in the controller's feature rooms, beside their shells. Keep this
-  // list and the coverage globs of `test:unit` and `test:coverage` in package.json in step.
-  'controller/injection/pod-patch.ts',
-  'controller/injection/config.ts',
-  'controller/tls/plan.ts',
-  'controller/drift/events.ts',
-  'sim/engine/**/*.ts',
-  'lib/load-scrape/scrape-schedule.ts',
-];
+const PURE_CORE = PURE_CORES.map((core) => core.path);
 
 export default tseslint.config(
   { ignores: ['node_modules/**', 'coverage/**', 'bench/results/**', 'dist/**'] },
@@ -66,7 +53,7 @@ export default tseslint.config(
   },
   {
     files: PURE_CORE,
-    ignores: ['**/*.test.ts', 'crds/generate.ts', 'crds/check-generated.ts'],
+    ignores: ['**/*.test.ts', ...NOT_PURE],
     rules: {
       'no-restricted-imports': [
         'error',
