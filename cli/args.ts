@@ -36,27 +36,3 @@ export function parseDurationMs(value: string): number {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-
-/**
- * The shortest period of a load scrape (controller or standalone sidecar), other than 0 (off):
- * model servers answer `/metrics` in milliseconds, but not for free. The Gateway API inference
- * extension's endpoint picker scrapes every 50 ms by default; the routing benchmark runs its
- * simulators 3.2 times faster than real time and so scrapes them every 31 ms for a default 100.
- */
-export const MIN_LOAD_SCRAPE_EVERY_MS = 25;
-
-/**
- * The default period of a load scrape. The balancing step counts the servers' reports only while
- * every one is under half a second old (BALANCE_REPORT_MAX_AGE_MS, docs/policy.md §4), and the
- * fresher they are, the less sidecars that hold the same one pile onto its emptiest server: on
- * the routing benchmark with 16 sidecars, TTFT p50 424 ms at 100 ms against 510 at 250 and 808
- * with the own counts alone. Ten small GETs a second per server from each controller replica (or
- * per standalone sidecar); a pool with hundreds of endpoints and sidecars may want 250ms.
- */
-export const DEFAULT_LOAD_SCRAPE_EVERY_MS = 100;
-
-/** Why a `--load-scrape-every` value is refused, or undefined when it is fine. */
-export function loadScrapePeriodProblem(ms: number): string | undefined {
-  if (ms === 0 || ms >= MIN_LOAD_SCRAPE_EVERY_MS) return undefined;
-  return `--load-scrape-every must be 0 (off) or at least ${MIN_LOAD_SCRAPE_EVERY_MS}ms: model servers answer /metrics in milliseconds, but not for free`;
-}

@@ -2,13 +2,11 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
+import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
 import {
   DEFAULT_LOAD_SCRAPE_EVERY_MS,
-  LOG_LEVELS,
   loadScrapePeriodProblem,
-  parseDurationMs,
-  parseHostPort,
-} from './args.ts';
+} from '../lib/load-scrape/period.ts';
 import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
 
 interface ControllerFlags {

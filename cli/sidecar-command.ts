@@ -1,14 +1,11 @@
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
+import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
 import {
   DEFAULT_LOAD_SCRAPE_EVERY_MS,
-  LOG_LEVELS,
   loadScrapePeriodProblem,
-  parseDurationMs,
-  parseHostPort,
-  parsePositiveInt,
-} from './args.ts';
+} from '../lib/load-scrape/period.ts';
 import { PICKERS, type Picker } from '../sidecar/policy/baseline-pickers.ts';
 import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
 

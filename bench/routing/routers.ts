@@ -13,7 +13,10 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { DEFAULT_LOAD_SCRAPE_EVERY_MS, MIN_LOAD_SCRAPE_EVERY_MS } from '../../cli/args.ts';
+import {
+  DEFAULT_LOAD_SCRAPE_EVERY_MS,
+  MIN_LOAD_SCRAPE_EVERY_MS,
+} from '../../lib/load-scrape/period.ts';
 import { waitFor } from '../../harness/k8s/cluster.ts';
 import {
   controllerSidecarArgs,
