@@ -139,7 +139,8 @@ class FakeController {
     const token = auth?.startsWith('Bearer ') ? auth.slice(7) : undefined;
     const refuse = (status: number, code: string): void => {
       res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ error: { code } }));
+      const message = status === 403 ? 'Pod app-1 does not follow pool chat' : undefined;
+      res.end(JSON.stringify({ error: { code, message } }));
     };
     if (req.method === 'GET' && url.pathname === snapshotStreamPath(NS, POOL)) {
       const conn: StreamConnection = {
@@ -521,7 +522,13 @@ describe('controller client', () => {
     const h = await client(t, fc);
     await eventually(() => h.applied.length === 1, 'applied after the refusals');
     assert.equal(fc.connections.length, 4);
-    assert.match(logged(h, 'error', /\(403\)/)[0]!.msg, /namespace "apps"/);
+    const forbidden = logged(h, 'error', /\(403\)/)[0]!;
+    assert.match(forbidden.msg, /namespace "apps".*labelled switchyard.dev\/pool=/);
+    assert.equal(
+      (forbidden as unknown as { message?: string }).message,
+      'Pod app-1 does not follow pool chat',
+      "the controller's reason is logged",
+    );
     assert.match(logged(h, 'error', /\(404\)/)[0]!.msg, /--namespace and --pool/);
   });
 

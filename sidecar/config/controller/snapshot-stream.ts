@@ -205,14 +205,19 @@ export class SnapshotStream {
           });
           res.on('close', () => {
             let code: string | undefined;
+            let message: string | undefined;
             try {
-              const parsed = JSON.parse(body) as { error?: { code?: unknown } };
+              const parsed = JSON.parse(body) as { error?: { code?: unknown; message?: unknown } };
               const c = parsed.error?.code;
               if (typeof c === 'string') code = c.slice(0, 64);
+              // The controller's refusals carry no pool data: its message says why, e.g. which
+              // pools the token's pod follows.
+              const m = parsed.error?.message;
+              if (typeof m === 'string') message = m.slice(0, 500);
             } catch {
               // no error code: only the status is logged
             }
-            if (!this.#closed) this.#logRefusal(status, code);
+            if (!this.#closed) this.#logRefusal(status, code, message);
             req.destroy();
           });
           return;
@@ -348,9 +353,9 @@ export class SnapshotStream {
     this.#options.onLoad(parsed.value);
   }
 
-  #logRefusal(status: number, code: string | undefined): void {
+  #logRefusal(status: number, code: string | undefined, message: string | undefined): void {
     const { log, controller, tokenFile, namespace, pool } = this.#options;
-    const fields = { status, code, controller };
+    const fields = { status, code, controller, ...(message === undefined ? {} : { message }) };
     if (status === 401)
       log.error(
         { ...fields, tokenFile },
@@ -361,7 +366,8 @@ export class SnapshotStream {
       log.error(
         fields,
         `the controller refused pool ${namespace}/${pool} (403): the token's ServiceAccount must ` +
-          `be in namespace "${namespace}" (a sidecar reads only pools of its own namespace); check --namespace; retrying`,
+          `be in namespace "${namespace}" (a sidecar reads only pools of its own namespace; check --namespace), ` +
+          `and the pod the token is bound to must be labelled switchyard.dev/pool=${pool} (message says which); retrying`,
       );
     else if (status === 404)
       log.error(
