@@ -63,14 +63,20 @@ export class ActivePoolState {
     return this.#active;
   }
 
+  /** True when a configuration of this content (hash) is in force. */
+  holds(hash: string): boolean {
+    return this.#active?.hash === hash;
+  }
+
   /**
-   * Applies a configuration unless the same content (hash) is in force. `version`: the
-   * controller's snapshot version; a file's configurations are simply counted.
+   * Applies a configuration unless the same content (hash) is in force: the one place that tells
+   * a change from a no-op; false for a no-op. `version`: the controller's snapshot version; a
+   * file's configurations are simply counted. Its source logs it (once, with why it came).
    */
-  apply(config: PoolConfig, version?: number): void {
+  apply(config: PoolConfig, version?: number): boolean {
     const { logger } = this.#options;
     const before = this.#active;
-    if (before !== undefined && before.hash === config.hash) return;
+    if (before !== undefined && before.hash === config.hash) return false;
     if (before !== undefined && before.name !== config.name) {
       logger.warn(
         { from: before.name, to: config.name },
@@ -90,18 +96,7 @@ export class ActivePoolState {
     };
     this.#active = active;
     this.#options.onApplied?.(active);
-    logger.info(
-      {
-        pool: config.name,
-        version: active.version,
-        hash: config.hash,
-        mode: config.policy.mode,
-        endpoints: config.endpoints.map((e) => e.id),
-        // Drifted endpoints take no traffic: a pool with only drifted ones sheds every request.
-        drifted: config.endpoints.filter((e) => e.drifted === true).map((e) => e.id),
-      },
-      'pool configuration applied',
-    );
+    return true;
   }
 
   /** The same configuration with its endpoints marked anew (drift verdicts changed). */

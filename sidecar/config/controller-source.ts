@@ -16,15 +16,11 @@ export async function startControllerSource(
   const client = startControllerClient({
     ...clientOptions,
     logger,
-    onSnapshot: (snapshot, from) => {
-      if (snapshot.pool.name !== options.pool || snapshot.pool.namespace !== options.namespace) {
-        throw new Error(
-          `snapshot of ${snapshot.pool.namespace}/${snapshot.pool.name} on the stream of ${options.namespace}/${options.pool}`,
-        );
-      }
-      logger.info({ from, version: snapshot.version }, 'snapshot received');
+    // Checked (ours, valid) and logged by the client's applier; the active pool tells a change
+    // from the same content.
+    onSnapshot: (snapshot) => {
       const { policy, endpoints, timeouts, hash } = snapshot;
-      active.apply(
+      return active.apply(
         { name: snapshot.pool.name, hash, policy, endpoints, timeouts },
         snapshot.version,
       );

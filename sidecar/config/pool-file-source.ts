@@ -120,10 +120,24 @@ export class PoolFileSource implements RunningConfigSource {
   }
 
   #apply(config: PoolConfig): void {
-    const { active } = this.#options;
-    if (active.current()?.hash === config.hash) return;
+    const { active, logger } = this.#options;
+    // Before the drift probes are set up anew: an edit that changes nothing changes nothing.
+    if (active.holds(config.hash)) return;
     this.#drift.configure(config.policy.drift, config.endpoints);
-    active.apply({ ...config, endpoints: this.#drift.mark(config.endpoints) });
+    const endpoints = this.#drift.mark(config.endpoints);
+    active.apply({ ...config, endpoints });
     this.#fileEndpoints = config.endpoints;
+    logger.info(
+      {
+        pool: config.name,
+        version: active.current()?.version,
+        hash: config.hash,
+        mode: config.policy.mode,
+        endpoints: endpoints.map((e) => e.id),
+        // Drifted endpoints take no traffic: a pool with only drifted ones sheds every request.
+        drifted: endpoints.filter((e) => e.drifted === true).map((e) => e.id),
+      },
+      'pool configuration applied',
+    );
   }
 }

@@ -298,7 +298,12 @@ async function client(
     reportEveryMs: 60_000,
     backoff: { initialMs: 10, maxMs: 40 },
     logger,
-    onSnapshot: (snapshot, source) => applied.push({ snapshot, source }),
+    // As the active pool does: the same content in force is no change.
+    onSnapshot: (snapshot, source) => {
+      if (applied.at(-1)?.snapshot.hash === snapshot.hash) return false;
+      applied.push({ snapshot, source });
+      return true;
+    },
     currentEndpoints: () => HEALTH,
     ...overrides,
   });

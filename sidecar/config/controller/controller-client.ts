@@ -55,11 +55,12 @@ export interface ControllerClientOptions {
   maxEventSize?: number | undefined;
   logger: Logger;
   /**
-   * Apply this snapshot. Called only with `parseSnapshot`-valid snapshots of this pool, and only
-   * when the content hash differs from the last applied one. If it throws, the snapshot counts
-   * as not applied (logged; the same snapshot is offered again after the next reconnect).
+   * Make this snapshot the configuration in force; false when the same content (hash) is in force
+   * already. Called only with `parseSnapshot`-valid snapshots of this pool. If it throws, the
+   * snapshot counts as not applied (logged; the same snapshot is offered again after the next
+   * reconnect).
    */
-  onSnapshot(snapshot: PoolSnapshot, source: SnapshotSource): void;
+  onSnapshot(snapshot: PoolSnapshot, source: SnapshotSource): boolean;
   /**
    * The load the pool's servers reported, as the controller scraped it (a `load` event, every
    * `--load-scrape-every`, 100 ms by default). Optional: without it load events are ignored, as
@@ -172,13 +173,10 @@ export function startControllerClient(options: ControllerClientOptions): Control
     );
 
   const tracker = new SocketTracker();
-  const cache = new SnapshotCache({
-    file: options.cacheFile,
-    pool: { namespace, name: pool },
-    log,
-  });
+  const cache = new SnapshotCache({ file: options.cacheFile, log });
   const applier = new SnapshotApplier({
-    onSnapshot: (snapshot, source) => options.onSnapshot(snapshot, source),
+    pool: { namespace, name: pool },
+    apply: (snapshot, source) => options.onSnapshot(snapshot, source),
     cache,
     log,
   });

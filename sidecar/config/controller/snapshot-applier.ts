@@ -12,15 +12,22 @@ export interface AppliedSnapshot {
 export type SnapshotSource = 'stream' | 'cache';
 
 export interface SnapshotApplierOptions {
-  /** Applies a snapshot to the sidecar; throwing means "not applied". */
-  onSnapshot(snapshot: PoolSnapshot, source: SnapshotSource): void;
+  /** The pool this sidecar serves: a snapshot of another pool is refused. */
+  pool: { namespace: string; name: string };
+  /**
+   * Makes a snapshot the configuration in force: false when the same content (hash) is in force
+   * already, and nothing changed; throwing means "not applied".
+   */
+  apply(snapshot: PoolSnapshot, source: SnapshotSource): boolean;
   cache: SnapshotCache;
   log: Logger;
 }
 
 /**
- * Decides what a valid snapshot of our pool changes: nothing when its content (hash) is in force,
- * otherwise it is applied and, when it came from the stream, cached on disk.
+ * The one place a valid snapshot, from the stream or the cache on disk, becomes the pool in force:
+ * it checks the snapshot is of our pool, hands it to `apply` (which tells a change from the same
+ * content), logs it once, and keeps it in the cache when it came from the stream. The stream and
+ * the cache only parse and validate; the active pool only applies.
  */
 export class SnapshotApplier {
   readonly #options: SnapshotApplierOptions;
@@ -35,50 +42,59 @@ export class SnapshotApplier {
     return this.#applied;
   }
 
-  /** Applies a valid snapshot of our pool; true when we are now in sync with it. */
+  /** Applies a valid snapshot; true when we are now in sync with it. */
   accept(snapshot: PoolSnapshot, source: SnapshotSource): boolean {
-    const { log } = this.#options;
-    const applied = this.#applied;
-    if (applied !== undefined && applied.hash === snapshot.hash) {
-      if (applied.version !== snapshot.version) {
-        // A new controller leader may renumber the same content: adopt its number, apply nothing.
-        log.debug(
-          { from: applied.version, to: snapshot.version, hash: snapshot.hash },
-          'same snapshot content under a new version; not re-applied',
+    const { log, pool } = this.#options;
+    const { version, hash } = snapshot;
+    if (snapshot.pool.namespace !== pool.namespace || snapshot.pool.name !== pool.name) {
+      const got = `${snapshot.pool.namespace}/${snapshot.pool.name}`;
+      if (source === 'cache')
+        log.warn({ cached: got }, 'the snapshot cache belongs to another pool; ignored');
+      else
+        log.error(
+          { id: version, got },
+          'snapshot rejected: it is for another pool; the last good snapshot stays in force',
         );
-        this.#applied = { version: snapshot.version, hash: snapshot.hash };
-        this.#save(snapshot, source);
-      } else {
-        log.debug({ version: snapshot.version, hash: snapshot.hash }, 'snapshot unchanged');
-      }
-      return true;
+      return false;
     }
+    let changed: boolean;
     try {
-      this.#options.onSnapshot(snapshot, source);
+      changed = this.#options.apply(snapshot, source);
     } catch (err) {
       log.error(
-        { source, version: snapshot.version, hash: snapshot.hash, err: describeError(err) },
+        { source, version, hash, err: describeError(err) },
         'applying the snapshot failed; the previous configuration stays in force',
       );
       return false;
     }
-    this.#applied = { version: snapshot.version, hash: snapshot.hash };
-    log.info(
-      {
-        source,
-        version: snapshot.version,
-        hash: snapshot.hash,
-        mode: snapshot.policy.mode,
-        endpoints: snapshot.endpoints.map((e) => e.id),
-      },
-      'snapshot applied',
-    );
-    this.#save(snapshot, source);
-    return true;
-  }
-
-  /** A snapshot restored from the cache is already there. */
-  #save(snapshot: PoolSnapshot, source: SnapshotSource): void {
+    const before = this.#applied;
+    this.#applied = { version, hash };
+    if (changed) {
+      log.info(
+        {
+          source,
+          version,
+          hash,
+          mode: snapshot.policy.mode,
+          // By id only: an endpoint may carry an API key.
+          endpoints: snapshot.endpoints.map((e) => e.id),
+          // Drifted endpoints take no traffic: a pool with only drifted ones sheds every request.
+          drifted: snapshot.endpoints.filter((e) => e.drifted === true).map((e) => e.id),
+        },
+        'snapshot applied',
+      );
+    } else if (before?.version !== version) {
+      // A new controller leader may renumber the same content: adopt its number, apply nothing.
+      log.debug(
+        { from: before?.version, to: version, hash },
+        'same snapshot content under a new version; not re-applied',
+      );
+    } else {
+      log.debug({ version, hash }, 'snapshot unchanged');
+      return true;
+    }
+    // A snapshot restored from the cache is already there.
     if (source === 'stream') this.#options.cache.save(snapshot);
+    return true;
   }
 }

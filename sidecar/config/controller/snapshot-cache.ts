@@ -13,8 +13,6 @@ import { describeError } from './describe-error.ts';
 export interface SnapshotCacheOptions {
   /** The cache file; without one, nothing is restored or written. */
   file: string | undefined;
-  /** The pool this sidecar serves: a cache of another pool is ignored. */
-  pool: { namespace: string; name: string };
   log: Logger;
 }
 
@@ -31,11 +29,11 @@ export class SnapshotCache {
   }
 
   /**
-   * The cached snapshot of our pool, or undefined: a missing, unreadable, corrupt, invalid or
-   * foreign cache is logged and ignored. Never rejects.
+   * The cached snapshot, or undefined: a missing, unreadable, corrupt or invalid cache is logged
+   * and ignored (one of another pool, by the applier). Never rejects.
    */
   async restore(): Promise<PoolSnapshot | undefined> {
-    const { file, pool, log } = this.#options;
+    const { file, log } = this.#options;
     if (file === undefined) return undefined;
     const result = await readSnapshotCache(file);
     if (this.#closed) return undefined;
@@ -55,15 +53,7 @@ export class SnapshotCache {
         );
       return undefined;
     }
-    const { snapshot } = result;
-    if (snapshot.pool.namespace !== pool.namespace || snapshot.pool.name !== pool.name) {
-      log.warn(
-        { cacheFile: file, cached: `${snapshot.pool.namespace}/${snapshot.pool.name}` },
-        'the snapshot cache belongs to another pool; ignored',
-      );
-      return undefined;
-    }
-    return snapshot;
+    return result.snapshot;
   }
 
   /** Writes this snapshot as the new cache, after any write in progress. */

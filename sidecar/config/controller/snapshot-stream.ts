@@ -5,7 +5,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import {
   LOAD_EVENT,
-  SNAPSHOT_PROTOCOL_VERSION,
   parseLoad,
   parseSnapshot,
   type PoolLoad,
@@ -13,17 +12,14 @@ import {
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
 import type { SocketTracker } from './socket-tracker.ts';
-import { SseEventTooLargeError, SseParser, type SseEvent } from './sse-parser.ts';
+import type { SseEvent } from './sse-parser.ts';
+import { StreamConnection, type ControllerSession } from './stream-connection.ts';
+
+export type { ControllerSession };
 
 export interface BackoffOptions {
   initialMs: number;
   maxMs: number;
-}
-
-/** What a connection was opened with: the reports of that connection use the same. */
-export interface ControllerSession {
-  token: string;
-  ca: string | undefined;
 }
 
 /**
@@ -39,17 +35,6 @@ export function backoffDelayMs(
   const r = Math.min(1, Math.max(0, random()));
   return Math.floor(r * ceiling);
 }
-
-const MAX_REFUSAL_BODY = 4096;
-
-const TLS_HINT_CODES = new Set([
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'ERR_TLS_CERT_ALTNAME_INVALID',
-  'CERT_HAS_EXPIRED',
-]);
 
 export interface SnapshotStreamOptions {
   url: URL;
@@ -157,142 +142,30 @@ export class SnapshotStream {
   }
 
   /** One connection, from request to close. Resolves true when the stream delivered any data. */
-  #streamOnce(next: ControllerSession): Promise<boolean> {
-    const { log, controller, heartbeatTimeoutMs, maxEventSize } = this.#options;
-    return new Promise<boolean>((resolveStream) => {
-      let delivered = false;
-      let open = false;
-      let ended: string | undefined;
-      const req = this.#options.lib.request(this.#options.url, {
-        method: 'GET',
-        agent: false,
-        ca: next.ca,
-        headers: {
-          authorization: `Bearer ${next.token}`,
-          accept: 'text/event-stream',
-          'cache-control': 'no-cache',
-          'user-agent': 'switchyard-sidecar',
-          'x-switchyard-protocol': String(SNAPSHOT_PROTOCOL_VERSION),
-        },
-      });
-      this.#current = req;
-      this.#options.tracker.track(req);
-      const end = (why: string): void => {
-        ended ??= why;
-        req.destroy();
-      };
-      // Covers connect, TLS, the response headers and silence on an open stream alike.
-      const watchdog = setTimeout(() => {
-        log.warn(
-          { timeoutMs: heartbeatTimeoutMs, connected: open },
-          open
-            ? 'no snapshot or heartbeat from the controller in time; reconnecting'
-            : 'the controller did not answer in time; retrying',
-        );
-        end('heartbeat timeout');
-      }, heartbeatTimeoutMs);
-
-      req.on('response', (res) => {
-        res.on('error', () => undefined); // the request's 'close' reports the end
-        const status = res.statusCode ?? 0;
-        if (status !== 200) {
-          ended ??= `status ${status}`;
-          let body = '';
-          res.setEncoding('utf8');
-          res.on('data', (chunk: string) => {
-            body += chunk;
-            if (body.length > MAX_REFUSAL_BODY) res.destroy();
-          });
-          res.on('close', () => {
-            let code: string | undefined;
-            let message: string | undefined;
-            try {
-              const parsed = JSON.parse(body) as { error?: { code?: unknown; message?: unknown } };
-              const c = parsed.error?.code;
-              if (typeof c === 'string') code = c.slice(0, 64);
-              // The controller's refusals carry no pool data: its message says why, e.g. which
-              // pools the token's pod follows.
-              const m = parsed.error?.message;
-              if (typeof m === 'string') message = m.slice(0, 500);
-            } catch {
-              // no error code: only the status is logged
-            }
-            if (!this.#closed) this.#logRefusal(status, code, message);
-            req.destroy();
-          });
-          return;
-        }
-        const contentType = String(res.headers['content-type'] ?? '');
-        if (!contentType.startsWith('text/event-stream')) {
-          log.error(
-            { contentType, controller },
-            'the controller answered 200 but not with an event stream; is --controller the right URL? retrying',
-          );
-          return end('not an event stream');
-        }
-        const protocol = res.headers['x-switchyard-protocol'];
-        if (protocol !== undefined && protocol !== String(SNAPSHOT_PROTOCOL_VERSION)) {
-          log.error(
-            { theirs: protocol, ours: SNAPSHOT_PROTOCOL_VERSION },
-            'the controller speaks another snapshot protocol version; retrying',
-          );
-          return end('protocol version');
-        }
-        open = true;
-        this.#session = next;
-        log.info({ controller, sidecar: this.#options.sidecarId }, 'connected to the controller');
-        if (res.headers['x-switchyard-api-keys'] === 'withheld')
-          log.warn(
-            { controller },
-            'the controller withholds API keys from this sidecar: its token is bound to no pod (only a pod labelled switchyard.dev/pool=<pool> gets them); backends that need a key will refuse its requests',
-          );
-        this.#options.onConnected(next);
-        const parser = new SseParser({ onEvent: (event) => this.#onEvent(event) }, maxEventSize);
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          if (this.#closed || ended !== undefined) return;
-          delivered = true;
-          watchdog.refresh();
-          try {
-            parser.push(chunk);
-          } catch (err) {
-            if (err instanceof SseEventTooLargeError)
-              log.error({ maxEventSize }, `${err.message}; reconnecting`);
-            else log.error({ err: describeError(err) }, 'handling the stream failed; reconnecting');
-            end('stream error');
-          }
-        });
-        res.on('end', () => {
-          ended ??= 'closed by the controller';
-        });
-      });
-      req.on('error', (err) => {
-        if (this.#closed || ended !== undefined) return;
-        ended = 'network error';
-        const details = describeError(err);
-        const hint =
-          details.code !== undefined && TLS_HINT_CODES.has(details.code)
-            ? ' (TLS: check --ca-file and that the certificate names the controller host)'
-            : '';
-        log.warn({ err: details, controller }, `cannot reach the controller${hint}; retrying`);
-      });
-      req.on('close', () => {
-        clearTimeout(watchdog);
-        if (open) {
-          this.#session = undefined;
-          this.#options.onDisconnected();
-          if (!this.#closed)
-            log.warn({ reason: ended ?? 'closed' }, 'disconnected from the controller');
-        }
-        this.#current = undefined;
-        resolveStream(delivered);
-      });
-      req.end();
+  async #streamOnce(session: ControllerSession): Promise<boolean> {
+    const connection = new StreamConnection(this.#options, session, {
+      closed: () => this.#closed,
+      opened: () => {
+        this.#session = session;
+        this.#options.onConnected(session);
+      },
+      lost: () => {
+        this.#session = undefined;
+        this.#options.onDisconnected();
+      },
+      event: (event) => this.#onEvent(event),
+      refused: (status, code, message) => this.#logRefusal(status, code, message),
     });
+    this.#current = connection.request;
+    try {
+      return await connection.done;
+    } finally {
+      this.#current = undefined;
+    }
   }
 
   #onEvent(event: SseEvent): void {
-    const { log, namespace, pool } = this.#options;
+    const { log } = this.#options;
     if (this.#closed) return;
     if (event.type === LOAD_EVENT) {
       this.#onLoad(event);
@@ -321,15 +194,8 @@ export class SnapshotStream {
       );
       return;
     }
-    const snapshot = parsed.value;
-    if (snapshot.pool.namespace !== namespace || snapshot.pool.name !== pool) {
-      log.error(
-        { id: event.id, got: `${snapshot.pool.namespace}/${snapshot.pool.name}` },
-        'snapshot rejected: it is for another pool; the last good snapshot stays in force',
-      );
-      return;
-    }
-    this.#options.onSnapshot(snapshot);
+    // Whether it is ours, and new, is the applier's to say (snapshot-applier.ts).
+    this.#options.onSnapshot(parsed.value);
   }
 
   /**
