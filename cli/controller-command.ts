@@ -3,33 +3,10 @@ import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
-import {
-  DEFAULT_LOAD_SCRAPE_EVERY_MS,
-  loadScrapePeriodProblem,
-} from '../lib/load-scrape/period.ts';
-import type { InjectionOptions, TlsConfig } from '../controller/controller.ts';
+import { DEFAULT_LOAD_SCRAPE_EVERY_MS } from '../lib/load-scrape/period.ts';
+import type { ControllerFlags as ControllerFlagValues } from '../controller/controller-options.ts';
 
-interface ControllerFlags {
-  kubeconfig?: string;
-  listen: { host: string; port: number };
-  admin: { host: string; port: number };
-  tlsCertFile?: string;
-  tlsKeyFile?: string;
-  tlsCaFile?: string;
-  tlsSecret?: string;
-  tlsSecretNamespace?: string;
-  tlsSan: string[];
-  injectionConfig?: string;
-  webhookConfigName?: string;
-  insecureHttp?: boolean;
-  heartbeat: number;
-  loadScrapeEvery: number;
-  leaseNamespace: string;
-  leaseName: string;
-  identity: string;
-  podUid?: string;
-  logLevel: (typeof LOG_LEVELS)[number];
-}
+type ControllerFlags = ControllerFlagValues & { logLevel: (typeof LOG_LEVELS)[number] };
 
 /** `switchyard controller`: watches InferencePools and streams snapshots to sidecars. */
 export function addControllerCommand(program: Command): void {
@@ -136,131 +113,57 @@ export function addControllerCommand(program: Command): void {
         process.stderr.write(`switchyard controller: ${message}\n`);
         process.exit(2);
       };
-      const scrapeProblem = loadScrapePeriodProblem(flags.loadScrapeEvery);
-      if (scrapeProblem !== undefined) fail(scrapeProblem);
       // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
       const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');
+      const { planControllerOptions } = await import('../controller/controller-options.ts');
       const { readTlsFiles } = await import('../controller/tls/source.ts');
-      const { parseInjectionConfig } = await import('../controller/injection/config.ts');
-      const { parse: parseYaml } = await import('yaml');
-      const kubeConfig = new KubeConfig();
+      const { SERVICE_ACCOUNT_TOKEN } = await import('../controller/kube/owners.ts');
+      const readText = (
+        path: string,
+      ): { ok: true; text: string } | { ok: false; message: string } => {
+        try {
+          return { ok: true, text: readFileSync(path, 'utf8') };
+        } catch (err) {
+          return { ok: false, message: (err as Error).message };
+        }
+      };
+      let kubeconfigMissing: string | undefined;
       if (flags.kubeconfig === undefined) {
-        // Without a configuration the client would quietly talk to http://localhost:8080.
         const { missingKubeconfig } = await import('../status/collect.ts');
         const { existsSync } = await import('node:fs');
         const { homedir } = await import('node:os');
-        const missing = missingKubeconfig({
+        kubeconfigMissing = missingKubeconfig({
           env: process.env,
           home: homedir(),
           exists: existsSync,
         });
-        if (missing !== undefined) fail(missing);
       }
+      const token = readText(SERVICE_ACCOUNT_TOKEN); // not in a pod: none
+      const plan = planControllerOptions(flags, {
+        injectionConfig:
+          flags.injectionConfig === undefined ? undefined : readText(flags.injectionConfig),
+        serviceAccountToken: token.ok ? token.text : undefined,
+        kubeconfigMissing,
+      });
+      if (!plan.ok) return fail(plan.problem);
+      const { tls } = plan.options;
+      if (tls?.kind === 'files') {
+        try {
+          readTlsFiles(tls.files); // fail at start, naming the file, rather than at the first handshake
+        } catch (err) {
+          fail((err as Error).message);
+        }
+      }
+      const kubeConfig = new KubeConfig();
       try {
         if (flags.kubeconfig !== undefined) kubeConfig.loadFromFile(flags.kubeconfig);
         else kubeConfig.loadFromDefault();
       } catch (err) {
         fail(`cannot load the kubeconfig: ${(err as Error).message}`);
       }
-      let tls: TlsConfig | undefined;
-      if (flags.tlsSecret !== undefined) {
-        if (flags.tlsCertFile !== undefined || flags.tlsKeyFile !== undefined)
-          fail(
-            'give either --tls-secret (self-managed) or --tls-cert-file/--tls-key-file, not both',
-          );
-        if (flags.tlsSan.length === 0)
-          fail(
-            '--tls-secret needs --tls-san: the names sidecars and the API server reach the controller by',
-          );
-        tls = {
-          kind: 'self-managed',
-          namespace: flags.tlsSecretNamespace ?? flags.leaseNamespace,
-          secretName: flags.tlsSecret,
-          names: flags.tlsSan,
-        };
-      } else if (flags.tlsCertFile !== undefined || flags.tlsKeyFile !== undefined) {
-        if (flags.tlsCertFile === undefined || flags.tlsKeyFile === undefined)
-          fail('give both --tls-cert-file and --tls-key-file');
-        const files = {
-          certFile: flags.tlsCertFile!,
-          keyFile: flags.tlsKeyFile!,
-          caFile: flags.tlsCaFile,
-        };
-        try {
-          readTlsFiles(files); // fail at start, naming the file, rather than at the first handshake
-        } catch (err) {
-          fail((err as Error).message);
-        }
-        tls = { kind: 'files', files };
-      } else if (flags.insecureHttp !== true) {
-        fail(
-          'the snapshot stream carries tokens and API keys: give --tls-secret (self-managed), or --tls-cert-file and --tls-key-file (or --insecure-http for a test)',
-        );
-      }
-      let injection: InjectionOptions | undefined;
-      if (flags.injectionConfig !== undefined) {
-        if (tls === undefined)
-          fail('--injection-config needs TLS: the API server calls webhooks over HTTPS only');
-        let text = '';
-        try {
-          text = readFileSync(flags.injectionConfig, 'utf8');
-        } catch (err) {
-          fail(`cannot read --injection-config: ${(err as Error).message}`);
-        }
-        let parsed: unknown;
-        try {
-          parsed = parseYaml(text);
-        } catch (err) {
-          fail(
-            `--injection-config ${flags.injectionConfig} is not YAML or JSON: ${(err as Error).message}`,
-          );
-        }
-        const result = parseInjectionConfig(parsed);
-        if (!result.ok)
-          fail(
-            `--injection-config ${flags.injectionConfig} is invalid:\n  ${result.errors.join('\n  ')}`,
-          );
-        else injection = { config: result.config, webhookConfigName: flags.webhookConfigName };
-      } else if (flags.webhookConfigName !== undefined) {
-        fail('--webhook-config-name needs --injection-config');
-      }
-      // What the controller creates itself (Leases, the TLS Secret) is owned by its Pod or its
-      // ServiceAccount, so `helm uninstall` leaves none of it (controller/kube/owners.ts).
-      const { ownersOf, SERVICE_ACCOUNT_TOKEN } = await import('../controller/kube/owners.ts');
-      let token: string | undefined;
-      try {
-        token = readFileSync(SERVICE_ACCOUNT_TOKEN, 'utf8');
-      } catch {
-        token = undefined; // not in a pod
-      }
-      const { owners, notes } = ownersOf({
-        token,
-        namespace: flags.leaseNamespace,
-        pod: flags.podUid === undefined ? undefined : { name: flags.identity, uid: flags.podUid },
-      });
-      for (const note of notes) logger.info(note);
-      const controller = await startController({
-        owners,
-        kubeConfig,
-        logger,
-        listen: flags.listen,
-        admin: flags.admin,
-        tls,
-        injection,
-        heartbeatMs: flags.heartbeat,
-        lease: {
-          namespace: flags.leaseNamespace,
-          name: flags.leaseName,
-          identity: flags.identity,
-          durationMs: 15_000,
-          renewEveryMs: 2_000,
-        },
-        sidecarStaleAfterMs: 60_000,
-        statusEveryMs: 1_000,
-        replicaSummaryEveryMs: 5_000,
-        loadScrapeEveryMs: flags.loadScrapeEvery,
-      });
+      for (const note of plan.notes) logger.info(note);
+      const controller = await startController({ ...plan.options, kubeConfig, logger });
       const stop = (signal: string): void => {
         logger.info({ signal }, 'shutdown requested');
         controller.stop().then(

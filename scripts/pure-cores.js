@@ -14,6 +14,7 @@ export const PURE_CORES = [
   { path: 'lib/rng.ts', coverage: true },
   { path: 'lib/model-server-load.ts', coverage: true },
   { path: 'lib/load-scrape/scrape-schedule.ts', coverage: true },
+  { path: 'lib/load-scrape/period.ts', coverage: true },
   { path: 'sidecar/policy/**/*.ts', coverage: true },
   { path: 'controller/core/**/*.ts', coverage: true },
   // The pure decisions that live in the controller's feature rooms, beside their shells.
@@ -21,6 +22,8 @@ export const PURE_CORES = [
   { path: 'controller/injection/config.ts', coverage: true },
   { path: 'controller/tls/plan.ts', coverage: true },
   { path: 'controller/drift/events.ts', coverage: true },
+  // The controller command's flags turned into options (the command reads the files).
+  { path: 'controller/controller-options.ts', coverage: true },
   {
     path: 'crds/**/*.ts',
     coverage: false,
