@@ -11,9 +11,10 @@
  * less than 5 ms.
  *
  * - The sidecar's own load scrape is off (`--load-scrape-every 0`): at 4,096 endpoints it asks the
- *   simulator for /metrics 4,096 times a second, which kept both cores busy and set the baseline
- *   (chunk-gap p99 over 100 ms without any admin scrape). A pool this size comes from the
- *   controller, and then the controller scrapes, not the sidecar.
+ *   simulator for /metrics 4,096 times a second, which kept both cores busy and made the streams'
+ *   baseline slower than any scrape could move it (docs/benchmarks.md, "Admin scrapes at the
+ *   largest pool"). A pool this size comes from the controller, and then the controller scrapes,
+ *   not the sidecar.
  * - The scraper runs on a worker thread and drops what it reads: reading 8.5 MB bodies back to
  *   back on the streams' own loop (fetch, then the whole text) delayed the measurement itself.
  */

@@ -19,6 +19,23 @@ export function table(head: string[], rows: string[][], align?: Align[]): string
 }
 
 /**
+ * The section's `###`/`####` headings with the day and commit of the run they show, so that a
+ * reader of docs/benchmarks.md never takes an old run for the current one. Headings `except`
+ * matches (a table of other runs, each dated in its rows) are left as they are.
+ */
+export function datedHeadings(
+  markdown: string,
+  runAt: string,
+  commit: string,
+  except?: RegExp,
+): string {
+  const run = `(${runAt.slice(0, 10)}, ${commit.split(' ')[0] ?? commit})`;
+  return markdown.replace(/^(#{3,4} .*?)[ \t]*$/gm, (_line, heading: string) =>
+    except?.test(heading) === true ? heading : `${heading} ${run}`,
+  );
+}
+
+/**
  * Writes a bench's generated section of `path` (docs/benchmarks.md): replaces what is between its
  * markers, or appends it under `## <heading>` (creating the file if needed). Nothing outside the
  * markers is touched (other sections belong to other benches), and the section is run through

@@ -4,7 +4,7 @@
  * at the end of docs/benchmarks.md (between its own markers; the rest of the file is left as is).
  */
 import type { FunctionTime } from '../common/cpu-profile.ts';
-import { table as markdownTable, type Align } from '../common/markdown.ts';
+import { datedHeadings, table as markdownTable, type Align } from '../common/markdown.ts';
 import type { CpuShare, WindowStats } from './resources.ts';
 
 /** The controller's CPU profile over one phase of the run (bench/common/cpu-profile.ts). */
@@ -609,7 +609,7 @@ export function renderMarkdown(r: Results): string {
   const whatIfs = r.whatIfs ?? [];
   if (whatIfs.length > 0)
     out.push(
-      '### What-ifs',
+      '### What-ifs (each row: its own run, day and commit)',
       '',
       'Variant runs (`--what-if <label>` plus the flags shown), each a full run of its own, on the date and commit shown. "write → all" is the last subscriber of the pool, in ms; "other CPU" is the most that other processes on the machine used in any phase.',
       '',
@@ -647,5 +647,5 @@ export function renderMarkdown(r: Results): string {
         ]),
       ),
     );
-  return out.join('\n');
+  return datedHeadings(out.join('\n'), r.generatedAt, r.commit, /What-ifs/);
 }

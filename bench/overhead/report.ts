@@ -3,7 +3,7 @@
  * console and written into docs/benchmarks.md between the overhead markers) and the targets.
  */
 import type { ProfileSummary } from '../common/cpu-profile.ts';
-import { table } from '../common/markdown.ts';
+import { datedHeadings, table } from '../common/markdown.ts';
 import type { ClosedResult, OpenResult, Percentiles, SseResult } from './load.ts';
 
 /** CPU used during one measurement, in % of one core (the machine has `cpus` × 100 %). */
@@ -459,5 +459,5 @@ export function renderMarkdown(r: Results): string {
     `### Where the time goes (CPU profile of the hot path)\n\n${profileTables(r)}`,
     ...(r.notes.length > 0 ? [`### Notes\n\n${r.notes.map((n) => `- ${n}`).join('\n')}`] : []),
   ];
-  return sections.join('\n\n') + '\n';
+  return datedHeadings(sections.join('\n\n'), r.startedAt, r.machine.commit) + '\n';
 }

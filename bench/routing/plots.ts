@@ -1,9 +1,10 @@
 /**
- * The routing benchmark's plots, as SVG (Vega-Lite, rendered headless by Vega) and PNG (the SVG
- * rasterised by resvg): per scenario the TTFT CDF of every policy, bar charts of TTFT p99 and of
- * the cache hit rate, each backend's share of the requests over time (one panel per policy: a
- * router that herds shows as swinging shares), and for mixed-cost the cost↔latency frontier of
- * switchyard's exchange rate sweep beside the other policies.
+ * The routing benchmark's plots, as SVG (Vega-Lite, rendered headless by Vega; report.md embeds
+ * these, and they are what bench/results/ keeps) and PNG (the SVG rasterised by resvg, for local
+ * viewing; .gitignore keeps them out of the tree): per scenario the TTFT CDF of every policy, bar
+ * charts of TTFT p99 and of the cache hit rate, each backend's share of the requests over time (one
+ * panel per policy: a router that herds shows as swinging shares), and for mixed-cost the
+ * cost↔latency frontier of switchyard's exchange rate sweep beside the other policies.
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -242,7 +242,7 @@ export function renderReport(results: BenchResults, plots: string[]): string {
         );
     }
     out.push('');
-    for (const plot of plots.filter((p) => p.endsWith('.png') && p.startsWith(`${scenario}-`)))
+    for (const plot of plots.filter((p) => p.endsWith('.svg') && p.startsWith(`${scenario}-`)))
       out.push(`![${plot}](${plot})`, '');
   }
   out.push('## Policies', '');

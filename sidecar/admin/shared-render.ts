@@ -6,10 +6,10 @@
  * balancer), and at 4,096 endpoints `/metrics` is 8.5 MB: rendered in one go (prom-client), one
  * scrape stalled every stream for hundreds of milliseconds (issue 16). Rendered in slices of about
  * a millisecond, a stream waits at most about a slice. Encoding an 8.5 MB string to bytes is
- * itself a long task (18–45 ms measured), so each piece is encoded on its own, and the body is
- * written chunk by chunk as the client's socket drains. A client that accepts gzip (Prometheus
- * does by default) gets the body compressed once per render on the threadpool: a tenth of the
- * bytes to write per scrape.
+ * itself a long task (docs/benchmarks.md, "Admin scrapes at the largest pool"), so each piece is
+ * encoded on its own, and the body is written chunk by chunk as the client's socket drains. A
+ * client that accepts gzip (Prometheus does by default) gets the body compressed once per render
+ * on the threadpool: a tenth of the bytes to write per scrape.
  */
 import type { ServerResponse } from 'node:http';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
