@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import https from 'node:https';
+import net from 'node:net';
 import type { AddressInfo, Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
@@ -197,6 +198,32 @@ describe('upstream tls', () => {
       'end',
     ]);
     upstream.close();
+  });
+
+  test('a TLS handshake that never completes is a connect timeout, like a TCP connect', async () => {
+    // Accepts the connection and never answers the ClientHello.
+    const accepted: net.Socket[] = [];
+    const silent = net.createServer((socket) => accepted.push(socket));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const port = (silent.address() as AddressInfo).port;
+    const upstream = new Upstream();
+    const recorder = new Recorder();
+    upstream.request(
+      {
+        target: upstreamTarget(`https://127.0.0.1:${port}/v1/models`),
+        method: 'GET',
+        headers: {},
+        body: Buffer.alloc(0),
+        connectTimeoutMs: 100,
+        tls: { caBundle: ca },
+      },
+      recorder,
+    );
+    for (let i = 0; i < 400 && recorder.heard.length === 0; i++) await sleep(5);
+    assert.deepEqual(recorder.heard, ['error ECONNECT_TIMEOUT']);
+    upstream.close();
+    for (const socket of accepted) socket.destroy();
+    silent.close();
   });
 
   test('names certificate failures, and only those', () => {

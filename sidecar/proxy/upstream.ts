@@ -371,6 +371,10 @@ export class UpstreamRequest implements UpstreamCall {
     }
     // Only while a fresh connection is being made: a kept-alive socket is already connected.
     if (this.#connectTimeoutMs <= 0 || !socket.connecting) return;
+    // For https the connection is made once the handshake is done ('connect' is only TCP's): a
+    // server that accepts and never answers the ClientHello is as unreachable as one that never
+    // accepts, and must not hold the attempt until the first-byte deadline.
+    const connected = this.#target.https ? 'secureConnect' : 'connect';
     const timer = setTimeout(() => {
       cleanup();
       socket.destroy(Object.assign(new Error('ECONNECT_TIMEOUT'), { code: 'ECONNECT_TIMEOUT' }));
@@ -378,11 +382,11 @@ export class UpstreamRequest implements UpstreamCall {
     timer.unref();
     const cleanup = (): void => {
       clearTimeout(timer);
-      socket.off('connect', cleanup);
+      socket.off(connected, cleanup);
       socket.off('error', cleanup);
       socket.off('close', cleanup);
     };
-    socket.once('connect', cleanup);
+    socket.once(connected, cleanup);
     socket.once('error', cleanup);
     socket.once('close', cleanup);
   };

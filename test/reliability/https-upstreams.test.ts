@@ -15,6 +15,7 @@ import { scratchDir, sidecarOn } from '../../harness/pool-file.ts';
 import { startSim, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { get } from 'node:https';
 import { debugBackends, eventually, type SimStats } from '../helpers.ts';
+import { startFaultBackend } from './fault-backend.ts';
 import { recordFigure } from './figures.ts';
 import { poolYaml } from './fixtures.ts';
 
@@ -218,6 +219,67 @@ describe('https upstreams', () => {
       } finally {
         await stop();
       }
+    }
+  });
+
+  test('a server that never answers the TLS handshake is a connect timeout, then failed over', async (t) => {
+    // Reads the ClientHello as the start of a request that never completes, and stays silent.
+    const silent = await startFaultBackend({ parts: [], then: 'stall' });
+    const silentUrl = silent.url.replace('http:', 'https:');
+    const policy = [
+      'mode: Failover',
+      'retry: {budgetPercent: 100, minPerSecond: 100, maxAttempts: 2}',
+      // A first-byte deadline far beyond the connect timeout: which one fired shows in the 502.
+      'timeouts: {connect: 300ms, firstByte: 20s}',
+    ];
+    const alone = await sidecarOn(
+      poolYaml(
+        [`{name: silent, url: '${silentUrl}/v1', tls: ${tlsYaml({ caBundle: pki.ca })}}`],
+        policy,
+      ),
+      NO_SCRAPE,
+    );
+    const pair = await sidecarOn(
+      poolYaml(
+        [
+          `{name: silent, url: '${silentUrl}/v1', tls: ${tlsYaml({ caBundle: pki.ca })}}`,
+          `{name: good, url: '${trusted.url}/v1', tls: ${tlsYaml({ caBundle: pki.ca })}}`,
+        ],
+        policy,
+      ),
+      NO_SCRAPE,
+    );
+    try {
+      const res = await fetch(`${alone.sidecar.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
+      });
+      const body = (await res.json()) as { error: { message: string } };
+      assert.equal(res.status, 504);
+      assert.match(body.error.message, /ECONNECT_TIMEOUT from silent\//);
+      const { response } = await client(pair.sidecar)
+        .chat.completions.create({
+          model: 'm',
+          messages: [{ role: 'user', content: 'hello' }],
+          max_tokens: 4,
+        })
+        .withResponse();
+      assert.match(response.headers.get('x-switchyard-backend') ?? '', /^good\//);
+      assert.equal(response.headers.get('x-switchyard-attempts'), '2');
+      assert.equal(silent.requests, 0, 'no request got past the handshake');
+      recordFigure(t, {
+        fault: 'https: a server that accepts and never answers the TLS handshake, before a peer',
+        load: '1 chat alone, 1 chat with a peer',
+        lost: 1,
+        requests: 2,
+        outcome:
+          '504 ECONNECT_TIMEOUT after timeouts.connect alone; answered by the peer on the 2nd attempt',
+      });
+    } finally {
+      await alone.stop();
+      await pair.stop();
+      await silent.close();
     }
   });
 
