@@ -442,7 +442,7 @@ export const ColdStartSchema = Type.Object(
 export const TimeoutsSchema = Type.Object(
   {
     connect: duration(
-      `Time to open the connection to an endpoint; past it the attempt is an error (and may be retried). ${DURATION_SYNTAX} Default: 5s.`,
+      `Time to open the connection to an endpoint (for https, the TLS handshake included); past it the attempt is an error (and may be retried). ${DURATION_SYNTAX} Default: 5s.`,
       '5s',
     ),
     firstByte: duration(

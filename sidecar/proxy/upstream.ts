@@ -11,11 +11,11 @@
  * the client's end-to-end headers plus ours, `Host` set to the target's, `trailer` never sent
  * (the exchange drops every hop-by-hop header before), no `x-forwarded-*`, the path and query of
  * the target URL, an IPv6 host without its brackets, certificates verified, and a connect timeout
- * armed only while a fresh socket connects (`ECONNECT_TIMEOUT`). Certificates are checked as the
- * endpoint's `tls` says (its CAs, the name to expect, or no check), each such setting with its own
- * keep-alive agent; a certificate that fails is reported as the attempt's error with its reason. The client abort that leaked
- * sockets under http-proxy 1.18 is the exchange's `destroy-upstream` effect (tested by counting
- * sockets in /proc).
+ * armed only while a fresh socket connects, TLS handshake included (`ECONNECT_TIMEOUT`).
+ * Certificates are checked as the endpoint's `tls` says (its CAs, the name to expect, or no
+ * check), each such setting with its own keep-alive agent; a certificate that fails is reported as
+ * the attempt's error with its reason. The client abort that leaked sockets under http-proxy 1.18
+ * is the exchange's `destroy-upstream` effect (tested by counting sockets in /proc).
  */
 import type {
   Agent,
