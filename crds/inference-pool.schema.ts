@@ -33,7 +33,13 @@ import {
   HEALTH_CONSECUTIVE_ERRORS,
 } from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
-import { BACKEND_RULES, BACKENDS_RULES, HEALTH_RULES, celValidations } from './semantic.ts';
+import {
+  BACKEND_RULES,
+  BACKENDS_RULES,
+  HEALTH_RULES,
+  TLS_RULES,
+  celValidations,
+} from './semantic.ts';
 
 export const GROUP = 'switchyard.dev';
 export const VERSION = 'v1alpha1';
@@ -126,30 +132,79 @@ export const ServiceRefSchema = Type.Object(
   },
 );
 
-export const SecretKeyRefSchema = Type.Object(
+/** A reference to one key of a Secret in the pool's namespace; `what` the value is. */
+function secretKeyRef(what: string, keyExample: string, description: string) {
+  return Type.Object(
+    {
+      name: Type.String({
+        description:
+          "Name of a Secret in the pool's namespace. Required. A DNS subdomain, at most 253 characters.",
+        minLength: 1,
+        maxLength: 253,
+        pattern: DNS_SUBDOMAIN,
+        errorMessage:
+          'must be a Secret name: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
+      }),
+      key: Type.String({
+        description: `Key within the Secret whose value is ${what}${keyExample}. Required. Letters, digits, "-", "_" and ".", at most 253 characters.`,
+        minLength: 1,
+        maxLength: 253,
+        pattern: SECRET_KEY,
+        errorMessage: 'must be a Secret key: letters, digits, "-", "_" and "."',
+      }),
+    },
+    { description, additionalProperties: false },
+  );
+}
+
+export const SecretKeyRefSchema = secretKeyRef(
+  'the API key',
+  '',
+  "API key of this backend, read by the controller from a Secret in the pool's namespace and sent as `Authorization: Bearer <key>`. Needs the controller: a standalone pool file uses apiKeyEnv instead. At most one of apiKeySecretRef and apiKeyEnv. On a service backend it needs allowInsecureApiKey: true, and so does an http:// url other than localhost, 127.0.0.1 or [::1].",
+);
+
+/** The largest `caBundle`: room for a few dozen certificates, far from the API's object limit. */
+export const CA_BUNDLE_MAX_LENGTH = 65_536;
+
+export const CaSecretRefSchema = secretKeyRef(
+  'the PEM bundle',
+  ', e.g. ca.crt (what cert-manager writes)',
+  "The CA bundle of tls, read by the controller from a key of a Secret in the pool's namespace (a cert-manager or trust-manager Secret, for instance) and sent to the sidecars in the snapshot. Needs the controller: a standalone pool file uses caBundle instead.",
+);
+
+export const BackendTlsSchema = Type.Object(
   {
-    name: Type.String({
+    caBundle: Type.Optional(
+      Type.String({
+        description:
+          'PEM certificates (one or more `-----BEGIN CERTIFICATE-----` blocks) of the CAs to trust for this backend, instead of the system CAs (like caCertificates of an Istio DestinationRule). Unset, with caSecretRef unset too: the system CAs. At most 65536 characters.',
+        minLength: 1,
+        maxLength: CA_BUNDLE_MAX_LENGTH,
+        'x-switchyard-format': 'pem',
+      }),
+    ),
+    caSecretRef: Type.Optional(CaSecretRefSchema),
+    serverName: Type.Optional(
+      Type.String({
+        description:
+          "The name the endpoint's certificate must carry, also sent as SNI: for an endpoint reached by IP address (the pods of a Service) or by an alias its certificate does not name. Unset: the URL's host. A DNS name or an IP address, at most 253 characters.",
+        minLength: 1,
+        maxLength: 253,
+        pattern: '^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$',
+        errorMessage: 'must be a DNS name like vllm.inference.svc or an IP address',
+      }),
+    ),
+    insecureSkipVerify: Type.Boolean({
       description:
-        "Name of a Secret in the pool's namespace. Required. A DNS subdomain, at most 253 characters.",
-      minLength: 1,
-      maxLength: 253,
-      pattern: DNS_SUBDOMAIN,
-      errorMessage:
-        'must be a Secret name: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
-    }),
-    key: Type.String({
-      description:
-        'Key within the Secret whose value is the API key. Required. Letters, digits, "-", "_" and ".", at most 253 characters.',
-      minLength: 1,
-      maxLength: 253,
-      pattern: SECRET_KEY,
-      errorMessage: 'must be a Secret key: letters, digits, "-", "_" and "."',
+        'Accept any certificate, without checking who signed it or whom it names: the traffic is encrypted but not authenticated. For a test setup only; not with caBundle or caSecretRef. Default: false.',
+      default: false,
     }),
   },
   {
     description:
-      "API key of this backend, read by the controller from a Secret in the pool's namespace and sent as `Authorization: Bearer <key>`. Needs the controller: a standalone pool file uses apiKeyEnv instead. At most one of apiKeySecretRef and apiKeyEnv. On a service backend it needs allowInsecureApiKey: true, and so does an http:// url other than localhost, 127.0.0.1 or [::1].",
+      "How the sidecar checks the certificates of this backend's https endpoints: which CAs to trust and which name to expect. Applies to https URLs and to Service ports that speak https (appProtocol or name https). A certificate that fails the check fails the attempt like a refused connection: it counts against the endpoint and the request is retried on another one.",
     additionalProperties: false,
+    'x-kubernetes-validations': celValidations(TLS_RULES),
   },
 );
 
@@ -216,6 +271,7 @@ export const BackendSchema = Type.Object(
           "The header that carries the API key of apiKeySecretRef or apiKeyEnv: Authorization (as `Authorization: Bearer <key>`, what OpenAI-style servers such as vLLM and SGLang read) or x-api-key (the key as it is, what Anthropic-style providers read). The client's own Authorization and x-api-key headers are not forwarded to a backend with a key. Default: Authorization.",
       }),
     ),
+    tls: Type.Optional(BackendTlsSchema),
     allowInsecureApiKey: Type.Boolean({
       description:
         "Accept that this backend's API key is sent over plain http: needed for apiKeySecretRef on a service backend (a Service port is reached over plain http unless its appProtocol or name says https, which the schema cannot know) and for a key on an http:// url other than localhost, 127.0.0.1 or [::1]. Default: false.",
@@ -386,7 +442,7 @@ export const ColdStartSchema = Type.Object(
 export const TimeoutsSchema = Type.Object(
   {
     connect: duration(
-      `Time to open the connection to an endpoint; past it the attempt is an error (and may be retried). ${DURATION_SYNTAX} Default: 5s.`,
+      `Time to open the connection to an endpoint (for https, the TLS handshake included); past it the attempt is an error (and may be retried). ${DURATION_SYNTAX} Default: 5s.`,
       '5s',
     ),
     firstByte: duration(
@@ -800,6 +856,7 @@ export type InferencePool = Static<typeof InferencePoolSchema>;
 export type InferencePoolSpec = Static<typeof InferencePoolSpecSchema>;
 export type InferencePoolStatus = Static<typeof InferencePoolStatusSchema>;
 export type Backend = Static<typeof BackendSchema>;
+export type BackendTls = Static<typeof BackendTlsSchema>;
 export type Affinity = Static<typeof AffinitySchema>;
 export type Health = Static<typeof HealthSchema>;
 export type Retry = Static<typeof RetrySchema>;

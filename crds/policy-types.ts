@@ -127,6 +127,19 @@ export const EndpointProbeSchema = Type.Object({
   drifted: Type.Optional(Type.Boolean()),
 });
 
+/**
+ * How an https endpoint's certificate is checked (the backend's `tls`, its CA resolved): unset
+ * fields mean Node's defaults (the system CAs, the URL's host, verification on).
+ */
+export const EndpointTlsSchema = Type.Object({
+  /** PEM certificates of the CAs to trust instead of the system's. */
+  caBundle: Type.Optional(Type.String({ minLength: 1 })),
+  /** The name the certificate must carry, also sent as SNI; unset: the URL's host. */
+  serverName: Type.Optional(Type.String({ minLength: 1 })),
+  /** Accept any certificate (encrypted, not authenticated). */
+  insecureSkipVerify: Type.Optional(Type.Boolean()),
+});
+
 /** One concrete address requests can be sent to. A backend has one or more endpoints. */
 export const EndpointSpecSchema = Type.Object({
   /** Stable and unique within the pool, e.g. `primary/10.0.0.7:8000`. State is kept by this id. */
@@ -148,6 +161,11 @@ export const EndpointSpecSchema = Type.Object({
    * `Authorization: Bearer <key>`. Optional so that a snapshot of an older controller applies.
    */
   apiKeyHeader: Type.Optional(Type.Literal('x-api-key')),
+  /**
+   * Certificate checks of an https endpoint, when its backend sets any. Optional: an older
+   * sidecar ignores it (and checks against the system CAs).
+   */
+  tls: Type.Optional(EndpointTlsSchema),
   /** Marked by drift detection: excluded from picks while true. */
   drifted: Type.Optional(Type.Boolean()),
   /** The last successful drift probe, for the sidecar's passive check (and /debug/backends). */
@@ -183,4 +201,5 @@ export type DriftPolicy = Static<typeof DriftPolicySchema>;
 export type PoolPolicy = Static<typeof PoolPolicySchema>;
 export type EndpointProbe = Static<typeof EndpointProbeSchema>;
 export type EndpointSpec = Static<typeof EndpointSpecSchema>;
+export type EndpointTls = Static<typeof EndpointTlsSchema>;
 export type PoolTimeouts = Static<typeof PoolTimeoutsSchema>;

@@ -11,9 +11,14 @@
  * only show when resolving (a missing environment variable, two URLs that are the same endpoint)
  * come back as errors in the same `{path, message}` shape.
  */
-import type { EndpointSpec, PoolPolicy, PoolTimeouts } from './policy-types.ts';
+import type { EndpointSpec, EndpointTls, PoolPolicy, PoolTimeouts } from './policy-types.ts';
 import { parseDuration } from './duration.ts';
-import type { Backend, InferencePool, InferencePoolSpec } from './inference-pool.schema.ts';
+import type {
+  Backend,
+  BackendTls,
+  InferencePool,
+  InferencePoolSpec,
+} from './inference-pool.schema.ts';
 import { type PoolError, joinPath } from './path.ts';
 
 export type PolicyResolution =
@@ -44,6 +49,12 @@ export function resolvePool(pool: InferencePool, env: Environment): PoolResoluti
       errors.push({
         path: joinPath(path, 'apiKeySecretRef'),
         message: 'needs Kubernetes; a standalone pool file can only use apiKeyEnv',
+      });
+    }
+    if (backend.tls?.caSecretRef !== undefined) {
+      errors.push({
+        path: joinPath(joinPath(path, 'tls'), 'caSecretRef'),
+        message: 'needs Kubernetes; a standalone pool file can only use caBundle',
       });
     }
     const key = apiKeyFromEnv(backend, path, env);
@@ -226,6 +237,7 @@ export function urlEndpoints(
       costPerMTok: backend.costPerMTok,
       ...(backend.model === undefined ? {} : { model: backend.model }),
       ...apiKeyFields(backend, apiKey),
+      ...tlsFields(backend.tls, backend.tls?.caBundle),
     };
   });
   return { ok: true, endpoints };
@@ -238,4 +250,22 @@ export function apiKeyFields(
 ): Pick<EndpointSpec, 'apiKey' | 'apiKeyHeader'> {
   if (apiKey === undefined) return {};
   return backend.apiKeyHeader === 'x-api-key' ? { apiKey, apiKeyHeader: 'x-api-key' } : { apiKey };
+}
+
+/**
+ * An endpoint's certificate checks: the backend's `tls` with its CA bundle resolved (`caBundle`:
+ * the inline one, or the controller's reading of caSecretRef). Nothing when every field is the
+ * default, so a pool without tls yields the same snapshot (and hash) as before the field existed.
+ */
+export function tlsFields(
+  tls: BackendTls | undefined,
+  caBundle: string | undefined,
+): Pick<EndpointSpec, 'tls'> {
+  if (tls === undefined) return {};
+  const out: EndpointTls = {
+    ...(caBundle === undefined ? {} : { caBundle }),
+    ...(tls.serverName === undefined ? {} : { serverName: tls.serverName }),
+    ...(tls.insecureSkipVerify ? { insecureSkipVerify: true } : {}),
+  };
+  return Object.keys(out).length === 0 ? {} : { tls: out };
 }

@@ -45,7 +45,7 @@ describe('semantic rules', () => {
   it('sit where they are meant to', () => {
     assert.deepEqual(
       [...new Set(inSchema.map(({ path }) => path))],
-      ['.spec.backends', '.spec.backends[]', '.spec.health'],
+      ['.spec.backends', '.spec.backends[]', '.spec.backends[].tls', '.spec.health'],
     );
   });
 

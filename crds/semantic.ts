@@ -111,6 +111,12 @@ export const BACKEND_SINGLE_KEY_SOURCE: SemanticRule = {
   },
 };
 
+/** The backend's url and urls, as they are (unchecked). */
+function urlsOf(b: Record<string, unknown>): unknown[] {
+  const urls = isSet(b, 'url') ? [b['url']] : [];
+  return Array.isArray(b['urls']) ? [...urls, ...(b['urls'] as unknown[])] : urls;
+}
+
 function insecureAllowed(b: Record<string, unknown>): boolean {
   return b['allowInsecureApiKey'] === true;
 }
@@ -145,9 +151,26 @@ export const HTTP_URL_KEY_NEEDS_OPT_IN: SemanticRule = {
     if (!(isSet(b, 'apiKeySecretRef') || isSet(b, 'apiKeyEnv')) || insecureAllowed(b)) {
       return undefined;
     }
-    const urls = [...(isSet(b, 'url') ? [b['url']] : [])];
-    if (Array.isArray(b['urls'])) urls.push(...(b['urls'] as unknown[]));
-    return urls.every(isSafeUrl) ? undefined : this.message;
+    return urlsOf(b).every(isSafeUrl) ? undefined : this.message;
+  },
+};
+
+/** tls (certificate checks) means something only where a connection speaks https. */
+export const TLS_NEEDS_HTTPS: SemanticRule = {
+  rule:
+    "!has(self.tls) || has(self.service) || (has(self.url) && self.url.startsWith('https://')) || " +
+    "(has(self.urls) && self.urls.all(u, u.startsWith('https://')))",
+  message:
+    'tls checks the certificates of https endpoints, and this backend has an http:// url: ' +
+    'use https:// urls or remove tls',
+  fieldPath: '.tls',
+  check(self) {
+    const b = record(self);
+    if (!isSet(b, 'tls') || isSet(b, 'service')) return undefined;
+    const urls = urlsOf(b);
+    return urls.length > 0 && urls.every((u) => typeof u !== 'string' || u.startsWith('https://'))
+      ? undefined
+      : this.message;
   },
 };
 
@@ -158,6 +181,41 @@ export const BACKEND_RULES: readonly SemanticRule[] = [
   BACKEND_SINGLE_KEY_SOURCE,
   SERVICE_KEY_NEEDS_OPT_IN,
   HTTP_URL_KEY_NEEDS_OPT_IN,
+  TLS_NEEDS_HTTPS,
+];
+
+// ---------------------------------------------------------------------------------------------
+// Rules on a backend's tls (`spec.backends[i].tls`)
+// ---------------------------------------------------------------------------------------------
+
+export const TLS_SINGLE_CA_SOURCE: SemanticRule = {
+  rule: '!has(self.caBundle) || !has(self.caSecretRef)',
+  message: 'caBundle and caSecretRef are two sources for the same CAs: set only one',
+  check(self) {
+    const t = record(self);
+    return isSet(t, 'caBundle') && isSet(t, 'caSecretRef') ? this.message : undefined;
+  },
+};
+
+export const TLS_SKIP_VERIFY_WITHOUT_CA: SemanticRule = {
+  rule:
+    '!(has(self.insecureSkipVerify) && self.insecureSkipVerify) || ' +
+    '(!has(self.caBundle) && !has(self.caSecretRef))',
+  message:
+    'insecureSkipVerify accepts any certificate, so the CAs of caBundle or caSecretRef would be ' +
+    'ignored: set only one of them',
+  fieldPath: '.insecureSkipVerify',
+  check(self) {
+    const t = record(self);
+    return t['insecureSkipVerify'] === true && (isSet(t, 'caBundle') || isSet(t, 'caSecretRef'))
+      ? this.message
+      : undefined;
+  },
+};
+
+export const TLS_RULES: readonly SemanticRule[] = [
+  TLS_SINGLE_CA_SOURCE,
+  TLS_SKIP_VERIFY_WITHOUT_CA,
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -215,6 +273,7 @@ export const HEALTH_RULES: readonly SemanticRule[] = [MAX_OPEN_FOR_AT_LEAST_OPEN
 export const ALL_RULES: readonly SemanticRule[] = [
   ...BACKEND_RULES,
   ...BACKENDS_RULES,
+  ...TLS_RULES,
   ...HEALTH_RULES,
 ];
 
@@ -251,6 +310,26 @@ export function checkUrl(text: string): string | undefined {
   return undefined;
 }
 
+const PEM_BLOCK = /-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g;
+
+/**
+ * Why `text` is not a PEM bundle of certificates, or undefined when it is one: at least one
+ * CERTIFICATE block, and no other kind (a private key pasted by mistake must not travel on to
+ * every sidecar). The blocks' contents are parsed by the sidecar, which fails the endpoint's
+ * attempts with the reason if they do not parse.
+ */
+export function checkPemCertificates(text: string): string | undefined {
+  const kinds = [...text.matchAll(PEM_BLOCK)].map((m) => m[1]);
+  if (kinds.length === 0) {
+    return 'must hold PEM certificates: one or more -----BEGIN CERTIFICATE----- blocks';
+  }
+  const other = kinds.find((k) => k !== 'CERTIFICATE');
+  if (other !== undefined) {
+    return `must hold only certificates, and it holds a ${other} block: never put a key here`;
+  }
+  return undefined;
+}
+
 /**
  * Checks for string nodes marked with `x-switchyard-format`. They refine the node's `pattern`:
  * the reason says what exactly is wrong.
@@ -261,6 +340,7 @@ export const FORMATS: Readonly<Record<string, (text: string) => string | undefin
     return parsed.ok ? undefined : parsed.reason;
   },
   url: checkUrl,
+  pem: checkPemCertificates,
 };
 
 // ---------------------------------------------------------------------------------------------

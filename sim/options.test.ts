@@ -63,3 +63,17 @@ void test('parseSimOptionValue parses command-line strings', () => {
   assert.throws(() => parseSimOptionValue('speed', '0'), /speed/);
   assert.throws(() => parseSimOptionValue('port', ''), /port/);
 });
+
+void test('tlsCert and tlsKey go together and are fixed at start', () => {
+  assert.throws(
+    () => resolveSimOptions({ tlsCert: 'cert.pem' }),
+    (err: unknown) => err instanceof SimOptionError && err.field === 'tlsKey',
+  );
+  assert.throws(
+    () => resolveSimOptions({ tlsKey: 'key.pem' }),
+    (err: unknown) => err instanceof SimOptionError && err.field === 'tlsCert',
+  );
+  assert.equal(resolveSimOptions({ tlsCert: 'c', tlsKey: 'k' }).tlsCert, 'c');
+  const patch = checkSimOptionsPatch({ tlsCert: 'c' }, { runtime: true });
+  assert.ok(!patch.ok);
+});

@@ -43,6 +43,13 @@ export interface SimOptions extends EngineOptions {
    * socket is not closed under it; uvicorn's default (vLLM's server) is 5 s.
    */
   keepAliveMs: number;
+  /**
+   * Serve https with this certificate (a PEM file, the chain after the leaf if any) and
+   * `tlsKey`'s private key; both or neither. Read once at start.
+   */
+  tlsCert: string | undefined;
+  /** The PEM file of the private key of `tlsCert`. */
+  tlsKey: string | undefined;
 }
 
 /** The model servers whose load reporting the simulator can imitate. */
@@ -72,6 +79,8 @@ export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   apiKey: undefined,
   engine: 'vllm',
   keepAliveMs: 65_000,
+  tlsCert: undefined,
+  tlsKey: undefined,
   tokensPerChunk: 1,
   speed: 1,
   seed: 1,
@@ -262,6 +271,14 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
     'tokens per streamed chunk after the first (more: fewer, larger chunks)',
     { min: 1, max: 100_000 },
   ),
+  spec('tlsCert', '<file>', 'string', 'serve https with this PEM certificate (with --tls-key)', {
+    optional: true,
+    runtime: false,
+  }),
+  spec('tlsKey', '<file>', 'string', 'PEM private key of --tls-cert', {
+    optional: true,
+    runtime: false,
+  }),
   spec('speed', '<factor>', 'number', 'time compression: every delay is divided by this', POSITIVE),
   spec('seed', '<n>', 'integer', 'seed for fault draws and generated text', {
     min: 0,
@@ -345,7 +362,12 @@ export function resolveSimOptions(partial: Partial<SimOptions> = {}): SimOptions
   const defined = Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined));
   const checked = checkSimOptionsPatch(defined, { runtime: false });
   if (!checked.ok) throw new SimOptionError(checked.field, checked.message);
-  return { ...DEFAULT_SIM_OPTIONS, ...checked.patch };
+  const options = { ...DEFAULT_SIM_OPTIONS, ...checked.patch };
+  if ((options.tlsCert === undefined) !== (options.tlsKey === undefined)) {
+    const missing = options.tlsCert === undefined ? 'tlsCert' : 'tlsKey';
+    throw new SimOptionError(missing, 'tlsCert and tlsKey go together: set both to serve https');
+  }
+  return options;
 }
 
 /**

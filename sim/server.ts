@@ -21,7 +21,10 @@ import { wallTime } from './wall-time.ts';
 export type { SimLogger, SimStats } from './simulator.ts';
 
 export interface SimHandle {
-  /** `http://<host>:<port>`, without a trailing slash (the API is under `/v1`). */
+  /**
+   * `http://<host>:<port>` (`https://` with `tlsCert`), without a trailing slash (the API is
+   * under `/v1`).
+   */
   readonly url: string;
   readonly port: number;
   close(): Promise<void>;
@@ -52,7 +55,7 @@ export async function startSim(
   const port = await server.listen();
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
   return {
-    url: `http://${host}:${port}`,
+    url: `${opts.tlsCert === undefined ? 'http' : 'https'}://${host}:${port}`,
     port,
     close: () => server.close(),
     stats: () => sim.stats(),

@@ -47,12 +47,18 @@ export function fitsHeader(value: string): boolean {
   return true;
 }
 
+export type SecretTextResult =
+  { ok: true; text: string; what: string } | { ok: false; problem: Problem };
+
 /**
- * The key `ref.key` of the Secret `ref.name`, trimmed: `kubectl create secret --from-file` keeps
- * the file's trailing newline, and the environment-variable path of pool files trims too.
+ * The value of key `ref.key` of the Secret `ref.name` as text, or a problem naming both (never
+ * the value). `what`: how messages about the value name it ("key k of Secret s").
  */
-export function readApiKey(secrets: ReadonlyMap<string, Secret>, ref: SecretKeyRef): ApiKeyResult {
-  const fail = (reason: Reason, message: string): ApiKeyResult => ({
+export function readSecretText(
+  secrets: ReadonlyMap<string, Secret>,
+  ref: SecretKeyRef,
+): SecretTextResult {
+  const fail = (reason: Reason, message: string): SecretTextResult => ({
     ok: false,
     problem: { reason, message },
   });
@@ -63,18 +69,29 @@ export function readApiKey(secrets: ReadonlyMap<string, Secret>, ref: SecretKeyR
   if (encoded === undefined) {
     return fail(Reason.SecretKeyNotFound, `Secret ${ref.name} has no key ${ref.key}`);
   }
-  const decoded = decodeBase64Utf8(encoded);
+  const text = decodeBase64Utf8(encoded);
   const what = `key ${ref.key} of Secret ${ref.name}`;
-  if (decoded === undefined) {
+  if (text === undefined) {
     return fail(Reason.SecretKeyInvalid, `The ${what} is not base64-encoded UTF-8 text`);
   }
-  const apiKey = decoded.trim();
-  if (apiKey === '') return fail(Reason.SecretKeyInvalid, `The ${what} is empty`);
+  return { ok: true, text, what };
+}
+
+/**
+ * The key `ref.key` of the Secret `ref.name`, trimmed: `kubectl create secret --from-file` keeps
+ * the file's trailing newline, and the environment-variable path of pool files trims too.
+ */
+export function readApiKey(secrets: ReadonlyMap<string, Secret>, ref: SecretKeyRef): ApiKeyResult {
+  const read = readSecretText(secrets, ref);
+  if (!read.ok) return read;
+  const invalid = (message: string): ApiKeyResult => ({
+    ok: false,
+    problem: { reason: Reason.SecretKeyInvalid, message },
+  });
+  const apiKey = read.text.trim();
+  if (apiKey === '') return invalid(`The ${read.what} is empty`);
   if (!fitsHeader(apiKey)) {
-    return fail(
-      Reason.SecretKeyInvalid,
-      `The ${what} holds characters that cannot go into an HTTP header`,
-    );
+    return invalid(`The ${read.what} holds characters that cannot go into an HTTP header`);
   }
   return { ok: true, apiKey };
 }

@@ -878,3 +878,110 @@ describe('desiredSnapshot: drift verdicts from the status', () => {
     assert.deepEqual(r.endpoints, { ready: 3, total: 3, drifted: 0 });
   });
 });
+
+describe('desiredSnapshot: tls of https backends', () => {
+  const CA = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+  const OTHER_CA = '-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n';
+  const httpsService = (name: string) =>
+    service(name, [{ name: 'https', port: 8443, targetPort: 8443, appProtocol: 'https' }]);
+  const httpsSlice = (name: string) =>
+    slice(name, [ready('10.0.0.7')], { ports: [{ name: 'https', port: 8443 }] });
+
+  test('resolves caSecretRef into every endpoint, with serverName; inline caBundle as it is', () => {
+    const r = reconcile(
+      pool({
+        mode: 'Failover',
+        backends: [
+          {
+            name: 'in-cluster',
+            service: { name: 'vllm', port: 'https' },
+            tls: { caSecretRef: { name: 'vllm-tls', key: 'ca.crt' }, serverName: 'vllm.svc' },
+          },
+          { ...provider, tls: { caBundle: OTHER_CA } },
+        ],
+      }),
+      {
+        services: [httpsService('vllm')],
+        slices: [httpsSlice('vllm')],
+        secrets: [secret('vllm-tls', { 'ca.crt': CA }), secret('provider-key', { apiKey: KEY })],
+      },
+    );
+    assert.deepEqual(
+      r.snapshot?.endpoints.map((e) => [e.url, e.tls]),
+      [
+        ['https://10.0.0.7:8443/v1', { caBundle: CA, serverName: 'vllm.svc' }],
+        ['https://api.example.com/v1', { caBundle: OTHER_CA }],
+      ],
+    );
+    assert.ok(parseSnapshot({ ...r.snapshot, version: 1 }).ok);
+  });
+
+  test('insecureSkipVerify alone; tls with only defaults adds nothing', () => {
+    const r = reconcile(
+      pool({
+        backends: [
+          { name: 'a', url: 'https://a.example/v1', tls: { insecureSkipVerify: true } },
+          { name: 'b', url: 'https://b.example/v1', tls: {} },
+        ],
+      }),
+    );
+    assert.deepEqual(
+      r.snapshot?.endpoints.map((e) => e.tls),
+      [{ insecureSkipVerify: true }, undefined],
+    );
+  });
+
+  for (const [what, secrets, reason, message] of [
+    ['a missing Secret', [], 'SecretNotFound', 'Secret vllm-tls not found'],
+    [
+      'a missing key',
+      [secret('vllm-tls', { 'tls.crt': CA })],
+      'SecretKeyNotFound',
+      'Secret vllm-tls has no key ca.crt',
+    ],
+    [
+      'a value that is not base64',
+      [{ metadata: { name: 'vllm-tls' }, data: { 'ca.crt': '%%%' } }],
+      'SecretKeyInvalid',
+      'The key ca.crt of Secret vllm-tls is not base64-encoded UTF-8 text',
+    ],
+    [
+      'a private key instead of certificates',
+      [
+        secret('vllm-tls', {
+          'ca.crt': '-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n',
+        }),
+      ],
+      'SecretKeyInvalid',
+      'The key ca.crt of Secret vllm-tls must hold only certificates, and it holds a PRIVATE KEY block: never put a key here',
+    ],
+    [
+      'no PEM at all',
+      [{ metadata: { name: 'vllm-tls' }, data: { 'ca.crt': base64('hello') } }],
+      'SecretKeyInvalid',
+      'The key ca.crt of Secret vllm-tls must hold PEM certificates: one or more -----BEGIN CERTIFICATE----- blocks',
+    ],
+  ] as const) {
+    test(`names ${what} in ResolvedRefs and sends that backend no endpoint`, () => {
+      const r = reconcile(
+        pool({
+          backends: [
+            {
+              name: 'in-cluster',
+              service: { name: 'vllm', port: 'https' },
+              tls: { caSecretRef: { name: 'vllm-tls', key: 'ca.crt' } },
+            },
+            { name: 'b', url: 'https://b.example/v1' },
+          ],
+        }),
+        { services: [httpsService('vllm')], slices: [httpsSlice('vllm')], secrets: [...secrets] },
+      );
+      const refs = condition(r, 'ResolvedRefs');
+      assert.deepEqual(
+        [refs.status, refs.reason, refs.message],
+        ['False', reason, `Backend in-cluster: tls.caSecretRef: ${message}`],
+      );
+      assert.deepEqual(ids(r), ['b/b.example:443']);
+    });
+  }
+});

@@ -10,9 +10,10 @@ import { API_VERSION, KIND, type InferencePool } from '../../crds/inference-pool
 import { joinPath } from '../../crds/path.ts';
 import { withDriftVerdict } from '../../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
-import { apiKeyFields, resolvePolicy, urlEndpoints } from '../../crds/resolve.ts';
+import { apiKeyFields, resolvePolicy, tlsFields, urlEndpoints } from '../../crds/resolve.ts';
 import { validatePool } from '../../crds/validate.ts';
 import { readApiKey } from './api-key.ts';
+import { readCaBundle } from './ca-bundle.ts';
 import { reconcileEvents } from './events.ts';
 import { compareStrings, contentHash } from './hash.ts';
 import type { EndpointSlice, Secret, Service } from './objects.ts';
@@ -118,6 +119,17 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
       if (key.ok) apiKey = key.apiKey;
       else problems.push({ ...key.problem, message: prefix + key.problem.message });
     }
+    let caBundle = backend.tls?.caBundle;
+    const caRef = backend.tls?.caSecretRef;
+    if (caRef !== undefined) {
+      const ca = readCaBundle(input.secrets, caRef);
+      if (ca.ok) caBundle = ca.caBundle;
+      else
+        problems.push({
+          ...ca.problem,
+          message: `${prefix}tls.caSecretRef: ${ca.problem.message}`,
+        });
+    }
 
     let endpoints: EndpointSpec[] = [];
     let total = 0;
@@ -148,8 +160,12 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
       }
     }
     if (problems.length > 0) endpoints = [];
-    else if (apiKey !== undefined)
-      endpoints = endpoints.map((e) => ({ ...e, ...apiKeyFields(backend, apiKey) }));
+    else if (apiKey !== undefined || backend.tls !== undefined)
+      endpoints = endpoints.map((e) => ({
+        ...e,
+        ...apiKeyFields(backend, apiKey),
+        ...tlsFields(backend.tls, caBundle),
+      }));
     return { name: backend.name, tier, ready: endpoints.length, total, problems, endpoints };
   });
 

@@ -128,3 +128,15 @@ describe('object keys', () => {
     assert.deepEqual(splitKey('cluster-scoped'), { namespace: '', name: 'cluster-scoped' });
   });
 });
+
+describe('PoolIndex: CA Secrets', () => {
+  test('indexes the Secret of tls.caSecretRef like that of an API key', () => {
+    const index = new PoolIndex();
+    index.setPool('ns/chat', {
+      metadata: { namespace: 'ns' },
+      spec: { backends: [{ tls: { caSecretRef: { name: 'ca' } } }, { tls: null }] },
+    });
+    assert.deepEqual(index.secretNamesOf('ns/chat'), ['ca']);
+    assert.deepEqual(index.poolsForSecret('ns', 'ca'), ['ns/chat']);
+  });
+});

@@ -19,6 +19,7 @@ export interface IndexablePool {
           | {
               service?: { name?: unknown } | null | undefined;
               apiKeySecretRef?: { name?: unknown } | null | undefined;
+              tls?: { caSecretRef?: { name?: unknown } | null | undefined } | null | undefined;
             }
           | null
           | undefined
@@ -72,6 +73,8 @@ export class PoolIndex {
       if (typeof service === 'string' && service !== '') refs.services.add(service);
       const secret = backend?.apiKeySecretRef?.name;
       if (typeof secret === 'string' && secret !== '') refs.secrets.add(secret);
+      const caSecret = backend?.tls?.caSecretRef?.name;
+      if (typeof caSecret === 'string' && caSecret !== '') refs.secrets.add(caSecret);
     }
     this.#refs.set(key, refs);
     for (const s of refs.services) link(this.#byService, objectKey(namespace, s), key);

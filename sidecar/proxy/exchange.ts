@@ -396,6 +396,7 @@ class ExchangeAttempt implements UpstreamHandler {
         headers,
         body,
         connectTimeoutMs: timerMs(pool.timeouts.connectMs),
+        tls: attempt.endpoint.tls,
       },
       this,
     );

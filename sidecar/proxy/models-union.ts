@@ -316,6 +316,7 @@ class ModelsCall implements UpstreamHandler {
           headers,
           body: Buffer.alloc(0),
           connectTimeoutMs: deadlineMs,
+          tls: endpoint.tls,
         },
         this,
       );

@@ -75,7 +75,7 @@ export class SidecarProxy {
 
   constructor(options: ProxyOptions) {
     this.options = options;
-    this.upstream = options.upstream ?? new Upstream();
+    this.upstream = options.upstream ?? new Upstream({ logger: options.logger });
     this.exchangeDeps = {
       upstream: this.upstream,
       metrics: options.metrics,

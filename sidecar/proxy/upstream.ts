@@ -11,9 +11,11 @@
  * the client's end-to-end headers plus ours, `Host` set to the target's, `trailer` never sent
  * (the exchange drops every hop-by-hop header before), no `x-forwarded-*`, the path and query of
  * the target URL, an IPv6 host without its brackets, certificates verified, and a connect timeout
- * armed only while a fresh socket connects (`ECONNECT_TIMEOUT`). The client abort that leaked
- * sockets under http-proxy 1.18 is the exchange's `destroy-upstream` effect (tested by counting
- * sockets in /proc).
+ * armed only while a fresh socket connects, TLS handshake included (`ECONNECT_TIMEOUT`).
+ * Certificates are checked as the endpoint's `tls` says (its CAs, the name to expect, or no
+ * check), each such setting with its own keep-alive agent; a certificate that fails is reported as
+ * the attempt's error with its reason. The client abort that leaked sockets under http-proxy 1.18
+ * is the exchange's `destroy-upstream` effect (tested by counting sockets in /proc).
  */
 import type {
   Agent,
@@ -26,6 +28,8 @@ import type {
 import { http, https } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
+import type { Logger } from 'pino';
+import type { EndpointTls } from '../../crds/policy-types.ts';
 
 /** What an upstream request reports, once each at most (`onData` per chunk). */
 export interface UpstreamHandler {
@@ -77,6 +81,8 @@ export interface UpstreamRequestInit {
   /** The whole body, or a stream passed through as it arrives (multipart uploads). */
   body: Buffer | Readable;
   connectTimeoutMs: number;
+  /** How an https target's certificate is checked; unset: the system CAs and the URL's host. */
+  tls?: EndpointTls | undefined;
 }
 
 /** One request in flight, as its attempt drives it. */
@@ -101,24 +107,155 @@ export interface UpstreamClient {
 
 const KEEP_ALIVE = { keepAlive: true, maxSockets: Infinity, scheduling: 'lifo' } as const;
 
+/**
+ * Distinct certificate settings kept with their agents. They come from the pool (a handful);
+ * the bound only matters over a long life of CA rotations, and the oldest goes first.
+ */
+const MAX_TLS_AGENTS = 64;
+
+/** How often one endpoint's certificate failure of one kind is logged (the rest are counted). */
+const TLS_LOG_EVERY_MS = 30_000;
+
+export interface UpstreamOptions {
+  /** Where certificate failures are logged (warn, at most every 30 s per endpoint and reason). */
+  logger?: Pick<Logger, 'warn'> | undefined;
+}
+
 /** The agents every attempt's request goes through; one per sidecar. */
 export class Upstream implements UpstreamClient {
   readonly #httpAgent = new http.Agent(KEEP_ALIVE);
   readonly #httpsAgent = new https.Agent(KEEP_ALIVE);
+  /** An agent per certificate setting, by its content (a new snapshot has new objects). */
+  readonly #tlsAgents = new Map<string, Agent>();
+  /** The same agents by setting object: its content key is built once, not per request. */
+  #tlsAgentOf = new WeakMap<EndpointTls, Agent>();
+  readonly #tlsLog: TlsFailureLog | undefined;
+
+  constructor(options: UpstreamOptions = {}) {
+    this.#tlsLog = options.logger === undefined ? undefined : new TlsFailureLog(options.logger);
+  }
 
   /** Sends a request; its events go to `handler`. Throws only for headers Node refuses to send. */
   request(init: UpstreamRequestInit, handler: UpstreamHandler): UpstreamRequest {
-    return new UpstreamRequest(
-      init,
-      init.target.https ? this.#httpsAgent : this.#httpAgent,
-      handler,
-    );
+    const { target, tls } = init;
+    const agent = !target.https
+      ? this.#httpAgent
+      : tls === undefined
+        ? this.#httpsAgent
+        : this.#tlsAgent(tls);
+    return new UpstreamRequest(init, agent, handler, this.#tlsLog);
   }
 
   /** Closes every kept-alive connection. */
   close(): void {
     this.#httpAgent.destroy();
     this.#httpsAgent.destroy();
+    for (const agent of this.#tlsAgents.values()) agent.destroy();
+    this.#tlsAgents.clear();
+    this.#tlsAgentOf = new WeakMap();
+  }
+
+  #tlsAgent(tls: EndpointTls): Agent {
+    let agent = this.#tlsAgentOf.get(tls);
+    if (agent !== undefined) return agent;
+    const key = JSON.stringify([tls.caBundle, tls.serverName, tls.insecureSkipVerify === true]);
+    agent = this.#tlsAgents.get(key);
+    if (agent === undefined) {
+      agent = new https.Agent({
+        ...KEEP_ALIVE,
+        // Replaces the system CAs, as caCertificates of an Istio DestinationRule does.
+        ...(tls.caBundle === undefined ? {} : { ca: tls.caBundle }),
+        // Both the SNI sent and the name the certificate is checked against (tls.connect
+        // verifies `servername` when it is given, the host otherwise).
+        ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
+        ...(tls.insecureSkipVerify === true ? { rejectUnauthorized: false } : {}),
+      });
+      if (this.#tlsAgents.size >= MAX_TLS_AGENTS) {
+        const [oldestKey, oldest] = this.#tlsAgents.entries().next().value!;
+        oldest.destroy();
+        this.#tlsAgents.delete(oldestKey);
+      }
+      this.#tlsAgents.set(key, agent);
+    }
+    this.#tlsAgentOf.set(tls, agent);
+    return agent;
+  }
+}
+
+/**
+ * Codes of a failed certificate check or TLS handshake (OpenSSL's verify results, Node's name
+ * check, and handshake failures such as https to a plain http port).
+ */
+const CERTIFICATE_CODES = new Set([
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_REVOKED',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'CERT_SIGNATURE_FAILURE',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'INVALID_CA',
+  'INVALID_PURPOSE',
+  'HOSTNAME_MISMATCH',
+]);
+
+/** Whether an upstream error code is a failed certificate check or TLS handshake. */
+export function isTlsFailure(code: string | undefined): boolean {
+  return (
+    code !== undefined &&
+    (CERTIFICATE_CODES.has(code) || code.startsWith('ERR_TLS_') || code.startsWith('ERR_SSL_'))
+  );
+}
+
+/**
+ * What an attempt reports for a transport error: its code, and for a certificate failure also
+ * Node's reason (`CERT_HAS_EXPIRED: certificate has expired`), which names what to fix; it goes
+ * into the client's 502 message and the trace, never a key.
+ */
+export function upstreamErrorCode(err: NodeJS.ErrnoException): string {
+  const code = err.code ?? err.message;
+  if (!isTlsFailure(err.code)) return code;
+  // Node's advice for its own CLI ("try running Node.js with --use-system-ca") is not the fix
+  // here: the pool's tls.caBundle or caSecretRef is.
+  const reason = err.message.replace(/; if the root CA is installed locally.*$/, '');
+  return `${code}: ${reason}`;
+}
+
+/**
+ * Logs certificate failures: one warn line per endpoint and reason at most every 30 s, with how
+ * many were left out since, so a broken certificate under load is seen at once without a line per
+ * request.
+ */
+export class TlsFailureLog {
+  readonly #logger: Pick<Logger, 'warn'>;
+  readonly #last = new Map<string, { atMs: number; suppressed: number }>();
+
+  constructor(logger: Pick<Logger, 'warn'>) {
+    this.#logger = logger;
+  }
+
+  note(target: UpstreamTarget, reason: string): void {
+    const key = `${target.host} ${reason}`;
+    const nowMs = Date.now();
+    const last = this.#last.get(key);
+    if (last !== undefined && nowMs - last.atMs < TLS_LOG_EVERY_MS) {
+      last.suppressed++;
+      return;
+    }
+    if (this.#last.size >= 1024) this.#last.clear();
+    this.#last.set(key, { atMs: nowMs, suppressed: 0 });
+    this.#logger.warn(
+      {
+        upstream: target.host,
+        reason,
+        ...(last === undefined ? {} : { sinceLastLogged: last.suppressed }),
+      },
+      'upstream certificate rejected: the attempt counts against the endpoint and is retried elsewhere',
+    );
   }
 }
 
@@ -141,8 +278,18 @@ export class UpstreamRequest implements UpstreamCall {
   /** Body chunks received so far (the idle timer's check that nothing came). */
   #chunks = 0;
 
-  constructor(init: UpstreamRequestInit, agent: Agent, handler: UpstreamHandler) {
+  readonly #target: UpstreamTarget;
+  readonly #tlsLog: TlsFailureLog | undefined;
+
+  constructor(
+    init: UpstreamRequestInit,
+    agent: Agent,
+    handler: UpstreamHandler,
+    tlsLog?: TlsFailureLog,
+  ) {
     this.#handler = handler;
+    this.#target = init.target;
+    this.#tlsLog = tlsLog;
     this.#connectTimeoutMs = init.connectTimeoutMs;
     const { target } = init;
     init.headers.host = target.host;
@@ -224,6 +371,10 @@ export class UpstreamRequest implements UpstreamCall {
     }
     // Only while a fresh connection is being made: a kept-alive socket is already connected.
     if (this.#connectTimeoutMs <= 0 || !socket.connecting) return;
+    // For https the connection is made once the handshake is done ('connect' is only TCP's): a
+    // server that accepts and never answers the ClientHello is as unreachable as one that never
+    // accepts, and must not hold the attempt until the first-byte deadline.
+    const connected = this.#target.https ? 'secureConnect' : 'connect';
     const timer = setTimeout(() => {
       cleanup();
       socket.destroy(Object.assign(new Error('ECONNECT_TIMEOUT'), { code: 'ECONNECT_TIMEOUT' }));
@@ -231,11 +382,11 @@ export class UpstreamRequest implements UpstreamCall {
     timer.unref();
     const cleanup = (): void => {
       clearTimeout(timer);
-      socket.off('connect', cleanup);
+      socket.off(connected, cleanup);
       socket.off('error', cleanup);
       socket.off('close', cleanup);
     };
-    socket.once('connect', cleanup);
+    socket.once(connected, cleanup);
     socket.once('error', cleanup);
     socket.once('close', cleanup);
   };
@@ -268,7 +419,9 @@ export class UpstreamRequest implements UpstreamCall {
   };
 
   readonly #onError = (err: NodeJS.ErrnoException): void => {
-    this.#fail(err.code ?? err.message);
+    const code = upstreamErrorCode(err);
+    if (!this.#quiet && isTlsFailure(err.code)) this.#tlsLog?.note(this.#target, code);
+    this.#fail(code);
   };
 
   readonly #onClose = (): void => {

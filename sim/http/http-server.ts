@@ -1,11 +1,13 @@
 /**
- * The simulator's HTTP server (node:http, no framework): checks the API key when it has one,
+ * The simulator's HTTP server (node:http, or node:https given a certificate; no framework): checks the API key when it has one,
  * dispatches each request to its route, reads JSON bodies, and answers what no route does as
  * vLLM's FastAPI app does (401 `{"error":"Unauthorized"}`, 404 `{"detail":"Not Found"}`, 405
  * `{"detail":"Method Not Allowed"}`, 400 for a body that is not JSON), plus 413 past its body
  * limit and 500 when a handler throws. Every response carries `x-sim-backend: <name>`.
  */
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
@@ -43,7 +45,15 @@ export class SimHttpServer {
       else this.#posts.set(route.path, route);
       this.#knownPaths.add(route.path);
     }
-    this.#server = createServer((req, res) => this.#onRequest(req, res));
+    const { tlsCert, tlsKey } = sim.options();
+    const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+      this.#onRequest(req, res);
+    };
+    // An https server is an http.Server underneath (tls.Server's subclass): one code path after.
+    this.#server =
+      tlsCert !== undefined && tlsKey !== undefined
+        ? createTlsServer({ cert: readFileSync(tlsCert), key: readFileSync(tlsKey) }, onRequest)
+        : createServer(onRequest);
   }
 
   /** Listen on the configured host and port; resolves with the actual port. */

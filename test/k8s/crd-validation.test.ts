@@ -17,6 +17,9 @@ import {
   BACKEND_HAS_SOURCE,
   BACKEND_SINGLE_SOURCE,
   SERVICE_KEY_NEEDS_OPT_IN,
+  TLS_NEEDS_HTTPS,
+  TLS_SINGLE_CA_SOURCE,
+  TLS_SKIP_VERIFY_WITHOUT_CA,
   UNIQUE_BACKEND_NAMES,
 } from '../../crds/semantic.ts';
 import {
@@ -86,6 +89,10 @@ const duplicates: Backend[] = [
   { name: 'b', url: 'https://b.example.com/v1' },
   { name: 'a', url: 'https://c.example.com/v1' },
 ];
+const CA = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+const httpTls: Backend = { name: 'a', url: 'http://a.example.com/v1', tls: { caBundle: CA } };
+const twoCas = { caBundle: CA, caSecretRef: { name: 'ca', key: 'ca.crt' } };
+const skipWithCa = { caBundle: CA, insecureSkipVerify: true };
 const serviceKey: Backend = {
   name: 'a',
   service: { name: 'vllm', port: 8000 },
@@ -135,6 +142,23 @@ const INVALID: { name: string; spec: Partial<Pool['spec']>; errors: Expected[] }
     errors: [
       // fieldPath moves the error from the backend to its apiKeySecretRef.
       celError(SERVICE_KEY_NEEDS_OPT_IN, serviceKey, 'spec.backends[0].apiKeySecretRef'),
+    ],
+  },
+  {
+    name: 'tls on an http url',
+    spec: { backends: [httpTls] },
+    errors: [celError(TLS_NEEDS_HTTPS, httpTls, 'spec.backends[0].tls')],
+  },
+  {
+    name: 'tls with both caBundle and caSecretRef',
+    spec: { backends: [{ name: 'a', url: 'https://a.example.com/v1', tls: twoCas }] },
+    errors: [celError(TLS_SINGLE_CA_SOURCE, twoCas, 'spec.backends[0].tls')],
+  },
+  {
+    name: 'tls with insecureSkipVerify and a CA',
+    spec: { backends: [{ name: 'a', url: 'https://a.example.com/v1', tls: skipWithCa }] },
+    errors: [
+      celError(TLS_SKIP_VERIFY_WITHOUT_CA, skipWithCa, 'spec.backends[0].tls.insecureSkipVerify'),
     ],
   },
 ];

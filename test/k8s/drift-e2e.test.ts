@@ -12,6 +12,7 @@ import { waitFor } from '../../harness/k8s/cluster.ts';
 import {
   POOL_NAMESPACE,
   POOL_PATH,
+  configureSim,
   startServicePool,
   type ServicePool,
 } from './test-controller.ts';
@@ -67,15 +68,6 @@ describe(
           endpoints: DebugEndpoint[];
         }
       ).endpoints;
-    const simAdmin = async (h: TestHost, patch: Record<string, unknown>): Promise<void> => {
-      assertTestAddress(h.ip);
-      const res = await fetch(`http://${h.ip}:8000/admin/config`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(patch),
-      });
-      assert.equal(res.status, 200, await res.text());
-    };
     const simRequests = async (h: TestHost): Promise<number> => {
       assertTestAddress(h.ip);
       return (
@@ -97,13 +89,15 @@ describe(
         return ((await res.json()) as { decodeMsPerToken: number }).decodeMsPerToken;
       };
       const usual = await Promise.all(pool.hosts.map(decodeMsPerToken));
-      await Promise.all(pool.hosts.map((h) => simAdmin(h, { decodeMsPerToken: 100 })));
+      await Promise.all(pool.hosts.map((h) => configureSim(h, { decodeMsPerToken: 100 })));
       try {
         await Promise.all(
           Array.from({ length: n }, (_, i) => chat(sidecars[i % 2]!).then((r) => r.text())),
         );
       } finally {
-        await Promise.all(pool.hosts.map((h, i) => simAdmin(h, { decodeMsPerToken: usual[i] })));
+        await Promise.all(
+          pool.hosts.map((h, i) => configureSim(h, { decodeMsPerToken: usual[i] })),
+        );
       }
     };
     const events = async (reason: string): Promise<{ message: string }[]> =>
@@ -201,7 +195,7 @@ describe(
     });
 
     it('takes it back when it answers the majority again, and says so', async () => {
-      await simAdmin(pool.hosts[2]!, { fingerprint: 'fp_a' });
+      await configureSim(pool.hosts[2]!, { fingerprint: 'fp_a' });
       await noDriftInStatus('recovery in status');
       for (const sidecar of sidecars)
         await waitFor('recovery in the sidecar', async () =>
@@ -221,7 +215,7 @@ describe(
         spec: { drift: { action: 'Warn' } },
       });
       assert.equal(res.status, 200, res.text);
-      await simAdmin(pool.hosts[2]!, { fingerprint: 'fp_c' });
+      await configureSim(pool.hosts[2]!, { fingerprint: 'fp_c' });
       await waitFor(
         'the warning in status',
         async () => (await status()).drift?.endpoints.some((e) => e.drifted) === true,
@@ -242,9 +236,9 @@ describe(
     });
 
     it('a failing probe is not drift; the fleet view shows who sees the failing endpoint broken', async () => {
-      await simAdmin(pool.hosts[2]!, { fingerprint: 'fp_a' });
+      await configureSim(pool.hosts[2]!, { fingerprint: 'fp_a' });
       await noDriftInStatus('recovery');
-      await simAdmin(pool.hosts[0]!, { errorRate: 1 });
+      await configureSim(pool.hosts[0]!, { errorRate: 1 });
       // Traffic until both sidecars' breakers for g1 are open (minRequests 5) and status says so.
       const st = await waitFor(
         'g1 open in both sidecars in status',
@@ -274,7 +268,7 @@ describe(
       assert.equal(probe.drifted, false);
       assert.match(probe.fingerprint ?? '', /fp_a/);
       assert.match(probe.error ?? '', /HTTP 500/);
-      await simAdmin(pool.hosts[0]!, { errorRate: 0 });
+      await configureSim(pool.hosts[0]!, { errorRate: 0 });
     });
   },
 );

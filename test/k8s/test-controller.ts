@@ -16,6 +16,18 @@ import { startCluster, type Cluster } from '../../harness/k8s/cluster.ts';
 import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
 import { assertTestAddress, createTestHost, type TestHost } from './test-hosts.ts';
 
+/** Patches the options of the `switchyard sim` serving port 8000 of test host `h` (its admin API). */
+export async function configureSim(h: TestHost, patch: Record<string, unknown>): Promise<void> {
+  assertTestAddress(h.ip);
+  const res = await fetch(`http://${h.ip}:8000/admin/config`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(patch),
+  });
+  if (res.status !== 200)
+    throw new Error(`sim admin of ${h.ip}: ${res.status} ${await res.text()}`);
+}
+
 /** Creates each namespace (there is no controller manager: nothing else would). */
 export async function createNamespaces(cluster: Cluster, names: readonly string[]): Promise<void> {
   for (const name of names)
@@ -64,6 +76,10 @@ export interface ServicePoolOptions {
   hosts: readonly string[];
   /** Starts the host's server; `dir` is the pool's temporary folder, for its files. */
   serve(host: TestHost, label: string, dir: string): Promise<{ stop(): Promise<unknown> }>;
+  /** Objects applied before the pool (Secrets it references), YAML documents. */
+  objects?: readonly string[];
+  /** More backends after `gpus` (YAML flow mappings), in failover order. */
+  backends?: readonly string[];
   /** Lines of the pool's spec after its backend and `affinity: {key: None}`. */
   spec?: readonly string[];
   /** Each controller's flags after `startPlainController`'s own (default: one, no flags). */
@@ -140,11 +156,12 @@ spec:
         ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
       },
     );
+    for (const object of o.objects ?? []) await cluster.applyYaml(object, { namespace });
     await cluster.applyYaml(`apiVersion: switchyard.dev/v1alpha1
 kind: InferencePool
 metadata: {name: chat, namespace: ${namespace}}
 spec:
-  backends: [{name: gpus, service: {name: vllm, port: http}}]
+  backends: [{name: gpus, service: {name: vllm, port: http}}${(o.backends ?? []).map((b) => `, ${b}`).join('')}]
   affinity: {key: None}
 ${(o.spec ?? []).map((line) => `  ${line}\n`).join('')}`);
     for (const flags of o.controllers ?? [[]])
