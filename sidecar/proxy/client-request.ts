@@ -11,7 +11,8 @@ import zlib from 'node:zlib';
 /**
  * Request headers never forwarded: those that describe this hop only (RFC 9110 §7.6.1), those we
  * set ourselves, `expect` (the sidecar answered the client's 100-continue and holds the body), and
- * `content-encoding` (the body is forwarded decoded, see `decodeBody`).
+ * `content-encoding` (a JSON body is forwarded decoded, see `decodeBody`; a body streamed through
+ * undecoded gets its coding back from the exchange).
  */
 const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',

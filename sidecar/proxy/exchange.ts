@@ -107,6 +107,11 @@ export interface ExchangeInit {
   bodyStream?: Readable | undefined;
   /** Sees the first bytes of a successful answer (the stored-response id, for instance). */
   tap?: ResponseTap | undefined;
+  /**
+   * The client's `Content-Encoding` of a body passed on undecoded (a streamed upload, an opaque
+   * body), which goes with it; forwardedHeaders drops it for the JSON bodies the proxy decodes.
+   */
+  bodyCoding?: string | undefined;
 }
 
 /** Called on a 2xx head; returns what each body chunk of that answer is fed to, if anything. */
@@ -137,6 +142,7 @@ export class Exchange {
   readonly #fields: Record<string, unknown> | undefined;
   readonly #affinity: AffinityInput;
   readonly #bodyStream: Readable | undefined;
+  readonly #bodyCoding: string | undefined;
   readonly tap: ResponseTap | undefined;
   readonly #tried = new Set<string>();
   /** Every attempt sent, the last one current: a client that leaves ends them all. */
@@ -164,6 +170,7 @@ export class Exchange {
     this.#fields = init.fields;
     this.#affinity = init.affinity;
     this.#bodyStream = init.bodyStream;
+    this.#bodyCoding = init.bodyCoding;
     this.tap = init.tap;
   }
 
@@ -296,8 +303,10 @@ export class Exchange {
     const stream = this.#bodyStream;
     const headers: OutgoingHttpHeaders = { ...this.#forwarded };
     if (stream === undefined) headers['content-length'] = body.length;
-    else if (this.req.headers['content-length'] !== undefined)
+    else if (this.req.headers['content-length'] !== undefined) {
       headers['content-length'] = this.req.headers['content-length'];
+    }
+    if (this.#bodyCoding !== undefined) headers['content-encoding'] = this.#bodyCoding;
     // vLLM answers with its queue and KV-cache use (on non-streamed responses) when asked.
     if (!this.clientAskedForLoad) headers[ORCA_REQUEST_HEADER] = 'TEXT';
     applyBackendKey(headers, endpoint);

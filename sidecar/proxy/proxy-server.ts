@@ -407,7 +407,10 @@ export class SidecarProxy {
       req.unpipe(body);
       req.resume();
     });
-    const exchange = this.startExchange(routed, { bodyStream: body });
+    const exchange = this.startExchange(routed, {
+      bodyStream: body,
+      bodyCoding: req.headers['content-encoding'],
+    });
   }
 
   /** `GET/DELETE /v1/responses/{id}`, `POST …/cancel`: to the endpoint that stores the response. */
@@ -421,6 +424,8 @@ export class SidecarProxy {
       raw,
       affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
       tap,
+      // Passed on as sent (not JSON the proxy reads): in the client's coding still.
+      bodyCoding: routed.req.headers['content-encoding'],
     });
   }
 
