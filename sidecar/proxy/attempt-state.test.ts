@@ -188,6 +188,15 @@ describe('attempt state machine', () => {
       ]);
     });
 
+    test('a break while the client held the stream paused is the client’s: aborted, not an error', () => {
+      const held: AttemptEvent = { kind: 'upstream-error', code: 'ECONNRESET', clientHeld: true };
+      assert.deepEqual(kinds(run(head(200), DATA, held).effects).slice(3), [
+        'report:aborted',
+        'destroy-upstream',
+        'break-client',
+      ]);
+    });
+
     test('a client that leaves mid-stream is neutral', () => {
       assert.deepEqual(kinds(run(head(200), DATA, CLIENT_GONE).effects).slice(3), [
         'report:aborted',

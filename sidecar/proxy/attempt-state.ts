@@ -36,8 +36,12 @@ export type AttemptEvent =
   | { readonly kind: 'data' }
   /** The body is complete. */
   | { readonly kind: 'end' }
-  /** The request failed or the response broke off (refused, reset, connect or idle timeout). */
-  | { readonly kind: 'upstream-error'; readonly code: string }
+  /**
+   * The request failed or the response broke off (refused, reset, connect or idle timeout).
+   * `clientHeld`: the client held the stream paused (its socket full) and the upstream sent
+   * nothing since; whatever ended it then is the client's doing (see `transition`).
+   */
+  | { readonly kind: 'upstream-error'; readonly code: string; readonly clientHeld?: boolean }
   /** `timeouts.firstByte` passed since the request was sent. */
   | { readonly kind: 'deadline' }
   /** The client went away. */
@@ -126,6 +130,12 @@ function finished(...effects: Effect[]): Transition {
 const CLIENT_LEFT: Transition = finished(REPORT_ABORTED, DESTROY);
 /** The client left after the outcome was reported (with a 5xx or 429 head): upstream dropped. */
 const CLIENT_LEFT_REPORTED: Transition = finished(DESTROY);
+/**
+ * A stream that broke off while the client held it paused: a server (or a proxy in front of it)
+ * that drops a reader who stopped reading, or one that paused its generation meanwhile, did so
+ * because of the client. Counted aborted, as a client that left, never against the endpoint.
+ */
+const BROKEN_WHILE_CLIENT_HELD: Transition = finished(REPORT_ABORTED, DESTROY, BREAK_CLIENT);
 /** Nothing of the response by `timeouts.firstByte`: a timeout, retried elsewhere when allowed. */
 const FIRST_BYTE_LATE: Transition = finished(REPORT_TIMEOUT, DESTROY, retryOrFail(NO_FIRST_BYTE));
 
@@ -254,6 +264,7 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
         case 'end':
           return finished(END_CLIENT, reportEnd(state.status));
         case 'upstream-error':
+          if (event.clientHeld === true) return BROKEN_WHILE_CLIENT_HELD;
           return finished(REPORT_ERROR, DESTROY, BREAK_CLIENT);
         case 'client-gone':
           return CLIENT_LEFT;

@@ -11,7 +11,8 @@ import zlib from 'node:zlib';
 /**
  * Request headers never forwarded: those that describe this hop only (RFC 9110 §7.6.1), those we
  * set ourselves, `expect` (the sidecar answered the client's 100-continue and holds the body), and
- * `content-encoding` (the body is forwarded decoded, see `decodeBody`).
+ * `content-encoding` (a JSON body is forwarded decoded, see `decodeBody`; a body streamed through
+ * undecoded gets its coding back from the exchange).
  */
 const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',
@@ -112,30 +113,114 @@ export function withoutBom(body: Buffer): Buffer {
 }
 
 /**
+ * How many requests one connection may have waiting behind its running one. Pipelining clients
+ * send a handful ahead; past this many, the connection's next request is answered 503 (in its
+ * turn, as HTTP/1.1 requires) with `Connection: close`, and the connection is read no further,
+ * so one client cannot make the sidecar hold thousands of parsed requests.
+ */
+export const MAX_PIPELINED_REQUESTS = 100;
+
+/** The connection a request came on: its `close` ends its queue. */
+interface Connection {
+  readonly destroyed: boolean;
+  once(event: 'close', listener: () => void): unknown;
+}
+
+interface Queue {
+  /** A request of the connection runs (the queue lives as long as the connection). */
+  running: boolean;
+  readonly waiting: (() => void)[];
+  /** Completions not yet acted on (see `done`). */
+  pendingDone: number;
+  /** `done` is starting this connection's next requests: a nested `done` only counts itself. */
+  starting: boolean;
+  /** The excess request was queued to be refused; any later one is dropped unanswered. */
+  refused: boolean;
+}
+
+/**
  * Runs one connection's requests one after the other. Node parses pipelined requests as they
  * arrive and hands them all over at once; answered in order anyway, running them at once would
  * only turn one client's 1,000 pipelined requests into 1,000 concurrent upstream requests.
  * `run(done)` must call `done` exactly once, when its response has finished or closed.
+ *
+ * Never recursive: a request may finish within its own `run` (its client has left, so it calls
+ * `done` at once), and a connection that closed with thousands queued used to recurse once per
+ * queued request until the stack overflowed and took the process with it (issue 40). `done`
+ * starts the next requests from a loop instead, and a closed connection's queue is dropped whole.
  */
 export class ConnectionQueue {
-  readonly #waiting = new WeakMap<object, (() => void)[]>();
+  readonly #queues = new WeakMap<object, Queue>();
+  readonly #maxWaiting: number;
 
-  enqueue(connection: object, run: () => void): void {
-    const queue = this.#waiting.get(connection);
+  constructor(maxWaiting = MAX_PIPELINED_REQUESTS) {
+    this.#maxWaiting = maxWaiting;
+  }
+
+  /**
+   * Runs `run` now, or after the connection's earlier requests. Past `maxWaiting` queued, the
+   * first excess request runs `refuse` in its turn instead and any later one is dropped (its
+   * connection closes after the refusal). Returns false when the request was not queued to run.
+   */
+  enqueue(connection: Connection, run: () => void, refuse: () => void): boolean {
+    let queue = this.#queues.get(connection);
     if (queue === undefined) {
-      this.#waiting.set(connection, []);
-      run();
-    } else {
-      queue.push(run);
+      if (connection.destroyed) return false;
+      const created: Queue = {
+        running: false,
+        waiting: [],
+        pendingDone: 0,
+        starting: false,
+        refused: false,
+      };
+      queue = created;
+      this.#queues.set(connection, created);
+      // Whatever still waits when the client leaves will never be answered: let it go at once.
+      connection.once('close', () => {
+        created.waiting.length = 0;
+        this.#queues.delete(connection);
+      });
     }
+    if (!queue.running) {
+      queue.running = true;
+      run();
+      return true;
+    }
+    if (queue.refused) return false;
+    if (queue.waiting.length >= this.#maxWaiting) {
+      queue.refused = true;
+      queue.waiting.push(refuse);
+      return false;
+    }
+    queue.waiting.push(run);
+    return true;
+  }
+
+  /** How many requests of `connection` wait behind its running one. */
+  waiting(connection: object): number {
+    return this.#queues.get(connection)?.waiting.length ?? 0;
   }
 
   /** The running request of `connection` has finished: start its next one, if any. */
   done(connection: object): void {
-    const queue = this.#waiting.get(connection);
+    const queue = this.#queues.get(connection);
     if (queue === undefined) return;
-    const next = queue.shift();
-    if (next === undefined) this.#waiting.delete(connection);
-    else next();
+    queue.pendingDone++;
+    if (queue.starting) return; // the loop below, further up the stack, takes this one too
+    queue.starting = true;
+    try {
+      while (queue.pendingDone > 0) {
+        queue.pendingDone--;
+        const next = queue.waiting.shift();
+        if (next === undefined) {
+          queue.running = false;
+          queue.pendingDone = 0;
+          return;
+        }
+        next();
+      }
+    } finally {
+      queue.starting = false;
+    }
   }
 }

@@ -23,6 +23,7 @@ export type SidecarErrorCode =
   | 'request_timeout'
   | 'headers_too_large'
   | 'bad_request'
+  | 'too_many_pipelined_requests'
   | 'internal_error';
 
 const TYPE_BY_STATUS: Record<number, string> = {

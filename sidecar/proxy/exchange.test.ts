@@ -482,6 +482,46 @@ describe('exchange', () => {
       assert.equal(await stalledCount(), 0);
     });
 
+    const endpointErrors = (): number[] =>
+      active
+        .current()!
+        .balancer.status()
+        .map((e) => e.errors);
+
+    test('a break of the stream while it holds it paused is its own: counted aborted, not an error', async () => {
+      await start(1);
+      const closed = streamReadWhile(() => false, 20);
+      const call = await upstream.call(1);
+      call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
+      await fillClientSocket(call);
+      // A server dropping the reader that stopped reading (its send timeout).
+      call.handler.onError('ECONNRESET');
+      assert.deepEqual(endpointErrors(), [0, 0]);
+      let exposition = '';
+      for await (const piece of metrics.exposition()) exposition += piece;
+      assert.match(exposition, /^switchyard_requests_total\{[^}]*code="aborted"\} 1$/m);
+      assert.doesNotMatch(exposition, /code="error"/);
+      for (const req of clients) req.destroy();
+      await closed;
+    });
+
+    test('a break well after it read on is the endpoint’s again', async () => {
+      await start(1);
+      let reading = false;
+      const closed = streamReadWhile(() => reading, 20);
+      const call = await upstream.call(1);
+      call.handler.onResponseHead(200, { 'content-type': 'text/event-stream' });
+      await fillClientSocket(call);
+      reading = true;
+      for (let i = 0; i < 400 && call.paused; i++) await sleep(5);
+      assert.equal(call.paused, false, 'the client read on');
+      await sleep(1_200); // past the 1 s in which a break is still the client's
+      call.handler.onData(Buffer.from('data: {}\n\n'));
+      call.handler.onError('ECONNRESET');
+      assert.deepEqual(endpointErrors().sort(), [0, 1]);
+      await closed;
+    });
+
     test('is not disconnected once its attempt ended: the clock stops with it', async () => {
       await start(1, '200ms');
       let reading = false;

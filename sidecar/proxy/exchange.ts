@@ -56,6 +56,13 @@ import {
 /** Response headers not copied from the upstream: Node frames the client response itself. */
 const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'trailer']);
 
+/**
+ * How long after a client let a paused stream go on a break of that stream is still the client's
+ * doing (see `ExchangeAttempt.#heldByClient`): what the upstream sent before it gave up on the
+ * stalled reader is read back within moments, its reset right after.
+ */
+const CLIENT_HELD_GRACE_MS = 1_000;
+
 /** How long the body of a retried 5xx/429 may take to drain before its connection is dropped. */
 const UPSTREAM_DRAIN_TIMEOUT_MS = 1_000;
 
@@ -100,6 +107,11 @@ export interface ExchangeInit {
   bodyStream?: Readable | undefined;
   /** Sees the first bytes of a successful answer (the stored-response id, for instance). */
   tap?: ResponseTap | undefined;
+  /**
+   * The client's `Content-Encoding` of a body passed on undecoded (a streamed upload, an opaque
+   * body), which goes with it; forwardedHeaders drops it for the JSON bodies the proxy decodes.
+   */
+  bodyCoding?: string | undefined;
 }
 
 /** Called on a 2xx head; returns what each body chunk of that answer is fed to, if anything. */
@@ -130,6 +142,7 @@ export class Exchange {
   readonly #fields: Record<string, unknown> | undefined;
   readonly #affinity: AffinityInput;
   readonly #bodyStream: Readable | undefined;
+  readonly #bodyCoding: string | undefined;
   readonly tap: ResponseTap | undefined;
   readonly #tried = new Set<string>();
   /** Every attempt sent, the last one current: a client that leaves ends them all. */
@@ -157,6 +170,7 @@ export class Exchange {
     this.#fields = init.fields;
     this.#affinity = init.affinity;
     this.#bodyStream = init.bodyStream;
+    this.#bodyCoding = init.bodyCoding;
     this.tap = init.tap;
   }
 
@@ -289,8 +303,10 @@ export class Exchange {
     const stream = this.#bodyStream;
     const headers: OutgoingHttpHeaders = { ...this.#forwarded };
     if (stream === undefined) headers['content-length'] = body.length;
-    else if (this.req.headers['content-length'] !== undefined)
+    else if (this.req.headers['content-length'] !== undefined) {
       headers['content-length'] = this.req.headers['content-length'];
+    }
+    if (this.#bodyCoding !== undefined) headers['content-encoding'] = this.#bodyCoding;
     // vLLM answers with its queue and KV-cache use (on non-streamed responses) when asked.
     if (!this.clientAskedForLoad) headers[ORCA_REQUEST_HEADER] = 'TEXT';
     applyBackendKey(headers, endpoint);
@@ -369,6 +385,10 @@ class ExchangeAttempt implements UpstreamHandler {
   #onClientDrain: (() => void) | undefined;
   /** Runs while the client's socket is full: from the write that filled it to its `drain`. */
   #clientStall: NodeJS.Timeout | undefined;
+  /** The client holds the stream paused: a write filled its socket, which has not drained. */
+  #clientHolds = false;
+  /** When the client last let the stream go on (its socket drained), monotonic ms; -∞: never held. */
+  #clientReleasedAtMs = Number.NEGATIVE_INFINITY;
   #trailers: Readonly<Record<string, string>> | undefined;
   /** This attempt's span while it is open (when tracing is on and it is sampled). */
   #trace: AttemptTrace | undefined;
@@ -443,10 +463,13 @@ class ExchangeAttempt implements UpstreamHandler {
     if (kind !== 'streaming' && kind !== 'streaming-error') return;
     const { res } = this.#exchange;
     if (!res.write(chunk)) {
+      this.#clientHolds = true;
       this.#upstream.pause();
       res.once(
         'drain',
         (this.#onClientDrain ??= () => {
+          this.#clientHolds = false;
+          this.#clientReleasedAtMs = this.#exchange.deps.nowMs();
           this.#stopClientStall();
           this.#upstream.resume();
         }),
@@ -462,7 +485,19 @@ class ExchangeAttempt implements UpstreamHandler {
 
   onError(code: string): void {
     this.#trace?.upstreamError(code);
-    this.#step({ kind: 'upstream-error', code });
+    this.#step({ kind: 'upstream-error', code, clientHeld: this.#heldByClient() });
+  }
+
+  /**
+   * Whether an upstream error now ends what the client held: it holds the stream paused, or let
+   * it go on less than `CLIENT_HELD_GRACE_MS` ago. While paused the sidecar reads nothing from
+   * the upstream, so a server that dropped the stalled reader meanwhile (its send timeout, a
+   * proxy's stream timeout) is heard only once reading resumes, after the bytes it had sent
+   * before; those come within moments of the drain.
+   */
+  #heldByClient(): boolean {
+    if (this.#clientHolds) return true;
+    return this.#exchange.deps.nowMs() - this.#clientReleasedAtMs < CLIENT_HELD_GRACE_MS;
   }
 
   readonly #onDeadline = (): void => {

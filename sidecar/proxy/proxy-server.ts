@@ -5,7 +5,13 @@ import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
 import { affinityFor } from '../policy/index.ts';
 import { drainRest, readBody, type BodyResult } from './body.ts';
-import { ConnectionQueue, decodeBody, SUPPORTED_ENCODINGS, withoutBom } from './client-request.ts';
+import {
+  ConnectionQueue,
+  decodeBody,
+  MAX_PIPELINED_REQUESTS,
+  SUPPORTED_ENCODINGS,
+  withoutBom,
+} from './client-request.ts';
 import { sendError, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps, type ExchangeInit, type ResponseTap } from './exchange.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
@@ -96,7 +102,7 @@ export class SidecarProxy {
         requestTimeout: CLIENT_REQUEST_TIMEOUT_MS,
         connectionsCheckingInterval: CLIENT_TIMEOUT_CHECK_EVERY_MS,
       },
-      (req, res) => this.inOrder.enqueue(req.socket, () => this.run(req, res)),
+      (req, res) => this.onRequest(req, res),
     );
     // A client may half-close (send FIN) once its request is out and still read the answer;
     // Node's default aborts the request and closes the connection, so the client got nothing.
@@ -149,8 +155,20 @@ export class SidecarProxy {
     sendError(res, 500, 'internal_error', 'The sidecar failed to handle this request.');
   }
 
-  /** One connection's requests, one at a time (pipelining; see `ConnectionQueue`). */
-  private run(req: IncomingMessage, res: ServerResponse): void {
+  /** Each request in its connection's turn (pipelining; see `ConnectionQueue`). */
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const queued = this.inOrder.enqueue(
+      req.socket,
+      () => this.run(req, res, () => this.handle(req, res)),
+      () => this.run(req, res, () => this.refusePipelined(res)),
+    );
+    // Past the limit: read no more of this connection (the bodies of the requests queued before
+    // this one are all in, so they need nothing more from it); it closes after the refusal.
+    if (!queued) req.socket.pause();
+  }
+
+  /** One connection's requests, one at a time. */
+  private run(req: IncomingMessage, res: ServerResponse, serve: () => void): void {
     const socket = req.socket;
     if (socket.destroyed) {
       // A pipelined request whose client left while it waited: nothing to answer.
@@ -159,10 +177,22 @@ export class SidecarProxy {
     }
     res.once('close', () => this.inOrder.done(socket));
     try {
-      this.handle(req, res);
+      serve();
     } catch (err) {
       this.internalError(res, err);
     }
+  }
+
+  /** The connection's request past `MAX_PIPELINED_REQUESTS` queued, answered in its turn. */
+  private refusePipelined(res: ServerResponse): void {
+    this.options.metrics.response(503);
+    sendError(
+      res,
+      503,
+      'too_many_pipelined_requests',
+      `This connection sent more than ${MAX_PIPELINED_REQUESTS} requests ahead of their answers; the rest were not read. Send them again on a new connection, or wait for answers before sending more.`,
+      { connection: 'close' },
+    );
   }
 
   /** Resolves when no client request is in progress (for graceful shutdown). */
@@ -377,7 +407,10 @@ export class SidecarProxy {
       req.unpipe(body);
       req.resume();
     });
-    const exchange = this.startExchange(routed, { bodyStream: body });
+    const exchange = this.startExchange(routed, {
+      bodyStream: body,
+      bodyCoding: req.headers['content-encoding'],
+    });
   }
 
   /** `GET/DELETE /v1/responses/{id}`, `POST …/cancel`: to the endpoint that stores the response. */
@@ -391,6 +424,8 @@ export class SidecarProxy {
       raw,
       affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
       tap,
+      // Passed on as sent (not JSON the proxy reads): in the client's coding still.
+      bodyCoding: routed.req.headers['content-encoding'],
     });
   }
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { RESPONSE_ID_SCAN_LIMIT_BYTES, ResponseIdScanner } from './response-id-scanner.ts';
+import { ownCopy, RESPONSE_ID_SCAN_LIMIT_BYTES, ResponseIdScanner } from './response-id-scanner.ts';
 
 const scan = (...chunks: string[]): string[] => {
   const found: string[] = [];
@@ -36,4 +36,9 @@ describe('ResponseIdScanner', () => {
   test('gives up past its limit', () => {
     assert.deepEqual(scan('x'.repeat(RESPONSE_ID_SCAN_LIMIT_BYTES), '{"id":"resp_late"}'), []);
   });
+});
+
+test('ownCopy keeps any text whole', () => {
+  for (const text of ['resp_0123456789abcdef', 'café', 'résumé ✓ 🚀', ''])
+    assert.equal(ownCopy(text), text);
 });

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import type { ActivePool } from '../config/active-pool.ts';
 import type { EndpointSpec } from '../policy/index.ts';
 import { StoredResponses } from './stored-responses.ts';
@@ -48,5 +50,64 @@ describe('StoredResponses', () => {
     answer(stored, 'a/1', '{"id":"resp_1"}');
     assert.equal(stored.forgetOnSuccess('resp_1')(endpoint('a/1'), 200), undefined);
     assert.deepEqual(stored.routing(poolOf(endpoint('a/1')), 'resp_1'), { kind: 'anywhere' });
+  });
+});
+
+/** A full garbage collection, without starting the test process with --expose-gc. */
+function collectGarbage(): void {
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc') as () => void;
+  gc();
+  gc();
+}
+
+/** The heap kept by what `build` returns, per item of `count`, in bytes. */
+function retainedPerItem(count: number, build: () => unknown): number {
+  collectGarbage();
+  const before = process.memoryUsage().heapUsed;
+  const kept = build();
+  collectGarbage();
+  const after = process.memoryUsage().heapUsed;
+  assert.ok(kept !== undefined);
+  return (after - before) / count;
+}
+
+describe('StoredResponses memory (issue 40)', () => {
+  const COUNT = 2_000;
+  /** Where it was 32 KiB: the whole first chunk each id was cut from. */
+  const BOUND_BYTES = 2 * 1024;
+  const idOf = (i: number): string => `resp_${i.toString(16).padStart(40, '0')}`;
+  /** A first chunk of 32 KiB with the id first, as a Responses answer with a long output. */
+  const firstChunk = (i: number): Buffer =>
+    Buffer.from(
+      `{"id":"${idOf(i)}","object":"response","output_text":"${'x'.repeat(32 * 1024)}${i}"}`,
+    );
+
+  test('a remembered id keeps no more than itself alive, not the chunk it was read from', (t) => {
+    const perId = retainedPerItem(COUNT, () => {
+      const stored = new StoredResponses(() => 0);
+      for (let i = 0; i < COUNT; i++) stored.rememberCreated(endpoint('a/1'), 200)?.(firstChunk(i));
+      return stored;
+    });
+    t.diagnostic(`${(perId / 1024).toFixed(2)} KiB retained per remembered id`);
+    assert.ok(perId < BOUND_BYTES, `${(perId / 1024).toFixed(1)} KiB retained per remembered id`);
+  });
+
+  test('an id looked up from a long URL is not kept as a view into that URL', (t) => {
+    const stored = new StoredResponses(() => 0);
+    for (let i = 0; i < COUNT; i++)
+      stored.rememberCreated(endpoint('a/1'), 200)?.(Buffer.from(`{"id":"${idOf(i)}"}`));
+    const pool = poolOf(endpoint('a/1'));
+    const perId = retainedPerItem(COUNT, () => {
+      for (let i = 0; i < COUNT; i++) {
+        // As the proxy gets it: a slice of a path cut from a URL with a 16 KiB query.
+        const url = `/v1/responses/${idOf(i)}?pad=${'p'.repeat(16 * 1024)}${i}`;
+        const id = url.slice('/v1/responses/'.length, url.indexOf('?'));
+        assert.equal(stored.routing(pool, id).kind, 'pinned');
+      }
+      return stored;
+    });
+    t.diagnostic(`${(perId / 1024).toFixed(2)} KiB retained per looked-up id`);
+    assert.ok(perId < BOUND_BYTES, `${(perId / 1024).toFixed(1)} KiB retained per looked-up id`);
   });
 });

@@ -11,7 +11,7 @@ import {
   ResponseHomes,
 } from '../policy/index.ts';
 import type { ResponseTap } from './exchange.ts';
-import { ResponseIdScanner } from './response-id-scanner.ts';
+import { ownCopy, RESPONSE_ID_MAX_CHARS, ResponseIdScanner } from './response-id-scanner.ts';
 
 export type StoredResponseRouting =
   /** Unknown id (made before this sidecar started, or elsewhere): balanced like any request. */
@@ -35,7 +35,11 @@ export class StoredResponses {
 
   /** Where a request that refers to `responseId` must go. */
   routing(pool: ActivePool, responseId: string): StoredResponseRouting {
-    const endpointId = this.#homes.homeOf(responseId);
+    // Longer ids are never remembered (and copying a megabyte-long one would cost for nothing).
+    if (responseId.length > RESPONSE_ID_MAX_CHARS) return { kind: 'anywhere' };
+    // A use re-keys the id under this string (it moves to the front of the LRU): a path's id is
+    // a slice of the request's URL (a query string may add 16 KiB to it), so keep a copy.
+    const endpointId = this.#homes.homeOf(ownCopy(responseId));
     if (endpointId === undefined) return { kind: 'anywhere' };
     const endpoint = pool.endpoints.find((e) => e.id === endpointId);
     if (endpoint !== undefined && endpoint.drifted !== true) return { kind: 'pinned', endpointId };

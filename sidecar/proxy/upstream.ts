@@ -433,7 +433,13 @@ export class UpstreamRequest implements UpstreamCall {
     // meanwhile are still unread. Judge only after one more poll (setImmediate runs after it).
     const seen = this.#chunks;
     setImmediate(() => {
-      if (this.#chunks !== seen || this.#paused || this.#quiet) return;
+      if (this.#quiet) return;
+      if (this.#chunks !== seen || this.#paused) {
+        // Node hands only a socket's first timeout to its request: hear the next one directly,
+        // or an upstream that goes silent after this one set aside is never timed out.
+        this.#req.socket?.once('timeout', this.#onIdle);
+        return;
+      }
       this.#req.destroy(Object.assign(new Error('upstream idle timeout'), { code: 'ETIMEDOUT' }));
     });
   };

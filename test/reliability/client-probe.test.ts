@@ -1,10 +1,12 @@
 /**
  * A property-based probe of client behaviour (issue 16): random mixes of clients that abort,
- * stall, read slowly, half-close, pipeline, send Expect: 100-continue, compress their body or
- * prefix it with a BOM, all at once against healthy simulators. Whatever they do: no breaker
- * opens, no error is counted against an endpoint, each client that asked properly is answered,
- * a bystander is served, and afterwards nothing is in flight and no client connection is left.
- * So that the next finding of this kind is caught here, not by a user.
+ * stall, read slowly, half-close, pipeline (up to past the sidecar's per-connection limit), reset
+ * or close their connection at a random point (mid-head, mid-body, with requests queued,
+ * mid-answer; issue 40), send Expect: 100-continue, compress their body or prefix it with a BOM,
+ * all at once against healthy simulators. Whatever they do: no breaker opens, no error is
+ * counted against an endpoint, each client that asked properly is answered, a bystander is
+ * served, the process lives with bounded memory, and afterwards nothing is in flight and no
+ * client connection is left. So that the next finding of this kind is caught here, not by a user.
  */
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -17,13 +19,17 @@ import { sidecarOn, type SidecarOnPool } from '../../harness/pool-file.ts';
 import { establishedWith } from '../../harness/proc.ts';
 import { startSim, type RunningProcess } from '../../harness/processes.ts';
 import { debugBackends, eventually } from '../helpers.ts';
+import { MAX_PIPELINED_REQUESTS } from '../../sidecar/proxy/client-request.ts';
+import { rssMb } from '../../harness/proc.ts';
 import { recordFigure } from './figures.ts';
 import { poolYaml } from './fixtures.ts';
 import { rawConnect, statusOf } from './raw-client.ts';
 
 const IDLE_MS = 1_000;
 /** Random mixes per run (each 6 to 14 clients at once). */
-const RUNS = 8;
+const RUNS = 12;
+/** How much the sidecar's RSS may grow over the whole probe. */
+const RSS_GROWTH_BOUND_MB = 200;
 
 type Behaviour =
   | { kind: 'normal' | 'half-close' | 'expect' | 'gzip' | 'bom' | 'connection-header' }
@@ -31,7 +37,14 @@ type Behaviour =
   | { kind: 'abort'; afterBytes: number }
   | { kind: 'stall-read'; stallMs: number }
   | { kind: 'slow-read' }
-  | { kind: 'pipeline'; count: number };
+  | { kind: 'pipeline'; count: number }
+  /** Many requests queued on one connection, past the sidecar's limit at times. */
+  | { kind: 'deep-pipeline'; count: number }
+  /** The client resets (RST) or closes its connection at a random point. */
+  | { kind: 'reset'; at: ResetPoint; afterBytes: number; rst: boolean };
+
+/** Where a client may leave: inside its head, its body, with requests queued, or mid-answer. */
+type ResetPoint = 'mid-head' | 'mid-body' | 'queued' | 'mid-stream';
 
 const behaviourArb: fc.Arbitrary<Behaviour> = fc.oneof(
   fc.constantFrom<Behaviour>(
@@ -50,6 +63,16 @@ const behaviourArb: fc.Arbitrary<Behaviour> = fc.oneof(
     stallMs: fc.integer({ min: IDLE_MS, max: 2 * IDLE_MS }),
   }),
   fc.record({ kind: fc.constant('pipeline' as const), count: fc.integer({ min: 2, max: 8 }) }),
+  fc.record({
+    kind: fc.constant('deep-pipeline' as const),
+    count: fc.integer({ min: 20, max: MAX_PIPELINED_REQUESTS + 60 }),
+  }),
+  fc.record({
+    kind: fc.constant('reset' as const),
+    at: fc.constantFrom<ResetPoint>('mid-head', 'mid-body', 'queued', 'mid-stream'),
+    afterBytes: fc.integer({ min: 0, max: 4000 }),
+    rst: fc.boolean(),
+  }),
 );
 
 const chat = (maxTokens: number): string =>
@@ -163,6 +186,54 @@ async function run(port: number, b: Behaviour): Promise<{ ok: boolean; detail: s
       const { received } = await c.closed;
       return { ok: complete(received, b.count), detail: received.slice(0, 120) };
     }
+    case 'deep-pipeline': {
+      const body = chat(1);
+      const one = head(Buffer.byteLength(body)) + body;
+      const last = head(Buffer.byteLength(body), 'connection: close\r\n') + body;
+      const c = await rawConnect(port);
+      c.socket.write(one.repeat(b.count - 1) + last);
+      const { received } = await c.closed;
+      const statuses = received.match(/^HTTP\/1\.1 \d{3}/gm) ?? [];
+      const answered = MAX_PIPELINED_REQUESTS + 1; // the running one and those queued behind it
+      const ok =
+        b.count <= answered
+          ? complete(received, b.count)
+          : statuses.length === answered + 1 &&
+            statuses.slice(0, answered).every((s) => s === 'HTTP/1.1 200') &&
+            statuses[answered] === 'HTTP/1.1 503' &&
+            received.includes('too_many_pipelined_requests');
+      return { ok, detail: `${statuses.length} answers, last ${statuses.at(-1)}` };
+    }
+    case 'reset': {
+      const body = chat(b.at === 'queued' ? 30_000 : 200);
+      const request = head(Buffer.byteLength(body)) + body;
+      const c = await rawConnect(port);
+      const leave = (): void => {
+        if (b.rst) c.socket.resetAndDestroy();
+        else c.socket.destroy();
+      };
+      if (b.at === 'mid-head' || b.at === 'mid-body') {
+        const headLength = request.length - Buffer.byteLength(body);
+        const cut =
+          b.at === 'mid-head'
+            ? 1 + (b.afterBytes % (headLength - 1))
+            : headLength + (b.afterBytes % Buffer.byteLength(body));
+        c.socket.write(request.slice(0, cut));
+        await sleep(b.afterBytes % 50);
+        leave();
+        return { ok: true, detail: 'left' };
+      }
+      // Queued: a long stream first and small requests behind it; mid-stream: one request.
+      const small = chat(1);
+      // Up to 4,001 queued: thousands overflowed the stack before issue 40's fix.
+      const queued =
+        b.at === 'queued' ? (head(Buffer.byteLength(small)) + small).repeat(1 + b.afterBytes) : '';
+      c.socket.write(request + queued);
+      const after = b.at === 'queued' ? 1 : b.afterBytes;
+      await eventually(() => c.received().length >= after, 10_000, 'bytes to leave after');
+      leave();
+      return { ok: true, detail: 'left' };
+    }
   }
 }
 
@@ -195,6 +266,10 @@ describe('random client behaviour against healthy backends', () => {
   test('open no breaker, count no error, leak nothing, and leave other clients served', async (t) => {
     const { sidecar } = fixture;
     const port = Number(new URL(sidecar.url).port);
+    let exited: number | string | undefined;
+    void sidecar.exited.then((code) => (exited = code));
+    const rssBeforeMb = rssMb(sidecar.pid) ?? 0;
+    let rssPeakMb = rssBeforeMb;
     let clients = 0;
     const seen = new Map<string, number>();
     await fc.assert(
@@ -218,6 +293,14 @@ describe('random client behaviour against healthy backends', () => {
           assert.equal(e.breaker, 'closed', `${e.id}'s breaker: ${JSON.stringify(e)}`);
           assert.equal(e.errors, 0, `errors counted against ${e.id}`);
         }
+        assert.equal(exited, undefined, `the sidecar exited:\n${sidecar.output().slice(-1_500)}`);
+        const rss = rssMb(sidecar.pid) ?? 0;
+        rssPeakMb = Math.max(rssPeakMb, rss);
+        // Generous: the probe's own multi-MB streams pass through; a leak per client would not fit.
+        assert.ok(
+          rss < rssBeforeMb + RSS_GROWTH_BOUND_MB,
+          `RSS ${rss} MB, ${rssBeforeMb} MB before`,
+        );
       }),
       {
         numRuns: RUNS,
@@ -231,6 +314,8 @@ describe('random client behaviour against healthy backends', () => {
       lost: 0,
       requests: clients,
       behaviours: Object.fromEntries(seen),
+      rssBeforeMb: Math.round(rssBeforeMb),
+      rssPeakMb: Math.round(rssPeakMb),
     });
   });
 });
