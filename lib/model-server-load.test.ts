@@ -127,6 +127,20 @@ describe('parseLoadMetrics', () => {
     });
   });
 
+  test('rejects a line whose label set is never closed, rather than reading its last word', () => {
+    assert.equal(parseLoadMetrics('vllm:num_requests_waiting{model="x" 5\n'), undefined);
+    assert.deepEqual(
+      parseLoadMetrics(
+        'vllm:num_requests_waiting{model="x" 5\nvllm:num_requests_waiting{model="y"} 2\n',
+      ),
+      { waiting: 2 },
+    );
+    // A `}` inside a label value still closes nothing on its own line's end.
+    assert.deepEqual(parseLoadMetrics('vllm:num_requests_running{m="a}b"} 3 1700000000\n'), {
+      running: 3,
+    });
+  });
+
   test('gives undefined for an exposition without load gauges, or one too large', () => {
     assert.equal(parseLoadMetrics('# nothing\nprocess_cpu_seconds_total 3\n'), undefined);
     assert.equal(parseLoadMetrics('vllm:num_requests_running{a="b"} NaN\n'), undefined);

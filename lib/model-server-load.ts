@@ -147,7 +147,7 @@ export function parseLoadMetrics(text: string): ModelServerLoad | undefined {
       const next = line.charCodeAt(rule.name.length);
       if (next !== 0x7b /* { */ && next !== 0x20 /* space */) continue;
       if (rule.label !== undefined && !line.includes(rule.label)) continue;
-      const value = sampleValue(line);
+      const value = sampleValue(line, rule.name);
       if (value === undefined) continue;
       const previous = load[rule.field];
       const combined =
@@ -162,10 +162,16 @@ export function parseLoadMetrics(text: string): ModelServerLoad | undefined {
   return isEmpty(load) ? undefined : load;
 }
 
-/** The value of a sample line: after the closing `}` of the labels (or the name), before a timestamp. */
-function sampleValue(line: string): number | undefined {
-  const close = line.lastIndexOf('}');
-  const rest = (close >= 0 ? line.slice(close + 1) : line.slice(line.indexOf(' '))).trim();
+/**
+ * The value of a sample line of metric `name`: after the closing `}` of the labels (or the name),
+ * before a timestamp. A label set that is never closed is no sample: read as one, the text after
+ * its last space (`vllm:num_requests_waiting{model="x" 5`) passed for a value.
+ */
+function sampleValue(line: string, name: string): number | undefined {
+  const labelled = line.charCodeAt(name.length) === 0x7b; /* { */
+  const close = labelled ? line.lastIndexOf('}') : -1;
+  if (labelled && close < 0) return undefined;
+  const rest = (labelled ? line.slice(close + 1) : line.slice(name.length)).trim();
   const value = Number(rest.split(/\s+/)[0]);
   return Number.isFinite(value) ? value : undefined;
 }
