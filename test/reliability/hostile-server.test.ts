@@ -9,8 +9,12 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ask, completeStream } from '../../harness/ask.ts';
 import { sidecarOn } from '../../harness/pool-file.ts';
+import { memoryMb } from '../../harness/proc.ts';
+import { MAX_REPORT_CHARS } from '../../lib/model-server-load.ts';
+import { metricsPage } from '../../bench/hostile-scrape/page.ts';
+import { eventually } from '../helpers.ts';
 import { recordFigure } from './figures.ts';
-import { poolYaml } from './fixtures.ts';
+import { endpointOf, poolYaml } from './fixtures.ts';
 import {
   servePage,
   startHostileBackend,
@@ -29,6 +33,66 @@ const backendsYaml = (backends: { name: string; server: HostileBackend }[]): str
   backends.map((b) => `{name: ${b.name}, url: '${b.server.url}/v1'}`);
 
 describe('hostile servers through a real sidecar', () => {
+  test('a valid 4 MiB page is read to its end, scraped less often, and requests keep being served', async (t) => {
+    // The load gauges sit after 4 MiB of buckets the sidecar does not want: reading them proves
+    // the page is parsed across its chunks, not refused.
+    const page = metricsPage(MAX_REPORT_CHARS - 4096);
+    const huge = await startHostileBackend({
+      answerDelayMs: 0,
+      metrics: servePage(() => page),
+    });
+    const normal = await startHostileBackend({
+      answerDelayMs: 0,
+      metrics: servePage(() => metricsPage(60 * 1024)),
+    });
+    const pool = await sidecarOn(
+      poolYaml(
+        backendsYaml([
+          { name: 'huge', server: huge },
+          { name: 'normal', server: normal },
+        ]),
+      ),
+      SCRAPE,
+    );
+    try {
+      await eventually(
+        async () => (await endpointOf(pool.sidecar, 'huge'))?.reported?.kvCacheUsage === 0.25,
+        10_000,
+        "the 4 MiB page's gauges, read from past its buckets",
+      );
+      // Serial requests for a window of 4 s (a window to count scrapes in, not a time limit).
+      let requests = 0;
+      let lost = 0;
+      const hugeBefore = huge.scrapes;
+      const normalBefore = normal.scrapes;
+      for (const until = Date.now() + 4000; Date.now() < until; requests++)
+        if (!completeStream(await ask(pool.sidecar.url))) lost++;
+      const hugeScrapes = huge.scrapes - hugeBefore;
+      const normalScrapes = normal.scrapes - normalBefore;
+      const rss = memoryMb(pool.sidecar.pid)?.hwm ?? 0;
+      recordFigure(t, {
+        fault: 'server: valid /metrics page just under the 4 MiB cap, every scrape',
+        load: `${requests} serial streams in 4 s`,
+        lost,
+        requests,
+        hugeScrapes,
+        normalScrapes,
+        sidecarPeakRssMb: Math.round(rss),
+      });
+      assert.equal(lost, 0);
+      // 4 MiB is 32 × PAGE_BYTES_PER_PERIOD: scraped a 32nd as often (jitter and the
+      // scrapes in progress at either end allow some slack). Before: as often as the other.
+      assert.ok(
+        hugeScrapes * 6 <= normalScrapes + 6,
+        `the 4 MiB page was scraped ${hugeScrapes} times, the normal one ${normalScrapes}`,
+      );
+      assert.ok(rss < 300, `sidecar peak RSS ${rss} MB`);
+    } finally {
+      await pool.stop();
+      await Promise.all([huge.stop(), normal.stop()]);
+    }
+  });
+
   for (const honestCount of [1, 2]) {
     test(`a server lying about its speed does not capture a pool of ${honestCount + 1}`, async (t) => {
       const liar = await startHostileBackend({
