@@ -5,7 +5,7 @@
  * almost all of it histogram buckets the sidecar does not want). Prints its URL.
  */
 import { MAX_REPORT_CHARS } from '../../lib/model-server-load.ts';
-import { servePage, startHostileBackend } from '../../test/reliability/hostile-backend.ts';
+import { servePage, startHostileBackend } from '../../harness/hostile-backend.ts';
 import { metricsPage } from './page.ts';
 
 const kind = process.argv[2] === 'huge' ? 'huge' : 'normal';

@@ -22,7 +22,7 @@ import {
   vllmPage,
   type HostileBackend,
   type HostileBackendOptions,
-} from './hostile-backend.ts';
+} from '../../harness/hostile-backend.ts';
 
 const SCRAPE = ['--load-scrape-every', '100ms'];
 /** Issue 40's lying server: 300 ms late, claiming 0.01 ms per token. Honest ones: 8 ms, 20 ms. */

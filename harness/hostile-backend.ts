@@ -1,11 +1,18 @@
 /**
- * A model server that lies, in the test's own process: it answers chat completions (a short SSE
+ * A model server that lies, in the caller's own process (the hostile-server tests, and
+ * `npm run bench:hostile-scrape` as a process of its own): it answers chat completions (a short SSE
  * stream) after `answerDelayMs`, and serves whatever `/metrics` page and load header the test
  * gives it, which a simulator cannot be made to do. Loopback only; counts what it was sent.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { sseEvent as event } from './fault-backend.ts';
+
+/** One OpenAI chat completion chunk of `content`, as an SSE event. */
+function event(content: string): string {
+  const choice = { index: 0, delta: { content }, finish_reason: null };
+  const chunk = { id: 'chatcmpl-hostile', object: 'chat.completion.chunk', created: 0, model: 'm' };
+  return `data: ${JSON.stringify({ ...chunk, choices: [choice] })}\n\n`;
+}
 
 export interface HostileBackendOptions {
   /** How long each answer waits before its first token (its real speed). */
