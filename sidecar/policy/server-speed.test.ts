@@ -174,6 +174,7 @@ describe('trustedSlowdown', () => {
     assert.equal(trustedSlowdown(0.5, 3), 1, 'reported faster: never weighed');
     assert.equal(trustedSlowdown(Number.NaN, 3), 1);
     assert.equal(trustedSlowdown(Infinity, Infinity), 1);
+    assert.equal(trustedSlowdown(Infinity, 1e308), 1);
     assert.equal(trustedSlowdown(Infinity, 2), 8);
   });
 

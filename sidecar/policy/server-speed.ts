@@ -9,6 +9,8 @@
  * of vLLM and SGLang, scraped every 100 ms by default by the controller (or a standalone sidecar)
  * and turned into a mean time per token between scrapes (lib/load-scrape/scrape-schedule.ts). Every
  * sidecar reads the same number from the first seconds of traffic on, whatever it sent where.
+ * But a report is the server's word: it is weighed only as far as the sidecar's own TTFTs show the
+ * server slower too (`trustedSlowdown`), so that no server can talk its way into a pool's traffic.
  *
  * Pure: the balancer passes in the numbers it holds.
  */
@@ -54,9 +56,9 @@ export const MEASURED_SLOWER_RATIO = SLOW_SERVER_RATIO;
 export function trustedSlowdown(reported: number, measured: number | undefined): number {
   if (!(reported > 1)) return 1;
   if (measured === undefined || !(measured >= MEASURED_SLOWER_RATIO)) return 1;
-  // An infinite measurement is none (slowdownAgainstPeers never gives one).
-  if (!Number.isFinite(measured)) return 1;
-  return Math.min(reported, REPORT_TRUST_FACTOR * measured);
+  // Past the doubles (a 1e308 ms TTFT over a 1e-10 one): no measurement at all.
+  const trusted = Math.min(reported, REPORT_TRUST_FACTOR * measured);
+  return Number.isFinite(trusted) ? trusted : 1;
 }
 
 /**
