@@ -134,9 +134,10 @@ describe('hostile servers through a real sidecar', () => {
           liarShare: liar.answered / requests,
         });
         assert.equal(lost, 0);
-        // Before the fix it got 100 of 100 with one honest peer, about 45 % with two.
+        // Before the fix it got 100 of 100 with one honest peer and with two (the issue: 45 %
+        // with two, at another load).
         assert.ok(
-          liar.answered <= requests / 5,
+          liar.answered <= requests / 4,
           `the liar got ${liar.answered} of ${requests} serial requests`,
         );
       } finally {
