@@ -1,7 +1,14 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { MAX_REPORT_CHARS, parseLoadMetrics, parseOrcaHeader } from './model-server-load.ts';
+import {
+  LoadMetricsParser,
+  MAX_LOAD_SAMPLES,
+  MAX_REPORT_CHARS,
+  MAX_SAMPLE_LINE_BYTES,
+  parseLoadMetrics,
+  parseOrcaHeader,
+} from './model-server-load.ts';
 
 describe('parseOrcaHeader', () => {
   test("reads vLLM's TEXT form", () => {
@@ -127,6 +134,20 @@ describe('parseLoadMetrics', () => {
     });
   });
 
+  test('rejects a line whose label set is never closed, rather than reading its last word', () => {
+    assert.equal(parseLoadMetrics('vllm:num_requests_waiting{model="x" 5\n'), undefined);
+    assert.deepEqual(
+      parseLoadMetrics(
+        'vllm:num_requests_waiting{model="x" 5\nvllm:num_requests_waiting{model="y"} 2\n',
+      ),
+      { waiting: 2 },
+    );
+    // A `}` inside a label value still closes nothing on its own line's end.
+    assert.deepEqual(parseLoadMetrics('vllm:num_requests_running{m="a}b"} 3 1700000000\n'), {
+      running: 3,
+    });
+  });
+
   test('gives undefined for an exposition without load gauges, or one too large', () => {
     assert.equal(parseLoadMetrics('# nothing\nprocess_cpu_seconds_total 3\n'), undefined);
     assert.equal(parseLoadMetrics('vllm:num_requests_running{a="b"} NaN\n'), undefined);
@@ -143,5 +164,90 @@ describe('parseLoadMetrics', () => {
         }
       }),
     );
+  });
+});
+
+describe('LoadMetricsParser', () => {
+  const PAGE = [
+    '# HELP vllm:num_requests_running running',
+    'vllm:num_requests_running{engine="0"} 2',
+    `vllm:e2e_request_latency_seconds_bucket{le="1",x="${'y'.repeat(300)}"} 4`,
+    'process_cpu_seconds_total 3',
+    'vllm:num_requests_waiting{engine="0"} 1',
+    'vllm:kv_cache_usage_perc{engine="0"} 0.5',
+    'sglang:num_queue_reqs 3',
+    'vllm:inter_token_latency_seconds_sum 2',
+    'vllm:inter_token_latency_seconds_count 100',
+  ].join('\n');
+  const inChunks = (text: string, cuts: number[]): ModelServerLoadOrUndefined => {
+    const bytes = Buffer.from(text);
+    const parser = new LoadMetricsParser();
+    let at = 0;
+    for (const cut of [...cuts].sort((a, b) => a - b)) {
+      parser.push(bytes.subarray(at, Math.max(at, cut)));
+      at = Math.max(at, cut);
+    }
+    parser.push(bytes.subarray(at));
+    return parser.end();
+  };
+  type ModelServerLoadOrUndefined = ReturnType<typeof parseLoadMetrics>;
+
+  test('reads the same load however the page is cut into chunks (property)', () => {
+    const whole = parseLoadMetrics(PAGE);
+    assert.deepEqual(whole, {
+      running: 2,
+      waiting: 4,
+      kvCacheUsage: 0.5,
+      interTokenSeconds: 2,
+      interTokens: 100,
+    });
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: PAGE.length }), { maxLength: 40 }), (cuts) => {
+        assert.deepEqual(inChunks(PAGE, cuts), whole);
+      }),
+    );
+    // Byte by byte.
+    assert.deepEqual(
+      inChunks(
+        PAGE,
+        Array.from({ length: PAGE.length }, (_, i) => i),
+      ),
+      whole,
+    );
+  });
+
+  test('skips a wanted line longer than MAX_SAMPLE_LINE_BYTES, whole or in pieces', () => {
+    const long = `vllm:num_requests_running{x="${'y'.repeat(MAX_SAMPLE_LINE_BYTES)}"} 9\nvllm:num_requests_waiting 1\n`;
+    assert.deepEqual(parseLoadMetrics(long), { waiting: 1 });
+    assert.deepEqual(inChunks(long, [10, 20, 2000, 4000]), { waiting: 1 });
+    assert.deepEqual(inChunks(long, [10, long.length - 40]), { waiting: 1 });
+  });
+
+  test(`refuses a page of more than ${MAX_LOAD_SAMPLES} wanted lines, and one over the cap`, () => {
+    const many = 'vllm:num_requests_running 1\n'.repeat(MAX_LOAD_SAMPLES + 1);
+    const parser = new LoadMetricsParser();
+    assert.equal(parser.push(Buffer.from(many)), false);
+    assert.match(parser.refused ?? '', /more than 1024 load samples/);
+    assert.equal(parser.push(Buffer.from('vllm:num_requests_waiting 1\n')), false);
+    assert.equal(parser.end(), undefined);
+    // The last line, with no newline, counts too.
+    const atEnd = new LoadMetricsParser();
+    atEnd.push(Buffer.from('vllm:num_requests_running 1\n'.repeat(MAX_LOAD_SAMPLES)));
+    atEnd.push(Buffer.from('vllm:num_requests_running 1'));
+    assert.equal(atEnd.end(), undefined);
+    const big = new LoadMetricsParser();
+    assert.equal(big.push(Buffer.alloc(MAX_REPORT_CHARS + 1, 0x23)), false);
+    assert.equal(big.bytes, MAX_REPORT_CHARS + 1);
+    assert.equal(big.end(), undefined);
+  });
+
+  test('a page of nothing wanted reads as no load, however long its lines', () => {
+    const parser = new LoadMetricsParser();
+    parser.push(Buffer.from('# a comment that does not end in this chunk'));
+    parser.push(Buffer.from(' nor in this one'));
+    parser.push(
+      Buffer.from(' but here\nprocess_open_fds 3\nvllm:other 1\nvllm:num_requests_running'),
+    );
+    assert.equal(parser.end(), undefined);
   });
 });

@@ -129,43 +129,166 @@ const METRIC_RULES: readonly MetricRule[] = [
   },
 ];
 
-/** The load gauges of a Prometheus text exposition, or undefined when it has none of them. */
-export function parseLoadMetrics(text: string): ModelServerLoad | undefined {
-  if (typeof text !== 'string' || text.length > MAX_REPORT_CHARS) return undefined;
-  const load: ModelServerLoad = {};
-  let start = 0;
-  while (start < text.length) {
-    let end = text.indexOf('\n', start);
-    if (end < 0) end = text.length;
-    const line = text.slice(start, end);
-    start = end + 1;
-    const first = line.charCodeAt(0);
-    // Only lines of the wanted families: v(llm), s(glang), n(v_trt_llm); never comments.
-    if (first !== 0x76 && first !== 0x73 && first !== 0x6e) continue;
-    for (const rule of METRIC_RULES) {
-      if (!line.startsWith(rule.name)) continue;
-      const next = line.charCodeAt(rule.name.length);
+/**
+ * The longest line of a wanted series that is read (bytes); a longer one is skipped. vLLM's are
+ * under 200 bytes; a label set of kilobytes is no engine's.
+ */
+export const MAX_SAMPLE_LINE_BYTES = 4096;
+
+/**
+ * The most lines of wanted series one page may hold. A data-parallel vLLM has one label set per
+ * engine, a few dozen lines in all; a page with more is not a load report (a hostile server's
+ * millions of `vllm:num_requests_running{...}` lines would each be decoded and parsed).
+ */
+export const MAX_LOAD_SAMPLES = 1024;
+
+const RULE_NAMES = METRIC_RULES.map((rule) => Buffer.from(rule.name, 'latin1'));
+
+/** Bytes a wanted line can start with: v(llm), s(glang), n(v_trt_llm); never comments. */
+const isWantedFirstByte = (b: number | undefined): boolean =>
+  b === 0x76 || b === 0x73 || b === 0x6e;
+
+/**
+ * Reads a Prometheus text exposition chunk by chunk as it arrives, for the load gauges only
+ * (issue 40: a valid 4 MiB page on every scrape made the proxy 16× slower). Each chunk is searched
+ * for its line ends natively; a line whose first byte cannot start a wanted name is skipped
+ * without a string ever being made of it, and a line that can is compared byte by byte with the
+ * wanted names, so that only the few lines of wanted series are decoded. Nothing of the page is
+ * kept but a partial wanted line between chunks (at most `MAX_SAMPLE_LINE_BYTES`): the page is
+ * never concatenated or decoded whole. `push` returns false once the page is refused (over
+ * `MAX_REPORT_CHARS` bytes, or over `MAX_LOAD_SAMPLES` wanted lines): stop reading it then.
+ */
+export class LoadMetricsParser {
+  readonly #load: ModelServerLoad = {};
+  #bytes = 0;
+  #samples = 0;
+  /** The start of a wanted line the last chunk ended in. */
+  #carry: Buffer | undefined;
+  /** Inside a line not worth reading (unwanted, or too long): discard up to its end. */
+  #skipping = false;
+  #refused: string | undefined;
+
+  /** Bytes of the page read so far. */
+  get bytes(): number {
+    return this.#bytes;
+  }
+
+  /** Why the page was refused; undefined while it is being read. */
+  get refused(): string | undefined {
+    return this.#refused;
+  }
+
+  push(chunk: Buffer): boolean {
+    if (this.#refused !== undefined) return false;
+    this.#bytes += chunk.length;
+    if (this.#bytes > MAX_REPORT_CHARS)
+      return this.#refuse(`larger than ${MAX_REPORT_CHARS} bytes`);
+    let pos = 0;
+    if (this.#skipping || this.#carry !== undefined) {
+      const nl = chunk.indexOf(0x0a);
+      if (nl < 0) {
+        if (this.#carry !== undefined) this.#extendCarry(chunk);
+        return true;
+      }
+      if (this.#carry !== undefined) {
+        const line = Buffer.concat([this.#carry, chunk.subarray(0, nl)]);
+        this.#carry = undefined;
+        if (line.length <= MAX_SAMPLE_LINE_BYTES) this.#line(line, 0, line.length);
+      }
+      this.#skipping = false;
+      pos = nl + 1;
+    }
+    while (pos < chunk.length && this.#refused === undefined) {
+      const nl = chunk.indexOf(0x0a, pos);
+      const wanted = isWantedFirstByte(chunk[pos]);
+      if (nl < 0) {
+        if (wanted) {
+          this.#carry = Buffer.alloc(0);
+          this.#extendCarry(chunk.subarray(pos));
+        } else this.#skipping = true;
+        break;
+      }
+      if (wanted && nl - pos <= MAX_SAMPLE_LINE_BYTES) this.#line(chunk, pos, nl);
+      pos = nl + 1;
+    }
+    return this.#refused === undefined;
+  }
+
+  /** The load of the page read so far (a last line without a newline included). */
+  end(): ModelServerLoad | undefined {
+    const carry = this.#carry;
+    this.#carry = undefined;
+    if (this.#refused !== undefined) return undefined;
+    if (carry !== undefined) this.#line(carry, 0, carry.length);
+    if (this.#refused !== undefined) return undefined;
+    return isEmpty(this.#load) ? undefined : { ...this.#load };
+  }
+
+  #extendCarry(piece: Buffer): void {
+    const carry = this.#carry as Buffer;
+    if (carry.length + piece.length > MAX_SAMPLE_LINE_BYTES) {
+      this.#carry = undefined;
+      this.#skipping = true;
+    } else this.#carry = Buffer.concat([carry, piece]);
+  }
+
+  #refuse(reason: string): false {
+    this.#refused = reason;
+    this.#carry = undefined;
+    return false;
+  }
+
+  /** The line `buf[start, end)`, whose first byte may start a wanted name. */
+  #line(buf: Buffer, start: number, end: number): void {
+    let line: string | undefined;
+    for (let i = 0; i < METRIC_RULES.length; i++) {
+      const rule = METRIC_RULES[i] as MetricRule;
+      const name = RULE_NAMES[i] as Buffer;
+      const after = start + name.length;
+      if (after >= end) continue;
+      const next = buf[after];
       if (next !== 0x7b /* { */ && next !== 0x20 /* space */) continue;
+      if (buf.compare(name, 0, name.length, start, after) !== 0) continue;
+      if (line === undefined) {
+        if (++this.#samples > MAX_LOAD_SAMPLES) {
+          this.#refuse(`more than ${MAX_LOAD_SAMPLES} load samples`);
+          return;
+        }
+        line = buf.toString('utf8', start, end);
+      }
       if (rule.label !== undefined && !line.includes(rule.label)) continue;
-      const value = sampleValue(line);
+      const value = sampleValue(line, rule.name);
       if (value === undefined) continue;
-      const previous = load[rule.field];
+      const previous = this.#load[rule.field];
       const combined =
         previous === undefined
           ? value
           : rule.combine === 'sum'
             ? previous + value
             : Math.max(previous, value);
-      set(load, rule.field, combined);
+      set(this.#load, rule.field, combined);
     }
   }
-  return isEmpty(load) ? undefined : load;
 }
 
-/** The value of a sample line: after the closing `}` of the labels (or the name), before a timestamp. */
-function sampleValue(line: string): number | undefined {
-  const close = line.lastIndexOf('}');
-  const rest = (close >= 0 ? line.slice(close + 1) : line.slice(line.indexOf(' '))).trim();
+/** The load gauges of a Prometheus text exposition, or undefined when it has none of them. */
+export function parseLoadMetrics(text: string): ModelServerLoad | undefined {
+  if (typeof text !== 'string' || text.length > MAX_REPORT_CHARS) return undefined;
+  const parser = new LoadMetricsParser();
+  parser.push(Buffer.from(text, 'utf8'));
+  return parser.end();
+}
+
+/**
+ * The value of a sample line of metric `name`: after the closing `}` of the labels (or the name),
+ * before a timestamp. A label set that is never closed is no sample: read as one, the text after
+ * its last space (`vllm:num_requests_waiting{model="x" 5`) passed for a value.
+ */
+function sampleValue(line: string, name: string): number | undefined {
+  const labelled = line.charCodeAt(name.length) === 0x7b; /* { */
+  const close = labelled ? line.lastIndexOf('}') : -1;
+  if (labelled && close < 0) return undefined;
+  const rest = (labelled ? line.slice(close + 1) : line.slice(name.length)).trim();
   const value = Number(rest.split(/\s+/)[0]);
   return Number.isFinite(value) ? value : undefined;
 }

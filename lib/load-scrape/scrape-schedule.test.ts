@@ -5,6 +5,7 @@ import { mulberry32 } from '../rng.ts';
 import {
   INTER_TOKEN_LATENCY_MAX_AGE_MS,
   MIN_TOKENS_FOR_INTER_TOKEN_LATENCY,
+  PAGE_BYTES_PER_PERIOD,
   SCRAPE_SCHEDULE_DEFAULTS,
   ScrapeSchedule,
   type ScrapeOutcome,
@@ -120,6 +121,26 @@ describe('ScrapeSchedule: when targets are due', () => {
       }),
       { numRuns: 50 },
     );
+  });
+});
+
+describe('ScrapeSchedule: large pages', () => {
+  test('a page over PAGE_BYTES_PER_PERIOD is scraped that much less often, and kept as much longer', () => {
+    const s = scrapedOnce({ ...LOAD, bytes: 16 * PAGE_BYTES_PER_PERIOD });
+    // Started at 1000: the next is 16 periods later (jitter at its middle), not one.
+    assert.equal(s.nextDueAtMs(), 1000 + 16_000);
+    const pool = (nowMs: number) => s.poolLoad([{ id: 'a', target: A }], nowMs).endpoints.length;
+    // The default staleness, 5 periods, stretched 16×: the sample still counts until the next.
+    assert.equal(pool(1010 + 5 * 1000 + 1), 1);
+    assert.equal(pool(1010 + 16 * 5 * 1000), 1);
+    assert.equal(pool(1010 + 16 * 5 * 1000 + 1), 0);
+  });
+
+  test('a page that shrinks back is scraped every period again; a small one never waits longer', () => {
+    const s = scrapedOnce({ ...LOAD, bytes: 4 * PAGE_BYTES_PER_PERIOD });
+    assert.deepEqual(s.takeDue(5000, 16), [A]);
+    s.record(A, { ...LOAD, bytes: 1000 }, 5010);
+    assert.equal(s.nextDueAtMs(), 6000);
   });
 });
 

@@ -63,11 +63,22 @@ export const MIN_TOKENS_FOR_INTER_TOKEN_LATENCY = 16;
  */
 export const INTER_TOKEN_LATENCY_MAX_AGE_MS = 30_000;
 
-/** What one scrape found. */
+/**
+ * The bytes of page a target may cost per `periodMs`: a larger page is scraped that much less
+ * often (its period stretched by its size over this, and its sample kept as much longer). A real
+ * vLLM page is 26 KB for one engine (test/engine/fixtures/metrics.txt), so four data-parallel
+ * engines still fit; a valid page just under the 4 MiB cap, read every 100 ms, made the proxy's
+ * serial requests 16× slower (issue 40), and is read every 3.2 s instead. Reading a page costs a
+ * scan of its bytes however it is parsed (and the garbage of its socket buffers): a server must
+ * not buy more of the sidecar's time than that by writing more.
+ */
+export const PAGE_BYTES_PER_PERIOD = 128 * 1024;
+
+/** What one scrape found; `bytes`: the size of the page read, when one was. */
 export type ScrapeOutcome =
-  | { kind: 'load'; load: ModelServerLoad }
+  | { kind: 'load'; load: ModelServerLoad; bytes?: number | undefined }
   /** The server answered, but not with load metrics (`reason` for the log, e.g. `HTTP 404`). */
-  | { kind: 'no-metrics'; reason: string }
+  | { kind: 'no-metrics'; reason: string; bytes?: number | undefined }
   /** No usable answer: worth asking again soon. */
   | { kind: 'failed'; cause: 'timeout' | 'error'; reason: string };
 
@@ -93,6 +104,8 @@ interface Target {
   generation: Generation | undefined;
   /** False once no pool lists it: kept only to remember a no-metrics verdict until it is due. */
   wanted: boolean;
+  /** Its period over `periodMs`: above 1 for a page over PAGE_BYTES_PER_PERIOD. */
+  stretch: number;
 }
 
 interface Generation {
@@ -192,6 +205,7 @@ export class ScrapeSchedule {
         sample: undefined,
         generation: undefined,
         wanted: true,
+        stretch: 1,
       });
     }
   }
@@ -240,7 +254,8 @@ export class ScrapeSchedule {
           outcome.load.interTokens,
           nowMs,
         );
-        waitMs = this.#jittered(this.periodMs);
+        target.stretch = Math.max(1, (outcome.bytes ?? 0) / PAGE_BYTES_PER_PERIOD);
+        waitMs = this.#jittered(this.periodMs * target.stretch);
         if (before.kind === 'failing' || before.kind === 'no-metrics')
           transition = { kind: 'reporting', after: before.kind };
         break;
@@ -288,7 +303,8 @@ export class ScrapeSchedule {
       const sample = known?.sample;
       if (sample === undefined) continue;
       const ageMs = Math.max(0, Math.round(nowMs - sample.atMs));
-      if (ageMs > this.#staleAfterMs) continue;
+      // A page scraped less often for its size (PAGE_BYTES_PER_PERIOD) stays fresh as much longer.
+      if (ageMs > this.#staleAfterMs * known!.stretch) continue;
       const { running, waiting, kvCacheUsage } = sample.load;
       entries.push({
         id,

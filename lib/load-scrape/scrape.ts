@@ -4,7 +4,7 @@
  */
 import type { AgentOptions, ClientRequest } from 'node:http';
 import { http, https } from '../node-http.ts';
-import { MAX_REPORT_CHARS, parseLoadMetrics } from '../model-server-load.ts';
+import { LoadMetricsParser } from '../model-server-load.ts';
 import type { ScrapeOutcome } from './scrape-schedule.ts';
 
 /** The Prometheus text format, as Prometheus asks for it (not OpenMetrics: one format to read). */
@@ -84,26 +84,23 @@ export function scrapeLoad(url: string, options: ScrapeOptions): Promise<ScrapeO
         done(early);
         return;
       }
-      const chunks: Buffer[] = [];
-      let size = 0;
+      // Read as it arrives, the wanted lines only (model-server-load.ts, LoadMetricsParser): a
+      // page is never held or decoded whole, so a large one costs a scan, not the proxy's time.
+      const parser = new LoadMetricsParser();
       res.on('data', (chunk: Buffer) => {
-        size += chunk.length;
-        if (size > MAX_REPORT_CHARS) {
-          done({ kind: 'no-metrics', reason: `larger than ${MAX_REPORT_CHARS} bytes` });
-          req.destroy();
-          return;
-        }
-        chunks.push(chunk);
+        if (parser.push(chunk)) return;
+        done({ kind: 'no-metrics', reason: parser.refused ?? 'refused', bytes: parser.bytes });
+        req.destroy();
       });
       res.on('error', (err: NodeJS.ErrnoException) =>
         done({ kind: 'failed', cause: 'error', reason: err.code ?? err.message.slice(0, 200) }),
       );
       res.on('end', () => {
-        const load = parseLoadMetrics(Buffer.concat(chunks).toString('utf8'));
+        const load = parser.end();
         done(
           load === undefined
-            ? { kind: 'no-metrics', reason: 'no load gauges' }
-            : { kind: 'load', load },
+            ? { kind: 'no-metrics', reason: 'no load gauges', bytes: parser.bytes }
+            : { kind: 'load', load, bytes: parser.bytes },
         );
       });
     });

@@ -18,6 +18,7 @@ import { ADDED_TEXT_AT_HOME_SHARE } from './affinity-decision.ts';
 import {
   endpoint,
   ERROR,
+  measureTtft,
   NEUTRAL,
   OK,
   picked,
@@ -227,11 +228,20 @@ describe('affinity', () => {
     assert.equal(cleared.attempt.endpoint.id, home);
   });
 
-  test(`passes over a home whose server reports generating over ${AFFINITY_MAX_SLOWDOWN}× slower, before any sample`, () => {
+  test(`passes over a home whose server reports generating over ${AFFINITY_MAX_SLOWDOWN}× slower, once one sample shows it slower too`, () => {
     const specs = five();
     const key = 'session-reported-slow';
     const [home, second] = orderOf(key, specs);
-    const { balancer } = setupBalancer({ endpoints: specs, policy: withKey() });
+    const { balancer, clock } = setupBalancer({
+      endpoints: specs,
+      policy: withKey(),
+    });
+    for (const s of specs)
+      balancer.reportLoad(s.id, { running: 0, interTokenLatencyMs: s.id === home ? 26 : 10 });
+    // The report alone is one server's word: not measured yet, the home is kept.
+    assert.equal(picked(balancer.pick({ affinityKey: key })).attempt.endpoint.id, home);
+    // One sample each, the home's 3× its peers' (the TTFT check of its own needs five).
+    for (const s of specs) measureTtft(balancer, clock, s.id, s.id === home ? 30 : 10);
     for (const s of specs)
       balancer.reportLoad(s.id, { running: 0, interTokenLatencyMs: s.id === home ? 26 : 10 });
     const result = picked(balancer.pick({ affinityKey: key }));
@@ -534,7 +544,9 @@ describe('prefix affinity', () => {
 
     /** The speculative prompt's pick when its free home reports `homeItl` ms a token, its peers 10. */
     const withHomeReporting = (homeItl: number) => {
-      const { balancer, specs, home } = freeHome();
+      const { balancer, clock, specs, home } = freeHome();
+      // This sidecar measured the home slower too: a report counts only as far as that.
+      for (const s of specs) measureTtft(balancer, clock, s.id, s.id === home ? homeItl : 10);
       for (const s of specs)
         balancer.reportLoad(s.id, { interTokenLatencyMs: s.id === home ? homeItl : 10 });
       return { result: picked(balancer.pick({ prompt: PROMPT })), home };

@@ -75,7 +75,10 @@ export interface AffinityPickView<S> {
   pool: readonly S[];
   /** The endpoints of `pool` that may take the request now. */
   candidates: readonly S[];
-  /** An endpoint's reported slowdown per token next to the other candidates' (1: none). */
+  /**
+   * An endpoint's reported slowdown per token next to the other candidates', as far as this
+   * sidecar's own TTFTs support it (server-speed.ts, `trustedSlowdown`; 1: none).
+   */
   slowdown: (s: S) => number;
   /** This sidecar's own count, as the balancing step counts it (a slower server by its speed). */
   ownCount: (s: S) => number;

@@ -14,6 +14,7 @@ import {
   ERROR,
   fakeClock,
   LIMITED,
+  measureTtft,
   middleRng,
   NEUTRAL,
   OK,
@@ -345,8 +346,16 @@ describe('server-reported load', () => {
     assert.equal(balancer.status()[0]!.load, 2, 'the older relayed scrape is dropped');
   });
 
+  /** This sidecar's own samples: a 4× slower than b and c (a report counts only as far as that). */
+  const measureAFourTimesSlower = (balancer: Balancer, clock: ReturnType<typeof fakeClock>) => {
+    measureTtft(balancer, clock, 'a', 40);
+    measureTtft(balancer, clock, 'b', 10);
+    measureTtft(balancer, clock, 'c', 10);
+  };
+
   test("a server reporting 4× its peers' time per token gets a request only when they are that much busier", () => {
-    const { balancer, pickOn } = setupBalancer();
+    const { balancer, clock, pickOn } = setupBalancer();
+    measureAFourTimesSlower(balancer, clock);
     balancer.reportLoad('a', { running: 0, interTokenLatencyMs: 40 });
     balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
     balancer.reportLoad('c', { running: 0, interTokenLatencyMs: 10 });
@@ -381,7 +390,8 @@ describe('server-reported load', () => {
   };
 
   test('a slower server with a free slot counts only its slower prefill, not the queue', () => {
-    const { balancer, pickOn } = setupBalancer();
+    const { balancer, clock, pickOn } = setupBalancer();
+    measureAFourTimesSlower(balancer, clock);
     pickOn('a');
     slowServerWithRoom(balancer);
     for (let i = 0; i < 5; i++) {
@@ -394,6 +404,7 @@ describe('server-reported load', () => {
 
   test("a long prompt weighs its prefill in the slower server's queue positions, not in holds", () => {
     const { balancer, clock, pickOn } = setupBalancer();
+    measureAFourTimesSlower(balancer, clock);
     // The prefill exchange measures 100 ms for 64 KiB and a 600 ms hold.
     const sample = pickOn('b', { requestBytes: 65_536 });
     clock.advance(100);
@@ -421,6 +432,8 @@ describe('server-reported load', () => {
       clock,
       rng: seededRng(1),
     });
+    measureTtft(balancer, clock, 'a', 40);
+    measureTtft(balancer, clock, 'b', 10);
     balancer.reportLoad('a', { running: 0, interTokenLatencyMs: 40 });
     balancer.reportLoad('b', { running: 0, interTokenLatencyMs: 10 });
     clock.advance(1000);

@@ -36,7 +36,12 @@ import {
   ReportedLoad,
   type ServerLoadReport,
 } from './server-load.ts';
-import { prefillPositions, slowdownAgainstPeers, speedWeightedCount } from './server-speed.ts';
+import {
+  prefillPositions,
+  slowdownAgainstPeers,
+  speedWeightedCount,
+  trustedSlowdownAgainstPeers,
+} from './server-speed.ts';
 import { SlidingWindow } from './sliding-window.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
@@ -450,7 +455,7 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     const slow = this.#slow.slowOfAll();
-    const slowdowns = this.#reportedSlowdowns(this.#order, now);
+    const slowdowns = this.#reportedSlowdowns(this.#order, now, 'as reported');
     return this.#order.map((s) => this.#statusOf(s, now, slow, slowdowns));
   }
 
@@ -459,7 +464,7 @@ export class Balancer implements PoolBalancer {
     this.#advanceBreakers(this.#now());
     const slow = this.#slow.slowOfAll();
     const order = this.#order;
-    const slowdowns = this.#reportedSlowdowns(order, this.#now());
+    const slowdowns = this.#reportedSlowdowns(order, this.#now(), 'as reported');
     for (let start = 0; start < order.length; start += size) {
       const now = this.#now();
       yield order.slice(start, start + size).map((s) => this.#statusOf(s, now, slow, slowdowns));
@@ -651,15 +656,24 @@ export class Balancer implements PoolBalancer {
   #reportedSlowdowns(
     candidates: readonly EndpointState[],
     now: number,
+    // Status shows what the servers say; the pick weighs what this sidecar's samples support.
+    view: 'as reported' | 'as trusted' = 'as trusted',
   ): ((s: EndpointState) => number) | undefined {
     const latencyOf = (s: EndpointState): number | undefined =>
       s.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs);
     const latencies = candidates.map(latencyOf);
     // No server reports its speed (scraping off, external providers): nothing to weigh.
     if (latencies.every((v) => v === undefined)) return undefined;
+    if (view === 'as reported') {
+      const reportedOf = slowdownAgainstPeers(latencies);
+      return (s) => reportedOf(latencyOf(s));
+    }
+    // A report counts only as far as this sidecar's own TTFTs support it (server-speed.ts,
+    // trustedSlowdown): one server's word must not outweigh what was measured.
+    const measuredOf = (s: EndpointState): number | undefined => this.#ewma.measured(s.id)?.ms;
     // O(n) once, O(1) a question (server-speed.ts): the step below asks for every candidate.
-    const slowdownOf = slowdownAgainstPeers(latencies);
-    return (s) => slowdownOf(latencyOf(s));
+    const slowdownOf = trustedSlowdownAgainstPeers(latencies, candidates.map(measuredOf));
+    return (s) => slowdownOf(latencyOf(s), measuredOf(s));
   }
 
   /**

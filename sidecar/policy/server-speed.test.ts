@@ -3,12 +3,16 @@ import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { lowerBound, median, medianWithout } from './median.ts';
 import {
+  MEASURED_SLOWER_RATIO,
   medianBySelection,
   prefillPositions,
+  REPORT_TRUST_FACTOR,
   reportedSlowdowns,
   SLOW_SERVER_RATIO,
   slowdownAgainstPeers,
   speedWeightedCount,
+  trustedSlowdown,
+  trustedSlowdownAgainstPeers,
 } from './server-speed.ts';
 
 describe('reportedSlowdowns', () => {
@@ -153,5 +157,49 @@ describe('prefillPositions', () => {
     assert.equal(prefillPositions(undefined, 6), 1);
     assert.equal(prefillPositions(Number.NaN, 6), 1);
     assert.equal(prefillPositions(-1, 6), 1);
+  });
+});
+
+describe('trustedSlowdown', () => {
+  test('weighs a report only as far as this sidecar measured the server slower', () => {
+    assert.equal(trustedSlowdown(4, undefined), 1, 'not measured: the report alone is not enough');
+    assert.equal(trustedSlowdown(4, 1), 1, 'measured as fast as its peers');
+    assert.equal(trustedSlowdown(2000, 0.03), 1, "a liar's peer, measured 37× faster than it");
+    assert.equal(trustedSlowdown(4, 1.7), 4, "the routing benchmark's slow server, whole");
+    assert.equal(
+      trustedSlowdown(2000, MEASURED_SLOWER_RATIO),
+      REPORT_TRUST_FACTOR * MEASURED_SLOWER_RATIO,
+    );
+    assert.equal(trustedSlowdown(4, 1.4), 1, 'within the jitter of equally fast servers');
+    assert.equal(trustedSlowdown(0.5, 3), 1, 'reported faster: never weighed');
+    assert.equal(trustedSlowdown(Number.NaN, 3), 1);
+    assert.equal(trustedSlowdown(Infinity, Infinity), 1);
+    assert.equal(trustedSlowdown(Infinity, 1e308), 1);
+    assert.equal(trustedSlowdown(Infinity, 2), 8);
+  });
+
+  test('is never more than the report, nor the factor times the measurement, and 1 below the ratio', () => {
+    const anyNumber = fc.oneof(fc.double(), fc.constantFrom(Number.NaN, Infinity, -Infinity, 0));
+    fc.assert(
+      fc.property(anyNumber, fc.option(anyNumber, { nil: undefined }), (reported, measured) => {
+        const t = trustedSlowdown(reported, measured);
+        assert.ok(t >= 1 && Number.isFinite(t), `${t}`);
+        if (t > 1) {
+          assert.ok(t <= reported);
+          assert.ok(measured !== undefined && t <= REPORT_TRUST_FACTOR * measured);
+          assert.ok(measured >= MEASURED_SLOWER_RATIO);
+        }
+      }),
+    );
+  });
+
+  test('compares reports and measurements each with the peers', () => {
+    // a reports 4× b's speed and was measured 2× b's TTFT; c reports nothing and is unmeasured.
+    const of = trustedSlowdownAgainstPeers([40, 10, undefined], [20, 10, undefined]);
+    assert.equal(of(40, 20), 4);
+    assert.equal(of(10, 10), 1);
+    assert.equal(of(undefined, undefined), 1);
+    assert.equal(of(40, undefined), 1, 'a report with no measurement of its own');
+    assert.equal(of(40, Number.NaN), 1);
   });
 });

@@ -9,6 +9,8 @@
  * of vLLM and SGLang, scraped every 100 ms by default by the controller (or a standalone sidecar)
  * and turned into a mean time per token between scrapes (lib/load-scrape/scrape-schedule.ts). Every
  * sidecar reads the same number from the first seconds of traffic on, whatever it sent where.
+ * But a report is the server's word: it is weighed only as far as the sidecar's own TTFTs show the
+ * server slower too (`trustedSlowdown`), so that no server can talk its way into a pool's traffic.
  *
  * Pure: the balancer passes in the numbers it holds.
  */
@@ -20,6 +22,58 @@
  * reports, so acting on small differences would send them all away from the same server at once.
  */
 export const SLOW_SERVER_RATIO = 1.5;
+
+/**
+ * How much further than this sidecar's own measurement a report may go: a server's reported
+ * slowdown counts for at most this many times its measured one (its TTFTs over its peers',
+ * `TtftEwmas.measured`). The routing benchmark's 4× slower server measured 1.7× by its TTFTs
+ * (its cache hits are fast, and a free slot hides its queue) while it reported 4×: the factor
+ * leaves that report whole, and bounds what a lying server can make of a peer's measured speed.
+ */
+export const REPORT_TRUST_FACTOR = 4;
+
+/**
+ * A reported slowdown is weighed only for a server this sidecar has itself measured at least this
+ * much slower than its peers (median of its last TTFTs over its peers' median). Reports are one
+ * server's word about itself, and, through the peers' median, about every other server: one that
+ * claimed 0.01 ms per token made an honest peer read 2,000× slower and took every request of a
+ * two-server pool while answering 300 ms late (issue 40). The same clear slowdown reports must
+ * show (`SLOW_SERVER_RATIO`): at 1.25 the jitter of equally fast servers on a busy machine
+ * sometimes passed it, and a liar then took the serial traffic of its peers (the hostile-server
+ * probe). The routing benchmark's slow server measured 1.7×. A server not measured yet is not
+ * weighed at all, so it gets the requests that measure it.
+ */
+export const MEASURED_SLOWER_RATIO = SLOW_SERVER_RATIO;
+
+/**
+ * The slowdown the balancing step weighs a server by: its `reported` slowdown, as far as this
+ * sidecar's `measured` one (its TTFTs against its peers', undefined when it has none of its own)
+ * supports it. 1 (not slower) unless the sidecar measured it at least `MEASURED_SLOWER_RATIO`
+ * slower, and never more than `REPORT_TRUST_FACTOR` × measured: a report may say how much slower a
+ * server is, never that it is slower when this sidecar measured otherwise. A report saying a server
+ * is faster than its peers changes nothing either way (only slower servers are weighed).
+ */
+export function trustedSlowdown(reported: number, measured: number | undefined): number {
+  if (!(reported > 1)) return 1;
+  if (measured === undefined || !(measured >= MEASURED_SLOWER_RATIO)) return 1;
+  // Past the doubles (a 1e308 ms TTFT over a 1e-10 one): no measurement at all.
+  const trusted = Math.min(reported, REPORT_TRUST_FACTOR * measured);
+  return Number.isFinite(trusted) ? trusted : 1;
+}
+
+/**
+ * `trustedSlowdown` for candidates that report inter-token latencies `interTokenLatencyMs` and
+ * were measured at TTFTs `measuredTtftMs` (undefined: no report, no samples of its own), each
+ * compared with its peers' median (`slowdownAgainstPeers`); asked per candidate with its own pair.
+ */
+export function trustedSlowdownAgainstPeers(
+  interTokenLatencyMs: readonly (number | undefined)[],
+  measuredTtftMs: readonly (number | undefined)[],
+): (interTokenLatencyMs: number | undefined, measuredTtftMs: number | undefined) => number {
+  const reported = slowdownAgainstPeers(interTokenLatencyMs);
+  const measured = slowdownAgainstPeers(measuredTtftMs);
+  return (itl, ttft) => trustedSlowdown(reported(itl), usable(ttft) ? measured(ttft) : undefined);
+}
 
 /**
  * Each candidate's reported slowdown: its inter-token latency over the median of the other

@@ -159,6 +159,30 @@ export function shedAfter(result: PickResult): number {
   return result.retryAfterMs;
 }
 
+/**
+ * Streamed successes on `id` whose first token took `ttftMs`, until one is a TTFT sample of this
+ * sidecar's own (a newcomer's first is dropped as a cold start). Reported speeds count only as far
+ * as such samples support them (server-speed.ts).
+ */
+export function measureTtft(
+  balancer: Balancer,
+  clock: FakeClock,
+  id: string,
+  ttftMs: number,
+): void {
+  const samplesOf = () => balancer.status().find((s) => s.id === id)?.measuredTtft?.samples ?? 0;
+  const before = samplesOf();
+  const others = new Set(balancer.status().map((s) => s.id));
+  others.delete(id);
+  for (let tries = 0; tries < 2 && samplesOf() === before; tries++) {
+    const attempt = picked(balancer.pick({ exclude: others })).attempt;
+    if (attempt.endpoint.id !== id) throw new Error(`picked ${attempt.endpoint.id}, not ${id}`);
+    clock.advance(ttftMs);
+    balancer.firstByte(attempt, true);
+    balancer.finish(attempt, OK);
+  }
+}
+
 export interface SetupOptions {
   policy?: PolicyOverrides;
   endpoints?: EndpointSpec[];
