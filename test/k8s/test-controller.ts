@@ -98,12 +98,18 @@ export interface ServicePool {
   dir: string;
   hosts: TestHost[];
   controllers: RunningProcess[];
-  /** The app's service-account token (audience `switchyard`), also in `tokenFile`. */
+  /**
+   * The app's service-account token (audience `switchyard`), also in `tokenFile`: bound to no
+   * pod, so it reads the pool without API keys. `startSidecar` gives each sidecar a pod's token.
+   */
   token: string;
   tokenFile: string;
   /** The endpoint id the controller gives a host: `gpus/<ip>:8000`. */
   endpointId(host: TestHost): string;
-  /** A sidecar of the pool fed by `controller`, its cache in `dir`; stopped by `stop()`. */
+  /**
+   * A sidecar of the pool fed by `controller`, its cache in `dir`; stopped by `stop()`. It runs as
+   * an injected one would: with the token of its own pod (`sidecarId`, labelled for the pool).
+   */
   startSidecar(sidecarId: string, controller?: RunningProcess): Promise<RunningProcess>;
   /** Stops everything started, removes the hosts, the API server and the folder. */
   stop(): Promise<void>;
@@ -129,7 +135,7 @@ export async function startServicePool(o: ServicePoolOptions): Promise<ServicePo
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    cluster = await startCluster();
+    const api = (cluster = await startCluster());
     await installInferencePoolCrd(cluster);
     await createNamespaces(cluster, [namespace, 'switchyard']);
     for (const label of o.hosts) {
@@ -181,12 +187,26 @@ ${(o.spec ?? []).map((line) => `  ${line}\n`).join('')}`);
       endpointId: (host) => `gpus/${host.ip}:8000`,
       startSidecar: async (sidecarId, controller = controllers[0]) => {
         if (controller === undefined) throw new Error('the pool has no controller');
+        // Only a token bound to a pod that follows the pool gets its API keys
+        // (controller/core/stream-access.ts); one pod per sidecar, as in a cluster.
+        await api.request('POST', `/api/v1/namespaces/${namespace}/pods`, {
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name: sidecarId, labels: { 'switchyard.dev/pool': 'chat' } },
+          spec: { serviceAccountName: 'app', containers: [{ name: 'app', image: 'app' }] },
+        });
+        const podToken = await api.createServiceAccountToken(namespace, 'app', {
+          audience: 'switchyard',
+          boundPod: sidecarId,
+        });
+        const sidecarTokenFile = join(dir, `${sidecarId}.token`);
+        writeFileSync(sidecarTokenFile, podToken.token);
         const sidecar = await startSwitchyard(
           controllerSidecarArgs({
             controllerUrl: controller.url,
             pool: 'chat',
             namespace,
-            tokenFile,
+            tokenFile: sidecarTokenFile,
             cacheFile: join(dir, `${sidecarId}.json`),
             sidecarId,
           }),
