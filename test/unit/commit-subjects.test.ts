@@ -15,6 +15,7 @@ describe('commit subjects', () => {
       [],
     );
     assert.deepEqual(subjectProblems([{ hash, subject: `docs: ${'x'.repeat(66)}` }]), []);
+    assert.deepEqual(subjectProblems([{ hash, subject: 'test:k8s: a mixed pool' }]), []);
   });
 
   test('a subject over 72 characters is refused, saying how long and what to do', () => {
@@ -41,6 +42,7 @@ describe('commit subjects', () => {
         }
       };
       assert.equal(hook('sidecar: a fix\n\nWhy.\n'), true);
+      assert.equal(hook('test:k8s: a mixed pool\n'), true);
       assert.equal(hook(`docs: ${'x'.repeat(67)}\n`), false);
       assert.equal(hook('A subject without an area\n'), false);
       assert.equal(hook("Merge branch 'x'\n"), true);
