@@ -24,7 +24,7 @@ export const AFFINITY_SLOWDOWN_MIN_SAMPLES = 5;
  * `maxSlowdown` times. A ratio alone fires on noise where TTFTs are a few milliseconds (a home at
  * 30 ms next to a median of 10 ms is "3× slower" for the prefill of one new conversation), and
  * each such pass sent a turn away from its KV cache: in the routing benchmark's conversations
- * scenario it was the main reason later turns left home (docs/benchmarks.md). 100 ms is where a
+ * scenario it was the main reason later turns left home (docs/routing-history.md). 100 ms is where a
  * user starts to notice, and less than one queue position on any server that streams (a 60-token
  * answer at 10 ms a token holds its slot 600 ms); a home that is really slow (seconds, the
  * slow-backend scenario) is far above it. SGLang's router pairs a relative and an absolute
@@ -40,9 +40,9 @@ export const AFFINITY_SLOWDOWN_MIN_MS = 100;
  * a slow server gets this way to one request at a time, after a second without news of it, and
  * a server that is fast again clears its verdict within a few seconds (three fast samples move
  * the median of five). In the routing benchmark's conversations scenario, verdicts from the
- * router warm-up (long prompts, multi-second TTFTs) held for the whole replay: homes passed over
- * to the end with nothing in flight there, and 90.2 % of later turns stayed home; with the
- * recheck 94.8 % (five seeds each, docs/benchmarks.md).
+ * router warm-up (long prompts, multi-second TTFTs) held for the whole replay: homes were passed
+ * over to the end with nothing in flight there; the recheck keeps more later turns home (the
+ * measurements: docs/routing-history.md).
  */
 export const AFFINITY_SLOW_RECHECK_AFTER_MS = 1_000;
 
@@ -50,9 +50,10 @@ export const AFFINITY_SLOW_RECHECK_AFTER_MS = 1_000;
  * Affinity keeps a request on its endpoint while that endpoint's load is at most this many
  * requests above the least loaded candidate, whatever the load bound says. Near idle the bound
  * (1.25 × the average) is one or two requests, and with a few conversations at a time two of them
- * often share a home: with 1 the second spilled and lost its KV cache; with 3, 99 % of later
- * turns stayed home in the routing benchmark's conversations scenario (79 % with 1). Under real
- * load the bound is the larger of the two and decides (docs/policy.md §3, docs/benchmarks.md).
+ * often share a home: with 1 the second spilled and lost its KV cache; with 3 nearly every later
+ * turn stayed home in the routing benchmark's conversations scenario. Under real load the bound
+ * is the larger of the two and decides (docs/policy.md §3; the measurements:
+ * docs/routing-history.md).
  */
 export const AFFINITY_MAX_EXTRA_IN_FLIGHT = 3;
 
@@ -62,8 +63,8 @@ export const AFFINITY_MAX_EXTRA_IN_FLIGHT = 3;
  * endpoint, but a sidecar of one of many pods may never send an endpoint 20 requests in 10 s,
  * and an endpoint that fails at once holds nothing in flight, so it looks the least loaded and
  * gets first attempts over and over: with 16 sidecars on the routing benchmark's fast-failure
- * scenario it took 26 % of all attempts, against 7 % with 4. nginx's `max_fails` and Envoy's
- * `consecutive_5xx` count the same way; 5 is Envoy's default.
+ * scenario it took several times its share of attempts (docs/routing-history.md). nginx's
+ * `max_fails` and Envoy's `consecutive_5xx` count the same way; 5 is Envoy's default.
  */
 export const HEALTH_CONSECUTIVE_ERRORS = 5;
 

@@ -1,11 +1,11 @@
 /**
  * The per-endpoint metric families, kept and written as Prometheus text by the sidecar itself.
  *
- * Why not prom-client: at 4,096 endpoints these families are ~120,000 lines (8.5 MB), and
- * prom-client writes one family in one synchronous call (the TTFT histogram alone took 200 ms or
- * more): every stream on the proxy's loop stalled for that long at each scrape (issue 16). Here a
- * family is read line by line, so `familiesText` cuts the text into slices and the admin server
- * yields to the loop between them.
+ * Why not prom-client: with thousands of endpoints these families are megabytes of text, and
+ * prom-client writes one family in one synchronous call, so every stream on the proxy's loop
+ * stalled for as long at each scrape (issue 16; measured in docs/benchmarks.md, "Admin scrapes at
+ * the largest pool"). Here a family is read line by line, so `familiesText` cuts the text into
+ * slices and the admin server yields to the loop between them.
  *
  * The text is byte for byte what prom-client 15 wrote for the same series, and exposition.test.ts
  * checks it against prom-client itself: a counter or histogram series exists from its first
