@@ -23,7 +23,7 @@ import { MAX_PIPELINED_REQUESTS } from '../../sidecar/proxy/client-request.ts';
 import { rssMb } from '../../harness/proc.ts';
 import { recordFigure } from './figures.ts';
 import { poolYaml } from './fixtures.ts';
-import { rawConnect, statusOf } from './raw-client.ts';
+import { rawConnect, statusOf, streamedChatBody } from './raw-client.ts';
 
 const IDLE_MS = 1_000;
 /** Random mixes per run (each 6 to 14 clients at once). */
@@ -75,13 +75,7 @@ const behaviourArb: fc.Arbitrary<Behaviour> = fc.oneof(
   }),
 );
 
-const chat = (maxTokens: number): string =>
-  JSON.stringify({
-    model: 'm',
-    stream: true,
-    max_tokens: maxTokens,
-    messages: [{ role: 'user', content: 'hello there' }],
-  });
+const chat = streamedChatBody;
 const head = (length: number, extra = ''): string =>
   `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n${extra}\r\n`;
 

@@ -13,15 +13,9 @@ import { debugBackends, eventually } from '../helpers.ts';
 import { MAX_PIPELINED_REQUESTS } from '../../sidecar/proxy/client-request.ts';
 import { recordFigure } from './figures.ts';
 import { poolYaml } from './fixtures.ts';
-import { rawConnect, statusOf } from './raw-client.ts';
+import { rawConnect, statusOf, streamedChatBody } from './raw-client.ts';
 
-const chat = (maxTokens: number): string =>
-  JSON.stringify({
-    model: 'm',
-    stream: true,
-    max_tokens: maxTokens,
-    messages: [{ role: 'user', content: 'hello there' }],
-  });
+const chat = streamedChatBody;
 const request = (body: string, extra = ''): string =>
   `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 

@@ -61,3 +61,12 @@ export async function rawExchange(port: number, request: string, waitMs = 2_000)
 /** The status code of the first response in `received`, or 0. */
 export const statusOf = (received: string): number =>
   Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0);
+
+/** A streamed chat body asking for `maxTokens` tokens: what the raw-socket tests send. */
+export const streamedChatBody = (maxTokens: number): string =>
+  JSON.stringify({
+    model: 'm',
+    stream: true,
+    max_tokens: maxTokens,
+    messages: [{ role: 'user', content: 'hello there' }],
+  });
