@@ -288,8 +288,11 @@ describe('hostile-server probe (property-based)', () => {
         // Only the hostile servers: the honest one may take all when the others say they are full.
         const share = Math.max(...backends.slice(1).map((b) => b.answered)) / REQUESTS;
         worstShare = Math.max(worstShare, share);
+        // Equally fast servers taking serial requests split them by P2C on their TTFT EWMAs,
+        // which can favour one of them for a while (up to 72 % seen on a busy machine, with a
+        // hostile server whose reports were dropped); a pool captured by a report is 100 %.
         assert.ok(
-          share <= 0.7,
+          share <= 0.85,
           `run ${run}: a hostile server got ${share} of the requests; ${what}`,
         );
         const hwm = memoryMb(pool.sidecar.pid)?.hwm ?? 0;
