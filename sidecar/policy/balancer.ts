@@ -18,8 +18,14 @@
  */
 import { AffinityDecider } from './affinity-decision.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
-import { Breaker, type BreakerTransition } from './breaker.ts';
-import { idHash } from './bounded-load.ts';
+import type { BreakerTransition } from './breaker.ts';
+import {
+  EndpointPool,
+  isDrifted,
+  loadOf,
+  type EndpointState,
+  type HealthCounter,
+} from './endpoint-pool.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
@@ -33,7 +39,6 @@ import { costTermMs, idleFade, score } from './score.ts';
 import {
   BALANCE_REPORT_MAX_AGE_MS,
   DEFAULT_REPORT_MAX_AGE_MS,
-  ReportedLoad,
   type ServerLoadReport,
 } from './server-load.ts';
 import {
@@ -42,7 +47,6 @@ import {
   speedWeightedCount,
   trustedSlowdownAgainstPeers,
 } from './server-speed.ts';
-import { SlidingWindow } from './sliding-window.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
   Attempt,
@@ -97,53 +101,6 @@ export interface BalancerDeps {
   reportMaxAgeMs?: number | undefined;
 }
 
-type HealthCounter = 'requests' | 'errors' | 'rateLimited';
-const HEALTH_COUNTERS: readonly HealthCounter[] = ['requests', 'errors', 'rateLimited'];
-
-/** Everything the balancer remembers about one endpoint id. */
-interface EndpointState {
-  readonly id: string;
-  /** Hash of the id, for rendezvous weights (computed once). */
-  readonly idHash: number;
-  spec: EndpointSpec;
-  readonly breaker: Breaker;
-  window: SlidingWindow<HealthCounter>;
-  inFlight: number;
-  /** Errors in a row from the endpoint, ended by a success (the breaker's consecutive rule). */
-  errorStreak: number;
-  /** Lifetime counts of finished attempts that count toward health. */
-  requests: number;
-  errors: number;
-  rateLimited: number;
-  /**
-   * When the endpoint last finished an attempt (one of its previous life's too, when it came back
-   * while they streamed); -Infinity for a new endpoint, whose first sample is a cold start too (a
-   * new pod: model loading, empty prefix cache, no warmed kernels).
-   */
-  lastActivityMs: number;
-  /** Set when an attempt starts on an idle endpoint: its next TTFT sample is a cold start. */
-  dropNextSample: boolean;
-  /** When its latest TTFT sample came in; -Infinity before the first (affinity's recheck). */
-  lastTtftSampleAtMs: number;
-  /** When this balancer first had it: its idleness (the score's fade) counts from here at most. */
-  readonly addedAtMs: number;
-  /** Not a candidate before this time (an upstream 429 with Retry-After); -Infinity for none. */
-  cooldownUntilMs: number;
-  /** Left the pool in an update; its attempts may still finish, without effect. */
-  removed: boolean;
-  /**
-   * The state the id got when it came back while this one still had attempts in flight: those
-   * attempts are counted there too, so a re-added endpoint does not look idle while it streams.
-   */
-  successor: EndpointState | undefined;
-  /** Responses that contradicted the endpoint's drift probe. */
-  driftMismatches: number;
-  /** What the server last said about its load (ORCA header or /metrics). */
-  readonly reported: ReportedLoad;
-  /** Written by the affinity decision (`AffinityEndpoint.candidateInDecision`). */
-  candidateInDecision: number;
-}
-
 /** What the balancer knows about an attempt it handed out. */
 interface AttemptRecord {
   readonly state: EndpointState;
@@ -170,13 +127,8 @@ export class Balancer implements PoolBalancer {
   readonly #roundRobin = new RoundRobin();
   readonly #ewma: TtftEwmas;
   readonly #budget: RetryBudget;
-  #states = new Map<string, EndpointState>();
-  /** Removed endpoints' states with attempts still in flight, by id (for a re-add). */
-  readonly #retired = new Map<string, EndpointState>();
-  /** Endpoints in the order of the last update (status order, P2C index order). */
-  #order: EndpointState[] = [];
-  /** The same endpoints grouped by tier, lowest tier (first choice) first. */
-  #tiers: EndpointState[][] = [];
+  /** The pool's endpoints: membership, tiers, order (endpoint-pool.ts). */
+  readonly #pool = new EndpointPool(() => this.#now());
   /** Keyed by the Attempt object itself: the shell cannot forge or mutate this bookkeeping. */
   readonly #attempts = new WeakMap<Attempt, AttemptRecord>();
   /** Which endpoint this sidecar sent which prompt prefixes to. */
@@ -204,7 +156,7 @@ export class Balancer implements PoolBalancer {
     this.#budget = new RetryBudget(policy.retry, deps.clock);
     this.#slow = new SlowDetection({
       ewma: this.#ewma,
-      endpoints: () => this.#order,
+      endpoints: () => this.#pool.order,
       groupOf: (s) => (this.#policy.mode === 'Failover' ? s.spec.tier : 0),
       maxSlowdown: () => this.#policy.health.maxTtftSlowdown,
     });
@@ -214,7 +166,7 @@ export class Balancer implements PoolBalancer {
       ewma: this.#ewma,
       reportMaxAgeMs: this.#reportMaxAgeMs,
       load: (s, now) => this.#load(s, now),
-      stateOf: (id) => this.#states.get(id),
+      stateOf: (id) => this.#pool.get(id),
     });
     this.#setEndpoints(endpoints, false);
   }
@@ -234,17 +186,8 @@ export class Balancer implements PoolBalancer {
     const isCandidate = (s: EndpointState): boolean =>
       !(exclude?.has(s.id) ?? false) && s.breaker.admits() && !(s.cooldownUntilMs > now);
 
-    // `pool` is the tier set affinity hashes over: every non-drifted endpoint of the chosen tier
-    // (Failover) or of the pool (Balance), live or not, so that a key keeps its endpoint while
-    // others come and go, and "its endpoint is down" is visible as 'unavailable'.
-    let pool: EndpointState[] = [];
-    let candidates: EndpointState[] = [];
-    const groups = this.#policy.mode === 'Failover' ? this.#tiers : [this.#order];
-    for (const group of groups) {
-      pool = group.filter((s) => s.spec.drifted !== true);
-      candidates = pool.filter(isCandidate);
-      if (candidates.length > 0) break;
-    }
+    // `pool` is the tier set affinity hashes over (endpoint-pool.ts, TierChoice).
+    const { pool, candidates } = this.#pool.tierFor(this.#policy.mode, isCandidate);
     if (request.pinnedEndpointId !== undefined) {
       return this.#pickPinned(request.pinnedEndpointId, isCandidate, now, request.requestBytes);
     }
@@ -330,7 +273,7 @@ export class Balancer implements PoolBalancer {
     now: number,
     requestBytes: number | undefined,
   ): PickResult {
-    const state = this.#states.get(endpointId);
+    const state = this.#pool.get(endpointId);
     if (state === undefined || state.spec.drifted === true || !isCandidate(state)) {
       const readyAt =
         state === undefined
@@ -345,7 +288,7 @@ export class Balancer implements PoolBalancer {
   }
 
   reportLoad(endpointId: string, report: ServerLoadReport, ageMs = 0): void {
-    const state = this.#states.get(endpointId);
+    const state = this.#pool.get(endpointId);
     if (state === undefined) return;
     state.reported.update(report, state.inFlight, this.#now() - Math.max(0, ageMs));
   }
@@ -379,14 +322,7 @@ export class Balancer implements PoolBalancer {
     const state = record.state;
     state.inFlight = Math.max(0, state.inFlight - 1);
     if (state.removed) {
-      // The successor's idleness (the score's fade) starts when the last of these ends.
-      const endedAtMs = this.#now();
-      for (let next = state.successor; next !== undefined; next = next.successor) {
-        next.inFlight = Math.max(0, next.inFlight - 1);
-        next.lastActivityMs = Math.max(next.lastActivityMs, endedAtMs);
-      }
-      if (state.inFlight === 0 && this.#retired.get(state.id) === state)
-        this.#retired.delete(state.id);
+      this.#pool.endRetiredAttempt(state, this.#now());
       return;
     }
 
@@ -455,15 +391,15 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     const slow = this.#slow.slowOfAll();
-    const slowdowns = this.#reportedSlowdowns(this.#order, now, 'as reported');
-    return this.#order.map((s) => this.#statusOf(s, now, slow, slowdowns));
+    const slowdowns = this.#reportedSlowdowns(this.#pool.order, now, 'as reported');
+    return this.#pool.order.map((s) => this.#statusOf(s, now, slow, slowdowns));
   }
 
   *statusSlices(perSlice: number): Generator<EndpointStatus[]> {
     const size = Math.max(1, Math.floor(perSlice) || 1);
     this.#advanceBreakers(this.#now());
     const slow = this.#slow.slowOfAll();
-    const order = this.#order;
+    const order = this.#pool.order;
     const slowdowns = this.#reportedSlowdowns(order, this.#now(), 'as reported');
     for (let start = 0; start < order.length; start += size) {
       const now = this.#now();
@@ -514,7 +450,7 @@ export class Balancer implements PoolBalancer {
 
   gauges(): EndpointGauges[] {
     this.#advanceBreakers(this.#now());
-    return this.#order.map((s) => ({
+    return this.#pool.order.map((s) => ({
       id: s.id,
       backend: s.spec.backend,
       inFlight: s.inFlight,
@@ -527,7 +463,7 @@ export class Balancer implements PoolBalancer {
   health(): EndpointHealth[] {
     const now = this.#now();
     this.#advanceBreakers(now);
-    return this.#order.map((s) => {
+    return this.#pool.order.map((s) => {
       const window = s.window.totals(now);
       return {
         id: s.id,
@@ -545,7 +481,7 @@ export class Balancer implements PoolBalancer {
   }
 
   endpointReading(endpointId: string): EndpointReading | undefined {
-    const state = this.#states.get(endpointId);
+    const state = this.#pool.get(endpointId);
     if (state === undefined) return undefined;
     return {
       breaker: state.breaker.state,
@@ -580,73 +516,16 @@ export class Balancer implements PoolBalancer {
   }
 
   #setEndpoints(endpoints: readonly EndpointSpec[], windowChanged: boolean): void {
-    this.#now(); // keep the last finite clock reading current for the new state
-    const health = this.#policy.health;
-    const next = new Map<string, EndpointState>();
-    for (const spec of endpoints) {
-      if (next.has(spec.id)) continue; // ids are unique by contract; the first one wins
-      let state = this.#states.get(spec.id);
-      if (state === undefined) {
-        state = {
-          id: spec.id,
-          idHash: idHash(spec.id),
-          spec,
-          breaker: new Breaker(health),
-          window: new SlidingWindow(health.windowMs, HEALTH_COUNTERS),
-          inFlight: 0,
-          errorStreak: 0,
-          requests: 0,
-          errors: 0,
-          rateLimited: 0,
-          lastActivityMs: -Infinity,
-          dropNextSample: false,
-          lastTtftSampleAtMs: -Infinity,
-          addedAtMs: this.#now(),
-          cooldownUntilMs: -Infinity,
-          removed: false,
-          successor: undefined,
-          candidateInDecision: 0,
-          driftMismatches: 0,
-          reported: new ReportedLoad(),
-        };
-        // Back while its previous life still streams: a fresh state (health, EWMA and prefixes
-        // were forgotten), but the streams still load it.
-        const previous = this.#retired.get(spec.id);
-        if (previous !== undefined) {
-          this.#retired.delete(spec.id);
-          previous.successor = state;
-          state.inFlight = previous.inFlight;
-        }
-      } else {
-        state.spec = spec;
-        state.breaker.setPolicy(health);
-        // A window of another length cannot be resized bucket by bucket: start it afresh.
-        if (windowChanged) state.window = new SlidingWindow(health.windowMs, HEALTH_COUNTERS);
-      }
-      next.set(spec.id, state);
-    }
-    for (const [id, state] of this.#states) {
-      if (next.has(id)) continue;
-      state.removed = true;
-      if (state.inFlight > 0) this.#retired.set(id, state);
+    for (const id of this.#pool.update(endpoints, this.#policy.health, windowChanged)) {
       this.#ewma.forget(id);
       this.#prefixes.forget(id);
     }
-    this.#states = next;
-    this.#order = [...next.values()];
     this.#slow.invalidate(); // endpoints, tiers, drift or mode may have changed
-    this.#prefixes.setEndpointCount(this.#order.length);
-    const tiers = new Map<number, EndpointState[]>();
-    for (const state of this.#order) {
-      const group = tiers.get(state.spec.tier);
-      if (group === undefined) tiers.set(state.spec.tier, [state]);
-      else group.push(state);
-    }
-    this.#tiers = [...tiers.entries()].sort(([a], [b]) => a - b).map(([, group]) => group);
+    this.#prefixes.setEndpointCount(this.#pool.order.length);
   }
 
   #advanceBreakers(now: number): void {
-    for (const state of this.#order) this.#emit(state, state.breaker.advance(now));
+    for (const state of this.#pool.order) this.#emit(state, state.breaker.advance(now));
   }
 
   /**
@@ -707,9 +586,8 @@ export class Balancer implements PoolBalancer {
       );
   }
 
-  /** This sidecar's in-flight count corrected by the server's last report (server-load.ts). */
   #load(state: EndpointState, now: number): number {
-    return state.reported.estimate(state.inFlight, now, this.#reportMaxAgeMs);
+    return loadOf(state, now, this.#reportMaxAgeMs);
   }
 
   #score(state: EndpointState, now: number): number {
@@ -808,7 +686,7 @@ export class Balancer implements PoolBalancer {
 
   #retryAfterMs(now: number, exclude: ReadonlySet<string> | undefined): number {
     let soonest = Infinity;
-    for (const state of this.#order) {
+    for (const state of this.#pool.order) {
       if (state.spec.drifted === true || (exclude?.has(state.id) ?? false)) continue;
       const readyAt = Math.max(state.breaker.availableAtMs(now), state.cooldownUntilMs);
       if (readyAt > now && readyAt < soonest) soonest = readyAt;
@@ -830,9 +708,4 @@ export class Balancer implements PoolBalancer {
     if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
     this.#onEvent(event);
   }
-}
-
-/** Judged drifted, by the controller (`drifted`) or by this sidecar's own probe. */
-function isDrifted(spec: EndpointSpec): boolean {
-  return spec.drifted === true || spec.probe?.drifted === true;
 }
