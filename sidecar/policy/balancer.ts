@@ -19,13 +19,16 @@
 import { AffinityDecider } from './affinity-decision.ts';
 import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
 import type { BreakerTransition } from './breaker.ts';
+import { EndpointPool, loadOf, type EndpointState, type HealthCounter } from './endpoint-pool.ts';
 import {
-  EndpointPool,
-  isDrifted,
-  loadOf,
-  type EndpointState,
-  type HealthCounter,
-} from './endpoint-pool.ts';
+  gaugesOf,
+  healthOf,
+  readingOf,
+  reportedSlowdowns,
+  statusOf,
+  type StatusContext,
+  type ViewContext,
+} from './endpoint-views.ts';
 import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
@@ -41,12 +44,7 @@ import {
   DEFAULT_REPORT_MAX_AGE_MS,
   type ServerLoadReport,
 } from './server-load.ts';
-import {
-  prefillPositions,
-  slowdownAgainstPeers,
-  speedWeightedCount,
-  trustedSlowdownAgainstPeers,
-} from './server-speed.ts';
+import { prefillPositions, speedWeightedCount } from './server-speed.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
   Attempt,
@@ -141,6 +139,8 @@ export class Balancer implements PoolBalancer {
   readonly #exchange = new PrefillExchange();
   /** The affinity step of every pick (affinity-decision.ts), reading the state above. */
   readonly #affinity: AffinityDecider<EndpointState>;
+  /** What the endpoint views (endpoint-views.ts) read beside the endpoints' own state. */
+  readonly #views: ViewContext;
   #lastNowMs = 0;
   /** Which endpoints are slow next to their peers (slow-detection.ts), for the breakers. */
   readonly #slow: SlowDetection<EndpointState>;
@@ -154,6 +154,7 @@ export class Balancer implements PoolBalancer {
     this.#reportMaxAgeMs = deps.reportMaxAgeMs ?? DEFAULT_REPORT_MAX_AGE_MS;
     this.#ewma = new TtftEwmas(policy.defaultTtftMs);
     this.#budget = new RetryBudget(policy.retry, deps.clock);
+    this.#views = { ewma: this.#ewma, reportMaxAgeMs: this.#reportMaxAgeMs };
     this.#slow = new SlowDetection({
       ewma: this.#ewma,
       endpoints: () => this.#pool.order,
@@ -208,7 +209,7 @@ export class Balancer implements PoolBalancer {
         affinity: 'none',
       };
     }
-    const slowdown = this.#reportedSlowdowns(candidates, now);
+    const slowdown = reportedSlowdowns(candidates, now, this.#views, 'as trusted');
     // The request's prefill in holds of a typical request; each server's count weighs it in that
     // server's queue positions (server-speed.ts, prefillPositions).
     const ownPrefill =
@@ -391,8 +392,8 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     const slow = this.#slow.slowOfAll();
-    const slowdowns = this.#reportedSlowdowns(this.#pool.order, now, 'as reported');
-    return this.#pool.order.map((s) => this.#statusOf(s, now, slow, slowdowns));
+    const context = this.#statusContext(slow, this.#pool.order, now);
+    return this.#pool.order.map((s) => statusOf(s, now, context));
   }
 
   *statusSlices(perSlice: number): Generator<EndpointStatus[]> {
@@ -400,109 +401,36 @@ export class Balancer implements PoolBalancer {
     this.#advanceBreakers(this.#now());
     const slow = this.#slow.slowOfAll();
     const order = this.#pool.order;
-    const slowdowns = this.#reportedSlowdowns(order, this.#now(), 'as reported');
+    const context = this.#statusContext(slow, order, this.#now());
     for (let start = 0; start < order.length; start += size) {
       const now = this.#now();
-      yield order.slice(start, start + size).map((s) => this.#statusOf(s, now, slow, slowdowns));
+      yield order.slice(start, start + size).map((s) => statusOf(s, now, context));
     }
   }
 
-  #statusOf(
-    s: EndpointState,
-    now: number,
+  #statusContext(
     slow: ReadonlySet<EndpointState>,
-    slowdowns: ((s: EndpointState) => number) | undefined,
-  ): EndpointStatus {
-    const window = s.window.totals(now);
-    const reportsSpeed = s.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs) !== undefined;
-    return {
-      id: s.id,
-      backend: s.spec.backend,
-      url: s.spec.url,
-      tier: s.spec.tier,
-      inFlight: s.inFlight,
-      load: this.#load(s, now),
-      ...this.#reportedStatus(s, now),
-      ewmaTtftMs: this.#ewma.valueMs(s.id),
-      ewmaSeeded: !this.#ewma.hasSamples(s.id),
-      ...this.#measuredStatus(s),
-      ...(Number.isFinite(s.lastTtftSampleAtMs)
-        ? { lastTtftSampleAgeMs: Math.max(0, now - s.lastTtftSampleAtMs) }
-        : {}),
-      ...(slowdowns !== undefined && reportsSpeed ? { reportedSlowdown: slowdowns(s) } : {}),
-      breaker: s.breaker.state,
-      slow: slow.has(s),
-      drifted: isDrifted(s.spec),
-      ...(s.spec.probe === undefined ? {} : { fingerprint: s.spec.probe.fingerprint }),
-      driftMismatches: s.driftMismatches,
-      requests: s.requests,
-      errors: s.errors,
-      rateLimited: s.rateLimited,
-      consecutiveErrors: s.errorStreak,
-      window: {
-        requests: window.requests,
-        errors: window.errors,
-        rateLimited: window.rateLimited,
-      },
-      costPerMTok: s.spec.costPerMTok,
-    };
+    order: readonly EndpointState[],
+    now: number,
+  ): StatusContext {
+    const slowdowns = reportedSlowdowns(order, now, this.#views, 'as reported');
+    return { ...this.#views, slow, slowdowns };
   }
 
   gauges(): EndpointGauges[] {
     this.#advanceBreakers(this.#now());
-    return this.#pool.order.map((s) => ({
-      id: s.id,
-      backend: s.spec.backend,
-      inFlight: s.inFlight,
-      ewmaTtftMs: this.#ewma.valueMs(s.id),
-      breaker: s.breaker.state,
-      drifted: isDrifted(s.spec),
-    }));
+    return this.#pool.order.map((s) => gaugesOf(s, this.#ewma));
   }
 
   health(): EndpointHealth[] {
     const now = this.#now();
     this.#advanceBreakers(now);
-    return this.#pool.order.map((s) => {
-      const window = s.window.totals(now);
-      return {
-        id: s.id,
-        breaker: s.breaker.state,
-        inFlight: s.inFlight,
-        ewmaTtftMs: this.#ewma.valueMs(s.id),
-        driftMismatches: s.driftMismatches,
-        window: {
-          requests: window.requests,
-          errors: window.errors,
-          rateLimited: window.rateLimited,
-        },
-      };
-    });
+    return this.#pool.order.map((s) => healthOf(s, now, this.#ewma));
   }
 
   endpointReading(endpointId: string): EndpointReading | undefined {
     const state = this.#pool.get(endpointId);
-    if (state === undefined) return undefined;
-    return {
-      breaker: state.breaker.state,
-      ewmaTtftMs: this.#ewma.valueMs(state.id),
-      ewmaSeeded: !this.#ewma.hasSamples(state.id),
-      load: this.#load(state, this.#now()),
-      inFlight: state.inFlight,
-    };
-  }
-
-  #measuredStatus(state: EndpointState): Pick<EndpointStatus, 'measuredTtft'> {
-    const m = this.#ewma.measured(state.id);
-    return m === undefined ? {} : { measuredTtft: { ms: m.ms, samples: m.samples } };
-  }
-
-  #reportedStatus(
-    state: EndpointState,
-    now: number,
-  ): { reported?: NonNullable<EndpointStatus['reported']> } {
-    const last = state.reported.last(now, this.#reportMaxAgeMs);
-    return last === undefined ? {} : { reported: last };
+    return state === undefined ? undefined : readingOf(state, this.#now(), this.#views);
   }
 
   /**
@@ -526,33 +454,6 @@ export class Balancer implements PoolBalancer {
 
   #advanceBreakers(now: number): void {
     for (const state of this.#pool.order) this.#emit(state, state.breaker.advance(now));
-  }
-
-  /**
-   * Each candidate's reported slowdown per token next to the others (server-speed.ts; 1: none),
-   * or undefined when no candidate reports a speed, so the pick does no speed work at all.
-   */
-  #reportedSlowdowns(
-    candidates: readonly EndpointState[],
-    now: number,
-    // Status shows what the servers say; the pick weighs what this sidecar's samples support.
-    view: 'as reported' | 'as trusted' = 'as trusted',
-  ): ((s: EndpointState) => number) | undefined {
-    const latencyOf = (s: EndpointState): number | undefined =>
-      s.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs);
-    const latencies = candidates.map(latencyOf);
-    // No server reports its speed (scraping off, external providers): nothing to weigh.
-    if (latencies.every((v) => v === undefined)) return undefined;
-    if (view === 'as reported') {
-      const reportedOf = slowdownAgainstPeers(latencies);
-      return (s) => reportedOf(latencyOf(s));
-    }
-    // A report counts only as far as this sidecar's own TTFTs support it (server-speed.ts,
-    // trustedSlowdown): one server's word must not outweigh what was measured.
-    const measuredOf = (s: EndpointState): number | undefined => this.#ewma.measured(s.id)?.ms;
-    // O(n) once, O(1) a question (server-speed.ts): the step below asks for every candidate.
-    const slowdownOf = trustedSlowdownAgainstPeers(latencies, candidates.map(measuredOf));
-    return (s) => slowdownOf(latencyOf(s), measuredOf(s));
   }
 
   /**
