@@ -1,36 +1,34 @@
 /**
- * The routing policy of one pool, composed from the pure pieces of this folder:
+ * The routing policy of one pool: the request lifecycle, composed from the pure pieces of this
+ * folder (docs/policy.md):
  *
- *   candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
- *     → tier (Failover: the first tier with a candidate; Balance: all)
- *     → affinity (affinity-decision.ts: the endpoint holding the longest known prefix, else the
- *       prompt's home by rendezvous hashing, spilling along that order past endpoints over their
- *       load bound; a full server keeps a request whose cached prefix is worth the wait)
- *     → least loaded, then P2C on score (load: this sidecar's in-flight, corrected by what the
- *       servers report)
- *     → half-open breaker probe slot, in-flight +1
+ *   pick: candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
+ *     → tier (endpoint-pool.ts; Failover: the first tier with a candidate; Balance: all)
+ *     → the chooser (chooser.ts; by default default-chooser.ts: affinity, then least loaded and
+ *       P2C on score; a baseline picker for the benchmark) → half-open probe slot, in-flight +1
+ *   first byte, finish: the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
+ *     health window, breakers, cooldowns; retry: the retry budget.
  *
- * and, as attempts end, the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
- * health window, breakers, cooldowns, and the retry budget.
- *
+ * Membership and tiers are endpoint-pool.ts's, the views of the endpoints endpoint-views.ts's.
  * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
-import { AffinityDecider } from './affinity-decision.ts';
-import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
+import { baselineChooser, type Picker } from './baseline-pickers.ts';
 import type { BreakerTransition } from './breaker.ts';
-import { EndpointPool, loadOf, type EndpointState, type HealthCounter } from './endpoint-pool.ts';
+import type { Chooser } from './chooser.ts';
+import { DefaultChooser } from './default-chooser.ts';
+import { EndpointPool, type EndpointState, type HealthCounter } from './endpoint-pool.ts';
 import {
   gaugesOf,
   healthOf,
   readingOf,
-  reportedSlowdowns,
+  readyAtMs,
+  soonestReturnMs,
+  statusContext,
   statusOf,
-  type StatusContext,
   type ViewContext,
 } from './endpoint-views.ts';
-import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
-import { pickLeastLoaded } from './p2c.ts';
+import { isUsableTtftSample, normalisedTtftMs, TtftEwmas } from './ewma.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
 import {
   DEFAULT_BLOCKS_PER_ENDPOINT,
@@ -38,13 +36,7 @@ import {
   PrefixIndex,
 } from './prefix-index.ts';
 import { RetryBudget } from './retry-budget.ts';
-import { costTermMs, idleFade, score } from './score.ts';
-import {
-  BALANCE_REPORT_MAX_AGE_MS,
-  DEFAULT_REPORT_MAX_AGE_MS,
-  type ServerLoadReport,
-} from './server-load.ts';
-import { prefillPositions, speedWeightedCount } from './server-speed.ts';
+import { DEFAULT_REPORT_MAX_AGE_MS, type ServerLoadReport } from './server-load.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
   Attempt,
@@ -75,18 +67,8 @@ export const DEFAULT_SHED_RETRY_AFTER_MS = 1000;
  */
 export const MAX_RETRY_AFTER_COOLDOWN_MS = 60_000;
 
-/**
- * TTFT grows with the prompt the server must prefill, so raw samples mix load with request size
- * (a 60 KB prompt is slow anywhere). A sample is scaled to what a request of REFERENCE_REQUEST_BYTES
- * would have taken: `ttft × REFERENCE / bytes` for larger requests; smaller ones count as they
- * are (their TTFT is mostly fixed cost). Without a size (the shell did not say) it is kept.
- */
-export const REFERENCE_REQUEST_BYTES = 4096;
-
-export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
-  if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
-  return (ttftMs * REFERENCE_REQUEST_BYTES) / requestBytes;
-}
+// The TTFT sample rule moved to ewma.ts; importers of balancer.ts keep reading it here.
+export { normalisedTtftMs, REFERENCE_REQUEST_BYTES } from './ewma.ts';
 
 export interface BalancerDeps {
   clock: Clock;
@@ -121,8 +103,8 @@ export class Balancer implements PoolBalancer {
   readonly #clock: Clock;
   readonly #rng: Rng;
   readonly #onEvent: ((event: PolicyEvent) => void) | undefined;
-  readonly #picker: Picker;
-  readonly #roundRobin = new RoundRobin();
+  /** The choice step of every pick (chooser.ts), the one `deps.picker` names. */
+  readonly #chooser: Chooser<EndpointState>;
   readonly #ewma: TtftEwmas;
   readonly #budget: RetryBudget;
   /** The pool's endpoints: membership, tiers, order (endpoint-pool.ts). */
@@ -137,8 +119,6 @@ export class Balancer implements PoolBalancer {
   readonly #reportMaxAgeMs: number;
   /** What a known cached prefix is worth in queue positions, learned from this pool's attempts. */
   readonly #exchange = new PrefillExchange();
-  /** The affinity step of every pick (affinity-decision.ts), reading the state above. */
-  readonly #affinity: AffinityDecider<EndpointState>;
   /** What the endpoint views (endpoint-views.ts) read beside the endpoints' own state. */
   readonly #views: ViewContext;
   #lastNowMs = 0;
@@ -150,7 +130,6 @@ export class Balancer implements PoolBalancer {
     this.#clock = deps.clock;
     this.#rng = deps.rng;
     this.#onEvent = deps.onEvent;
-    this.#picker = deps.picker ?? 'p2c';
     this.#reportMaxAgeMs = deps.reportMaxAgeMs ?? DEFAULT_REPORT_MAX_AGE_MS;
     this.#ewma = new TtftEwmas(policy.defaultTtftMs);
     this.#budget = new RetryBudget(policy.retry, deps.clock);
@@ -161,14 +140,18 @@ export class Balancer implements PoolBalancer {
       groupOf: (s) => (this.#policy.mode === 'Failover' ? s.spec.tier : 0),
       maxSlowdown: () => this.#policy.health.maxTtftSlowdown,
     });
-    this.#affinity = new AffinityDecider({
-      prefixes: this.#prefixes,
-      exchange: this.#exchange,
-      ewma: this.#ewma,
-      reportMaxAgeMs: this.#reportMaxAgeMs,
-      load: (s, now) => this.#load(s, now),
-      stateOf: (id) => this.#pool.get(id),
-    });
+    const picker = deps.picker ?? 'p2c';
+    this.#chooser =
+      picker === 'p2c'
+        ? new DefaultChooser({
+            rng: deps.rng,
+            ewma: this.#ewma,
+            prefixes: this.#prefixes,
+            exchange: this.#exchange,
+            reportMaxAgeMs: this.#reportMaxAgeMs,
+            stateOf: (id) => this.#pool.get(id),
+          })
+        : baselineChooser(picker, deps.rng);
     this.#setEndpoints(endpoints, false);
   }
 
@@ -193,72 +176,16 @@ export class Balancer implements PoolBalancer {
       return this.#pickPinned(request.pinnedEndpointId, isCandidate, now, request.requestBytes);
     }
     if (candidates.length === 0) {
-      return { kind: 'shed', retryAfterMs: this.#retryAfterMs(now, exclude) };
+      const soonestMs = soonestReturnMs(this.#pool.order, now, exclude);
+      return { kind: 'shed', retryAfterMs: soonestMs ?? DEFAULT_SHED_RETRY_AFTER_MS };
     }
 
-    if (this.#picker !== 'p2c') {
-      const chosen =
-        this.#picker === 'round-robin'
-          ? this.#roundRobin.pick(candidates, pool, this.#rng)
-          : this.#picker === 'random'
-            ? pickRandom(candidates, this.#rng)
-            : pickLeastConnections(candidates, this.#rng);
-      return {
-        kind: 'picked',
-        attempt: this.#start(chosen, now, request.requestBytes),
-        affinity: 'none',
-      };
-    }
-    const slowdown = reportedSlowdowns(candidates, now, this.#views, 'as trusted');
-    // The request's prefill in holds of a typical request; each server's count weighs it in that
-    // server's queue positions (server-speed.ts, prefillPositions).
-    const ownPrefill =
-      slowdown === undefined ? undefined : this.#exchange.prefillInHolds(request.requestBytes);
-    // This sidecar's own counts, always current and shared with no one. Affinity's check of a
-    // speculative home compares them; the balancing step counts them unless every server
-    // reported its queue within half a second (#balanceCount, docs/policy.md §4). A server that
-    // reports generating clearly slower than its peers counts by the time its queue (when its
-    // batch is full) and this request's prefill would take there (server-speed.ts).
-    const ownCount: (s: EndpointState) => number =
-      slowdown === undefined
-        ? (s) => s.inFlight
-        : (s) =>
-            speedWeightedCount(
-              s.inFlight,
-              slowdown(s),
-              prefillPositions(ownPrefill, s.reported.batch(now)),
-              s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
-            );
-    // Every candidate's count, once a step needs them all (a single message's home check, then
-    // perhaps the balancing step): at thousands of endpoints a second pass is a measurable share.
-    let ownCounts: number[] | undefined;
-    const allOwnCounts = (): readonly number[] => (ownCounts ??= candidates.map(ownCount));
-    const affinity = this.#affinity.decide(this.#policy.affinity, request, {
-      now,
-      pool,
-      candidates,
-      slowdown: slowdown ?? (() => 1),
-      ownCount,
-      allOwnCounts,
-    });
-    const counted = ownCounts;
-    const chosen =
-      affinity.endpoint ??
-      pickLeastLoaded(
-        candidates,
-        this.#rng,
-        this.#balanceCount(candidates, now, ownCount, counted, slowdown, ownPrefill),
-        (s) => this.#score(s, now),
-        (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
-      );
-    // Wherever it went, that endpoint now holds this prompt's prefix.
-    if (request.prompt !== undefined && this.#policy.affinity.key === 'Prefix') {
-      this.#prefixes.record(request.prompt.hashes, chosen.id, now);
-    }
+    const input = { now, policy: this.#policy, request, pool, candidates };
+    const chosen = this.#chooser.choose(input);
     return {
       kind: 'picked',
-      attempt: this.#start(chosen, now, request.requestBytes),
-      affinity: affinity.result,
+      attempt: this.#start(chosen.endpoint, now, request.requestBytes),
+      affinity: chosen.affinity,
     };
   }
 
@@ -276,10 +203,7 @@ export class Balancer implements PoolBalancer {
   ): PickResult {
     const state = this.#pool.get(endpointId);
     if (state === undefined || state.spec.drifted === true || !isCandidate(state)) {
-      const readyAt =
-        state === undefined
-          ? now
-          : Math.max(state.breaker.availableAtMs(now), state.cooldownUntilMs);
+      const readyAt = state === undefined ? now : readyAtMs(state, now);
       return {
         kind: 'shed',
         retryAfterMs: readyAt > now ? readyAt - now : DEFAULT_SHED_RETRY_AFTER_MS,
@@ -392,7 +316,7 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     const slow = this.#slow.slowOfAll();
-    const context = this.#statusContext(slow, this.#pool.order, now);
+    const context = statusContext(this.#pool.order, now, this.#views, slow);
     return this.#pool.order.map((s) => statusOf(s, now, context));
   }
 
@@ -401,20 +325,11 @@ export class Balancer implements PoolBalancer {
     this.#advanceBreakers(this.#now());
     const slow = this.#slow.slowOfAll();
     const order = this.#pool.order;
-    const context = this.#statusContext(slow, order, this.#now());
+    const context = statusContext(order, this.#now(), this.#views, slow);
     for (let start = 0; start < order.length; start += size) {
       const now = this.#now();
       yield order.slice(start, start + size).map((s) => statusOf(s, now, context));
     }
-  }
-
-  #statusContext(
-    slow: ReadonlySet<EndpointState>,
-    order: readonly EndpointState[],
-    now: number,
-  ): StatusContext {
-    const slowdowns = reportedSlowdowns(order, now, this.#views, 'as reported');
-    return { ...this.#views, slow, slowdowns };
   }
 
   gauges(): EndpointGauges[] {
@@ -454,68 +369,6 @@ export class Balancer implements PoolBalancer {
 
   #advanceBreakers(now: number): void {
     for (const state of this.#pool.order) this.#emit(state, state.breaker.advance(now));
-  }
-
-  /**
-   * What the least-loaded step counts. When every candidate's server reported its queue within
-   * `BALANCE_REPORT_MAX_AGE_MS`, the load estimate: it counts every sidecar's requests, and is
-   * recent enough that sidecars holding the same report do not pile onto its emptiest server
-   * (each adds its own requests to it at once, and the next report comes within a tenth of
-   * a second). Otherwise this sidecar's own counts, which are always current and shared with no
-   * one: an older report herds, and a candidate without one (an external provider, a server whose
-   * scrape failed) would look emptier than every server whose report counts everyone's requests.
-   * A server reported clearly slower counts by its speed either way (server-speed.ts).
-   */
-  #balanceCount(
-    candidates: readonly EndpointState[],
-    now: number,
-    ownCount: (s: EndpointState) => number,
-    ownCounts: readonly number[] | undefined,
-    slowdown: ((s: EndpointState) => number) | undefined,
-    ownPrefill: number | undefined,
-  ): (s: EndpointState, i: number) => number {
-    const maxAgeMs = Math.min(BALANCE_REPORT_MAX_AGE_MS, this.#reportMaxAgeMs);
-    if (!candidates.every((s) => s.reported.countsEveryone(now, maxAgeMs)))
-      return ownCounts === undefined ? ownCount : (_, i) => ownCounts[i] as number;
-    if (slowdown === undefined) return (s) => this.#load(s, now);
-    return (s) =>
-      speedWeightedCount(
-        this.#load(s, now),
-        slowdown(s),
-        prefillPositions(ownPrefill, s.reported.batch(now)),
-        s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
-      );
-  }
-
-  #load(state: EndpointState, now: number): number {
-    return loadOf(state, now, this.#reportMaxAgeMs);
-  }
-
-  #score(state: EndpointState, now: number): number {
-    const full = score(
-      {
-        inFlight: this.#load(state, now),
-        ewmaTtftMs: this.#ewma.valueMs(state.id),
-        costPerMTok: state.spec.costPerMTok,
-      },
-      this.#policy.costWeightPerMs,
-    );
-    return full * this.#idleFade(state, now);
-  }
-
-  /**
-   * What the score is multiplied by (`idleFade`, docs/policy.md §4): less the longer this sidecar
-   * has had nothing on the endpoint, so that an endpoint that lost every pick while idle is tried
-   * again. Idleness counts from its last finished attempt, or from when this balancer got it (a
-   * newcomer, whose seed would otherwise lose every tie to its fading peers). One with an attempt
-   * in flight is not idle: its sample is coming, or its first token is late. Each error in a row
-   * halves the pace, since a failed attempt ends before the retry that follows it, and the failing
-   * endpoint would otherwise look the longest idle at the next pick: a backoff, not a stop.
-   */
-  #idleFade(state: EndpointState, now: number): number {
-    if (state.inFlight > 0) return 1;
-    const idleForMs = now - Math.max(state.lastActivityMs, state.addedAtMs);
-    return idleFade(idleForMs / 2 ** state.errorStreak);
   }
 
   #start(state: EndpointState, now: number, requestBytes?: number): Attempt {
@@ -583,16 +436,6 @@ export class Balancer implements PoolBalancer {
     this.#ewma.observe(state.id, ttftMs);
     state.lastTtftSampleAtMs = this.#now();
     this.#slow.moved(state, before, this.#ewma.valueMs(state.id));
-  }
-
-  #retryAfterMs(now: number, exclude: ReadonlySet<string> | undefined): number {
-    let soonest = Infinity;
-    for (const state of this.#pool.order) {
-      if (state.spec.drifted === true || (exclude?.has(state.id) ?? false)) continue;
-      const readyAt = Math.max(state.breaker.availableAtMs(now), state.cooldownUntilMs);
-      if (readyAt > now && readyAt < soonest) soonest = readyAt;
-    }
-    return Number.isFinite(soonest) ? soonest - now : DEFAULT_SHED_RETRY_AFTER_MS;
   }
 
   #emit(state: EndpointState, transition: BreakerTransition | undefined): void {

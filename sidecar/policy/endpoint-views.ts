@@ -53,6 +53,17 @@ export function reportedSlowdowns(
   return (s) => slowdownOf(latencyOf(s), measuredOf(s));
 }
 
+/** What `statusOf` reads of the pool, worked out once for all of `endpoints`. */
+export function statusContext(
+  endpoints: readonly EndpointState[],
+  now: number,
+  context: ViewContext,
+  slow: ReadonlySet<EndpointState>,
+): StatusContext {
+  const slowdowns = reportedSlowdowns(endpoints, now, context, 'as reported');
+  return { ...context, slow, slowdowns };
+}
+
 /** One endpoint's row of `/debug/backends` (`PoolBalancer.status`). */
 export function statusOf(s: EndpointState, now: number, context: StatusContext): EndpointStatus {
   const { ewma, reportMaxAgeMs, slowdowns } = context;
@@ -133,4 +144,27 @@ export function readingOf(s: EndpointState, now: number, context: ViewContext): 
     load: loadOf(s, now, context.reportMaxAgeMs),
     inFlight: s.inFlight,
   };
+}
+
+/** When the endpoint can take a request again: its breaker's period and its cooldown, past. */
+export function readyAtMs(s: EndpointState, now: number): number {
+  return Math.max(s.breaker.availableAtMs(now), s.cooldownUntilMs);
+}
+
+/**
+ * How long until the soonest of `endpoints` (not drifted, not excluded) that is out now comes
+ * back, for a shed's Retry-After; undefined when none has a known time of return.
+ */
+export function soonestReturnMs(
+  endpoints: readonly EndpointState[],
+  now: number,
+  exclude: ReadonlySet<string> | undefined,
+): number | undefined {
+  let soonest = Infinity;
+  for (const state of endpoints) {
+    if (state.spec.drifted === true || (exclude?.has(state.id) ?? false)) continue;
+    const readyAt = readyAtMs(state, now);
+    if (readyAt > now && readyAt < soonest) soonest = readyAt;
+  }
+  return Number.isFinite(soonest) ? soonest - now : undefined;
 }
