@@ -1,8 +1,8 @@
 /**
  * The affinity decision of one pick (docs/policy.md §3): which endpoint, if any, a request goes to
  * for the KV cache it may find there, before the balancing step would place it by load. The
- * balancer (`balancer.ts`) owns the endpoints' state and hands each pick's view of it here; this
- * module owns the rules: the holder of the longest known prefix, the walk along the key's
+ * endpoints' state is the pool's (`endpoint-pool.ts`) and the default chooser
+ * (`default-chooser.ts`) hands each pick's view of it here; this module owns the rules: the holder of the longest known prefix, the walk along the key's
  * rendezvous order under the load bound, the slowdown check, and what a full home's queue is worth
  * (`prefill-exchange.ts`). `affinity.ts` reads what a request offers for the decision.
  */

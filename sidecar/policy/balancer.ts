@@ -1,27 +1,34 @@
 /**
- * The routing policy of one pool, composed from the pure pieces of this folder:
+ * The routing policy of one pool: the request lifecycle, composed from the pure pieces of this
+ * folder (docs/policy.md):
  *
- *   candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
- *     → tier (Failover: the first tier with a candidate; Balance: all)
- *     → affinity (affinity-decision.ts: the endpoint holding the longest known prefix, else the
- *       prompt's home by rendezvous hashing, spilling along that order past endpoints over their
- *       load bound; a full server keeps a request whose cached prefix is worth the wait)
- *     → least loaded, then P2C on score (load: this sidecar's in-flight, corrected by what the
- *       servers report)
- *     → half-open breaker probe slot, in-flight +1
+ *   pick: candidates (not drifted, not excluded, breaker admits, no Retry-After cooldown)
+ *     → tier (endpoint-pool.ts; Failover: the first tier with a candidate; Balance: all)
+ *     → the chooser (chooser.ts; by default default-chooser.ts: affinity, then least loaded and
+ *       P2C on score; a baseline picker for the benchmark) → half-open probe slot, in-flight +1
+ *   first byte, finish: the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
+ *     health window, breakers, cooldowns; retry: the retry budget.
  *
- * and, as attempts end, the health bookkeeping that feeds the next pick: EWMA TTFT, the sliding
- * health window, breakers, cooldowns, and the retry budget.
- *
+ * Membership and tiers are endpoint-pool.ts's, the views of the endpoints endpoint-views.ts's.
  * Everything is driven by the injected Clock and Rng; there is no timer. An open breaker turns
  * half-open the first time the balancer looks at it after its period (pick, finish, status).
  */
-import { AffinityDecider } from './affinity-decision.ts';
-import { pickLeastConnections, pickRandom, RoundRobin, type Picker } from './baseline-pickers.ts';
-import { Breaker, type BreakerTransition } from './breaker.ts';
-import { idHash } from './bounded-load.ts';
-import { isUsableTtftSample, TtftEwmas } from './ewma.ts';
-import { pickLeastLoaded } from './p2c.ts';
+import { baselineChooser, type Picker } from './baseline-pickers.ts';
+import type { BreakerTransition } from './breaker.ts';
+import type { Chooser } from './chooser.ts';
+import { DefaultChooser } from './default-chooser.ts';
+import { EndpointPool, type EndpointState, type HealthCounter } from './endpoint-pool.ts';
+import {
+  gaugesOf,
+  healthOf,
+  readingOf,
+  readyAtMs,
+  soonestReturnMs,
+  statusContext,
+  statusOf,
+  type ViewContext,
+} from './endpoint-views.ts';
+import { isUsableTtftSample, normalisedTtftMs, TtftEwmas } from './ewma.ts';
 import { MIN_SAMPLE_BYTES, PrefillExchange } from './prefill-exchange.ts';
 import {
   DEFAULT_BLOCKS_PER_ENDPOINT,
@@ -29,20 +36,7 @@ import {
   PrefixIndex,
 } from './prefix-index.ts';
 import { RetryBudget } from './retry-budget.ts';
-import { costTermMs, idleFade, score } from './score.ts';
-import {
-  BALANCE_REPORT_MAX_AGE_MS,
-  DEFAULT_REPORT_MAX_AGE_MS,
-  ReportedLoad,
-  type ServerLoadReport,
-} from './server-load.ts';
-import {
-  prefillPositions,
-  slowdownAgainstPeers,
-  speedWeightedCount,
-  trustedSlowdownAgainstPeers,
-} from './server-speed.ts';
-import { SlidingWindow } from './sliding-window.ts';
+import { DEFAULT_REPORT_MAX_AGE_MS, type ServerLoadReport } from './server-load.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
   Attempt,
@@ -73,18 +67,8 @@ export const DEFAULT_SHED_RETRY_AFTER_MS = 1000;
  */
 export const MAX_RETRY_AFTER_COOLDOWN_MS = 60_000;
 
-/**
- * TTFT grows with the prompt the server must prefill, so raw samples mix load with request size
- * (a 60 KB prompt is slow anywhere). A sample is scaled to what a request of REFERENCE_REQUEST_BYTES
- * would have taken: `ttft × REFERENCE / bytes` for larger requests; smaller ones count as they
- * are (their TTFT is mostly fixed cost). Without a size (the shell did not say) it is kept.
- */
-export const REFERENCE_REQUEST_BYTES = 4096;
-
-export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
-  if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
-  return (ttftMs * REFERENCE_REQUEST_BYTES) / requestBytes;
-}
+// The TTFT sample rule moved to ewma.ts; importers of balancer.ts keep reading it here.
+export { normalisedTtftMs, REFERENCE_REQUEST_BYTES } from './ewma.ts';
 
 export interface BalancerDeps {
   clock: Clock;
@@ -95,53 +79,6 @@ export interface BalancerDeps {
   picker?: Picker | undefined;
   /** How old a server's load report may be and still count (DEFAULT_REPORT_MAX_AGE_MS). */
   reportMaxAgeMs?: number | undefined;
-}
-
-type HealthCounter = 'requests' | 'errors' | 'rateLimited';
-const HEALTH_COUNTERS: readonly HealthCounter[] = ['requests', 'errors', 'rateLimited'];
-
-/** Everything the balancer remembers about one endpoint id. */
-interface EndpointState {
-  readonly id: string;
-  /** Hash of the id, for rendezvous weights (computed once). */
-  readonly idHash: number;
-  spec: EndpointSpec;
-  readonly breaker: Breaker;
-  window: SlidingWindow<HealthCounter>;
-  inFlight: number;
-  /** Errors in a row from the endpoint, ended by a success (the breaker's consecutive rule). */
-  errorStreak: number;
-  /** Lifetime counts of finished attempts that count toward health. */
-  requests: number;
-  errors: number;
-  rateLimited: number;
-  /**
-   * When the endpoint last finished an attempt (one of its previous life's too, when it came back
-   * while they streamed); -Infinity for a new endpoint, whose first sample is a cold start too (a
-   * new pod: model loading, empty prefix cache, no warmed kernels).
-   */
-  lastActivityMs: number;
-  /** Set when an attempt starts on an idle endpoint: its next TTFT sample is a cold start. */
-  dropNextSample: boolean;
-  /** When its latest TTFT sample came in; -Infinity before the first (affinity's recheck). */
-  lastTtftSampleAtMs: number;
-  /** When this balancer first had it: its idleness (the score's fade) counts from here at most. */
-  readonly addedAtMs: number;
-  /** Not a candidate before this time (an upstream 429 with Retry-After); -Infinity for none. */
-  cooldownUntilMs: number;
-  /** Left the pool in an update; its attempts may still finish, without effect. */
-  removed: boolean;
-  /**
-   * The state the id got when it came back while this one still had attempts in flight: those
-   * attempts are counted there too, so a re-added endpoint does not look idle while it streams.
-   */
-  successor: EndpointState | undefined;
-  /** Responses that contradicted the endpoint's drift probe. */
-  driftMismatches: number;
-  /** What the server last said about its load (ORCA header or /metrics). */
-  readonly reported: ReportedLoad;
-  /** Written by the affinity decision (`AffinityEndpoint.candidateInDecision`). */
-  candidateInDecision: number;
 }
 
 /** What the balancer knows about an attempt it handed out. */
@@ -166,17 +103,12 @@ export class Balancer implements PoolBalancer {
   readonly #clock: Clock;
   readonly #rng: Rng;
   readonly #onEvent: ((event: PolicyEvent) => void) | undefined;
-  readonly #picker: Picker;
-  readonly #roundRobin = new RoundRobin();
+  /** The choice step of every pick (chooser.ts), the one `deps.picker` names. */
+  readonly #chooser: Chooser<EndpointState>;
   readonly #ewma: TtftEwmas;
   readonly #budget: RetryBudget;
-  #states = new Map<string, EndpointState>();
-  /** Removed endpoints' states with attempts still in flight, by id (for a re-add). */
-  readonly #retired = new Map<string, EndpointState>();
-  /** Endpoints in the order of the last update (status order, P2C index order). */
-  #order: EndpointState[] = [];
-  /** The same endpoints grouped by tier, lowest tier (first choice) first. */
-  #tiers: EndpointState[][] = [];
+  /** The pool's endpoints: membership, tiers, order (endpoint-pool.ts). */
+  readonly #pool = new EndpointPool(() => this.#now());
   /** Keyed by the Attempt object itself: the shell cannot forge or mutate this bookkeeping. */
   readonly #attempts = new WeakMap<Attempt, AttemptRecord>();
   /** Which endpoint this sidecar sent which prompt prefixes to. */
@@ -187,8 +119,8 @@ export class Balancer implements PoolBalancer {
   readonly #reportMaxAgeMs: number;
   /** What a known cached prefix is worth in queue positions, learned from this pool's attempts. */
   readonly #exchange = new PrefillExchange();
-  /** The affinity step of every pick (affinity-decision.ts), reading the state above. */
-  readonly #affinity: AffinityDecider<EndpointState>;
+  /** What the endpoint views (endpoint-views.ts) read beside the endpoints' own state. */
+  readonly #views: ViewContext;
   #lastNowMs = 0;
   /** Which endpoints are slow next to their peers (slow-detection.ts), for the breakers. */
   readonly #slow: SlowDetection<EndpointState>;
@@ -198,24 +130,28 @@ export class Balancer implements PoolBalancer {
     this.#clock = deps.clock;
     this.#rng = deps.rng;
     this.#onEvent = deps.onEvent;
-    this.#picker = deps.picker ?? 'p2c';
     this.#reportMaxAgeMs = deps.reportMaxAgeMs ?? DEFAULT_REPORT_MAX_AGE_MS;
     this.#ewma = new TtftEwmas(policy.defaultTtftMs);
     this.#budget = new RetryBudget(policy.retry, deps.clock);
+    this.#views = { ewma: this.#ewma, reportMaxAgeMs: this.#reportMaxAgeMs };
     this.#slow = new SlowDetection({
       ewma: this.#ewma,
-      endpoints: () => this.#order,
+      endpoints: () => this.#pool.order,
       groupOf: (s) => (this.#policy.mode === 'Failover' ? s.spec.tier : 0),
       maxSlowdown: () => this.#policy.health.maxTtftSlowdown,
     });
-    this.#affinity = new AffinityDecider({
-      prefixes: this.#prefixes,
-      exchange: this.#exchange,
-      ewma: this.#ewma,
-      reportMaxAgeMs: this.#reportMaxAgeMs,
-      load: (s, now) => this.#load(s, now),
-      stateOf: (id) => this.#states.get(id),
-    });
+    const picker = deps.picker ?? 'p2c';
+    this.#chooser =
+      picker === 'p2c'
+        ? new DefaultChooser({
+            rng: deps.rng,
+            ewma: this.#ewma,
+            prefixes: this.#prefixes,
+            exchange: this.#exchange,
+            reportMaxAgeMs: this.#reportMaxAgeMs,
+            stateOf: (id) => this.#pool.get(id),
+          })
+        : baselineChooser(picker, deps.rng);
     this.#setEndpoints(endpoints, false);
   }
 
@@ -234,87 +170,22 @@ export class Balancer implements PoolBalancer {
     const isCandidate = (s: EndpointState): boolean =>
       !(exclude?.has(s.id) ?? false) && s.breaker.admits() && !(s.cooldownUntilMs > now);
 
-    // `pool` is the tier set affinity hashes over: every non-drifted endpoint of the chosen tier
-    // (Failover) or of the pool (Balance), live or not, so that a key keeps its endpoint while
-    // others come and go, and "its endpoint is down" is visible as 'unavailable'.
-    let pool: EndpointState[] = [];
-    let candidates: EndpointState[] = [];
-    const groups = this.#policy.mode === 'Failover' ? this.#tiers : [this.#order];
-    for (const group of groups) {
-      pool = group.filter((s) => s.spec.drifted !== true);
-      candidates = pool.filter(isCandidate);
-      if (candidates.length > 0) break;
-    }
+    // `pool` is the tier set affinity hashes over (endpoint-pool.ts, TierChoice).
+    const { pool, candidates } = this.#pool.tierFor(this.#policy.mode, isCandidate);
     if (request.pinnedEndpointId !== undefined) {
       return this.#pickPinned(request.pinnedEndpointId, isCandidate, now, request.requestBytes);
     }
     if (candidates.length === 0) {
-      return { kind: 'shed', retryAfterMs: this.#retryAfterMs(now, exclude) };
+      const soonestMs = soonestReturnMs(this.#pool.order, now, exclude);
+      return { kind: 'shed', retryAfterMs: soonestMs ?? DEFAULT_SHED_RETRY_AFTER_MS };
     }
 
-    if (this.#picker !== 'p2c') {
-      const chosen =
-        this.#picker === 'round-robin'
-          ? this.#roundRobin.pick(candidates, pool, this.#rng)
-          : this.#picker === 'random'
-            ? pickRandom(candidates, this.#rng)
-            : pickLeastConnections(candidates, this.#rng);
-      return {
-        kind: 'picked',
-        attempt: this.#start(chosen, now, request.requestBytes),
-        affinity: 'none',
-      };
-    }
-    const slowdown = this.#reportedSlowdowns(candidates, now);
-    // The request's prefill in holds of a typical request; each server's count weighs it in that
-    // server's queue positions (server-speed.ts, prefillPositions).
-    const ownPrefill =
-      slowdown === undefined ? undefined : this.#exchange.prefillInHolds(request.requestBytes);
-    // This sidecar's own counts, always current and shared with no one. Affinity's check of a
-    // speculative home compares them; the balancing step counts them unless every server
-    // reported its queue within half a second (#balanceCount, docs/policy.md §4). A server that
-    // reports generating clearly slower than its peers counts by the time its queue (when its
-    // batch is full) and this request's prefill would take there (server-speed.ts).
-    const ownCount: (s: EndpointState) => number =
-      slowdown === undefined
-        ? (s) => s.inFlight
-        : (s) =>
-            speedWeightedCount(
-              s.inFlight,
-              slowdown(s),
-              prefillPositions(ownPrefill, s.reported.batch(now)),
-              s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
-            );
-    // Every candidate's count, once a step needs them all (a single message's home check, then
-    // perhaps the balancing step): at thousands of endpoints a second pass is a measurable share.
-    let ownCounts: number[] | undefined;
-    const allOwnCounts = (): readonly number[] => (ownCounts ??= candidates.map(ownCount));
-    const affinity = this.#affinity.decide(this.#policy.affinity, request, {
-      now,
-      pool,
-      candidates,
-      slowdown: slowdown ?? (() => 1),
-      ownCount,
-      allOwnCounts,
-    });
-    const counted = ownCounts;
-    const chosen =
-      affinity.endpoint ??
-      pickLeastLoaded(
-        candidates,
-        this.#rng,
-        this.#balanceCount(candidates, now, ownCount, counted, slowdown, ownPrefill),
-        (s) => this.#score(s, now),
-        (s) => costTermMs(s.spec.costPerMTok, this.#policy.costWeightPerMs),
-      );
-    // Wherever it went, that endpoint now holds this prompt's prefix.
-    if (request.prompt !== undefined && this.#policy.affinity.key === 'Prefix') {
-      this.#prefixes.record(request.prompt.hashes, chosen.id, now);
-    }
+    const input = { now, policy: this.#policy, request, pool, candidates };
+    const chosen = this.#chooser.choose(input);
     return {
       kind: 'picked',
-      attempt: this.#start(chosen, now, request.requestBytes),
-      affinity: affinity.result,
+      attempt: this.#start(chosen.endpoint, now, request.requestBytes),
+      affinity: chosen.affinity,
     };
   }
 
@@ -330,12 +201,9 @@ export class Balancer implements PoolBalancer {
     now: number,
     requestBytes: number | undefined,
   ): PickResult {
-    const state = this.#states.get(endpointId);
+    const state = this.#pool.get(endpointId);
     if (state === undefined || state.spec.drifted === true || !isCandidate(state)) {
-      const readyAt =
-        state === undefined
-          ? now
-          : Math.max(state.breaker.availableAtMs(now), state.cooldownUntilMs);
+      const readyAt = state === undefined ? now : readyAtMs(state, now);
       return {
         kind: 'shed',
         retryAfterMs: readyAt > now ? readyAt - now : DEFAULT_SHED_RETRY_AFTER_MS,
@@ -345,7 +213,7 @@ export class Balancer implements PoolBalancer {
   }
 
   reportLoad(endpointId: string, report: ServerLoadReport, ageMs = 0): void {
-    const state = this.#states.get(endpointId);
+    const state = this.#pool.get(endpointId);
     if (state === undefined) return;
     state.reported.update(report, state.inFlight, this.#now() - Math.max(0, ageMs));
   }
@@ -379,14 +247,7 @@ export class Balancer implements PoolBalancer {
     const state = record.state;
     state.inFlight = Math.max(0, state.inFlight - 1);
     if (state.removed) {
-      // The successor's idleness (the score's fade) starts when the last of these ends.
-      const endedAtMs = this.#now();
-      for (let next = state.successor; next !== undefined; next = next.successor) {
-        next.inFlight = Math.max(0, next.inFlight - 1);
-        next.lastActivityMs = Math.max(next.lastActivityMs, endedAtMs);
-      }
-      if (state.inFlight === 0 && this.#retired.get(state.id) === state)
-        this.#retired.delete(state.id);
+      this.#pool.endRetiredAttempt(state, this.#now());
       return;
     }
 
@@ -455,118 +316,36 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     const slow = this.#slow.slowOfAll();
-    const slowdowns = this.#reportedSlowdowns(this.#order, now, 'as reported');
-    return this.#order.map((s) => this.#statusOf(s, now, slow, slowdowns));
+    const context = statusContext(this.#pool.order, now, this.#views, slow);
+    return this.#pool.order.map((s) => statusOf(s, now, context));
   }
 
   *statusSlices(perSlice: number): Generator<EndpointStatus[]> {
     const size = Math.max(1, Math.floor(perSlice) || 1);
     this.#advanceBreakers(this.#now());
     const slow = this.#slow.slowOfAll();
-    const order = this.#order;
-    const slowdowns = this.#reportedSlowdowns(order, this.#now(), 'as reported');
+    const order = this.#pool.order;
+    const context = statusContext(order, this.#now(), this.#views, slow);
     for (let start = 0; start < order.length; start += size) {
       const now = this.#now();
-      yield order.slice(start, start + size).map((s) => this.#statusOf(s, now, slow, slowdowns));
+      yield order.slice(start, start + size).map((s) => statusOf(s, now, context));
     }
-  }
-
-  #statusOf(
-    s: EndpointState,
-    now: number,
-    slow: ReadonlySet<EndpointState>,
-    slowdowns: ((s: EndpointState) => number) | undefined,
-  ): EndpointStatus {
-    const window = s.window.totals(now);
-    const reportsSpeed = s.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs) !== undefined;
-    return {
-      id: s.id,
-      backend: s.spec.backend,
-      url: s.spec.url,
-      tier: s.spec.tier,
-      inFlight: s.inFlight,
-      load: this.#load(s, now),
-      ...this.#reportedStatus(s, now),
-      ewmaTtftMs: this.#ewma.valueMs(s.id),
-      ewmaSeeded: !this.#ewma.hasSamples(s.id),
-      ...this.#measuredStatus(s),
-      ...(Number.isFinite(s.lastTtftSampleAtMs)
-        ? { lastTtftSampleAgeMs: Math.max(0, now - s.lastTtftSampleAtMs) }
-        : {}),
-      ...(slowdowns !== undefined && reportsSpeed ? { reportedSlowdown: slowdowns(s) } : {}),
-      breaker: s.breaker.state,
-      slow: slow.has(s),
-      drifted: isDrifted(s.spec),
-      ...(s.spec.probe === undefined ? {} : { fingerprint: s.spec.probe.fingerprint }),
-      driftMismatches: s.driftMismatches,
-      requests: s.requests,
-      errors: s.errors,
-      rateLimited: s.rateLimited,
-      consecutiveErrors: s.errorStreak,
-      window: {
-        requests: window.requests,
-        errors: window.errors,
-        rateLimited: window.rateLimited,
-      },
-      costPerMTok: s.spec.costPerMTok,
-    };
   }
 
   gauges(): EndpointGauges[] {
     this.#advanceBreakers(this.#now());
-    return this.#order.map((s) => ({
-      id: s.id,
-      backend: s.spec.backend,
-      inFlight: s.inFlight,
-      ewmaTtftMs: this.#ewma.valueMs(s.id),
-      breaker: s.breaker.state,
-      drifted: isDrifted(s.spec),
-    }));
+    return this.#pool.order.map((s) => gaugesOf(s, this.#ewma));
   }
 
   health(): EndpointHealth[] {
     const now = this.#now();
     this.#advanceBreakers(now);
-    return this.#order.map((s) => {
-      const window = s.window.totals(now);
-      return {
-        id: s.id,
-        breaker: s.breaker.state,
-        inFlight: s.inFlight,
-        ewmaTtftMs: this.#ewma.valueMs(s.id),
-        driftMismatches: s.driftMismatches,
-        window: {
-          requests: window.requests,
-          errors: window.errors,
-          rateLimited: window.rateLimited,
-        },
-      };
-    });
+    return this.#pool.order.map((s) => healthOf(s, now, this.#ewma));
   }
 
   endpointReading(endpointId: string): EndpointReading | undefined {
-    const state = this.#states.get(endpointId);
-    if (state === undefined) return undefined;
-    return {
-      breaker: state.breaker.state,
-      ewmaTtftMs: this.#ewma.valueMs(state.id),
-      ewmaSeeded: !this.#ewma.hasSamples(state.id),
-      load: this.#load(state, this.#now()),
-      inFlight: state.inFlight,
-    };
-  }
-
-  #measuredStatus(state: EndpointState): Pick<EndpointStatus, 'measuredTtft'> {
-    const m = this.#ewma.measured(state.id);
-    return m === undefined ? {} : { measuredTtft: { ms: m.ms, samples: m.samples } };
-  }
-
-  #reportedStatus(
-    state: EndpointState,
-    now: number,
-  ): { reported?: NonNullable<EndpointStatus['reported']> } {
-    const last = state.reported.last(now, this.#reportMaxAgeMs);
-    return last === undefined ? {} : { reported: last };
+    const state = this.#pool.get(endpointId);
+    return state === undefined ? undefined : readingOf(state, this.#now(), this.#views);
   }
 
   /**
@@ -580,163 +359,16 @@ export class Balancer implements PoolBalancer {
   }
 
   #setEndpoints(endpoints: readonly EndpointSpec[], windowChanged: boolean): void {
-    this.#now(); // keep the last finite clock reading current for the new state
-    const health = this.#policy.health;
-    const next = new Map<string, EndpointState>();
-    for (const spec of endpoints) {
-      if (next.has(spec.id)) continue; // ids are unique by contract; the first one wins
-      let state = this.#states.get(spec.id);
-      if (state === undefined) {
-        state = {
-          id: spec.id,
-          idHash: idHash(spec.id),
-          spec,
-          breaker: new Breaker(health),
-          window: new SlidingWindow(health.windowMs, HEALTH_COUNTERS),
-          inFlight: 0,
-          errorStreak: 0,
-          requests: 0,
-          errors: 0,
-          rateLimited: 0,
-          lastActivityMs: -Infinity,
-          dropNextSample: false,
-          lastTtftSampleAtMs: -Infinity,
-          addedAtMs: this.#now(),
-          cooldownUntilMs: -Infinity,
-          removed: false,
-          successor: undefined,
-          candidateInDecision: 0,
-          driftMismatches: 0,
-          reported: new ReportedLoad(),
-        };
-        // Back while its previous life still streams: a fresh state (health, EWMA and prefixes
-        // were forgotten), but the streams still load it.
-        const previous = this.#retired.get(spec.id);
-        if (previous !== undefined) {
-          this.#retired.delete(spec.id);
-          previous.successor = state;
-          state.inFlight = previous.inFlight;
-        }
-      } else {
-        state.spec = spec;
-        state.breaker.setPolicy(health);
-        // A window of another length cannot be resized bucket by bucket: start it afresh.
-        if (windowChanged) state.window = new SlidingWindow(health.windowMs, HEALTH_COUNTERS);
-      }
-      next.set(spec.id, state);
-    }
-    for (const [id, state] of this.#states) {
-      if (next.has(id)) continue;
-      state.removed = true;
-      if (state.inFlight > 0) this.#retired.set(id, state);
+    for (const id of this.#pool.update(endpoints, this.#policy.health, windowChanged)) {
       this.#ewma.forget(id);
       this.#prefixes.forget(id);
     }
-    this.#states = next;
-    this.#order = [...next.values()];
     this.#slow.invalidate(); // endpoints, tiers, drift or mode may have changed
-    this.#prefixes.setEndpointCount(this.#order.length);
-    const tiers = new Map<number, EndpointState[]>();
-    for (const state of this.#order) {
-      const group = tiers.get(state.spec.tier);
-      if (group === undefined) tiers.set(state.spec.tier, [state]);
-      else group.push(state);
-    }
-    this.#tiers = [...tiers.entries()].sort(([a], [b]) => a - b).map(([, group]) => group);
+    this.#prefixes.setEndpointCount(this.#pool.order.length);
   }
 
   #advanceBreakers(now: number): void {
-    for (const state of this.#order) this.#emit(state, state.breaker.advance(now));
-  }
-
-  /**
-   * Each candidate's reported slowdown per token next to the others (server-speed.ts; 1: none),
-   * or undefined when no candidate reports a speed, so the pick does no speed work at all.
-   */
-  #reportedSlowdowns(
-    candidates: readonly EndpointState[],
-    now: number,
-    // Status shows what the servers say; the pick weighs what this sidecar's samples support.
-    view: 'as reported' | 'as trusted' = 'as trusted',
-  ): ((s: EndpointState) => number) | undefined {
-    const latencyOf = (s: EndpointState): number | undefined =>
-      s.reported.interTokenLatencyMs(now, this.#reportMaxAgeMs);
-    const latencies = candidates.map(latencyOf);
-    // No server reports its speed (scraping off, external providers): nothing to weigh.
-    if (latencies.every((v) => v === undefined)) return undefined;
-    if (view === 'as reported') {
-      const reportedOf = slowdownAgainstPeers(latencies);
-      return (s) => reportedOf(latencyOf(s));
-    }
-    // A report counts only as far as this sidecar's own TTFTs support it (server-speed.ts,
-    // trustedSlowdown): one server's word must not outweigh what was measured.
-    const measuredOf = (s: EndpointState): number | undefined => this.#ewma.measured(s.id)?.ms;
-    // O(n) once, O(1) a question (server-speed.ts): the step below asks for every candidate.
-    const slowdownOf = trustedSlowdownAgainstPeers(latencies, candidates.map(measuredOf));
-    return (s) => slowdownOf(latencyOf(s), measuredOf(s));
-  }
-
-  /**
-   * What the least-loaded step counts. When every candidate's server reported its queue within
-   * `BALANCE_REPORT_MAX_AGE_MS`, the load estimate: it counts every sidecar's requests, and is
-   * recent enough that sidecars holding the same report do not pile onto its emptiest server
-   * (each adds its own requests to it at once, and the next report comes within a tenth of
-   * a second). Otherwise this sidecar's own counts, which are always current and shared with no
-   * one: an older report herds, and a candidate without one (an external provider, a server whose
-   * scrape failed) would look emptier than every server whose report counts everyone's requests.
-   * A server reported clearly slower counts by its speed either way (server-speed.ts).
-   */
-  #balanceCount(
-    candidates: readonly EndpointState[],
-    now: number,
-    ownCount: (s: EndpointState) => number,
-    ownCounts: readonly number[] | undefined,
-    slowdown: ((s: EndpointState) => number) | undefined,
-    ownPrefill: number | undefined,
-  ): (s: EndpointState, i: number) => number {
-    const maxAgeMs = Math.min(BALANCE_REPORT_MAX_AGE_MS, this.#reportMaxAgeMs);
-    if (!candidates.every((s) => s.reported.countsEveryone(now, maxAgeMs)))
-      return ownCounts === undefined ? ownCount : (_, i) => ownCounts[i] as number;
-    if (slowdown === undefined) return (s) => this.#load(s, now);
-    return (s) =>
-      speedWeightedCount(
-        this.#load(s, now),
-        slowdown(s),
-        prefillPositions(ownPrefill, s.reported.batch(now)),
-        s.reported.freeSlots(s.inFlight, now, this.#reportMaxAgeMs),
-      );
-  }
-
-  /** This sidecar's in-flight count corrected by the server's last report (server-load.ts). */
-  #load(state: EndpointState, now: number): number {
-    return state.reported.estimate(state.inFlight, now, this.#reportMaxAgeMs);
-  }
-
-  #score(state: EndpointState, now: number): number {
-    const full = score(
-      {
-        inFlight: this.#load(state, now),
-        ewmaTtftMs: this.#ewma.valueMs(state.id),
-        costPerMTok: state.spec.costPerMTok,
-      },
-      this.#policy.costWeightPerMs,
-    );
-    return full * this.#idleFade(state, now);
-  }
-
-  /**
-   * What the score is multiplied by (`idleFade`, docs/policy.md §4): less the longer this sidecar
-   * has had nothing on the endpoint, so that an endpoint that lost every pick while idle is tried
-   * again. Idleness counts from its last finished attempt, or from when this balancer got it (a
-   * newcomer, whose seed would otherwise lose every tie to its fading peers). One with an attempt
-   * in flight is not idle: its sample is coming, or its first token is late. Each error in a row
-   * halves the pace, since a failed attempt ends before the retry that follows it, and the failing
-   * endpoint would otherwise look the longest idle at the next pick: a backoff, not a stop.
-   */
-  #idleFade(state: EndpointState, now: number): number {
-    if (state.inFlight > 0) return 1;
-    const idleForMs = now - Math.max(state.lastActivityMs, state.addedAtMs);
-    return idleFade(idleForMs / 2 ** state.errorStreak);
+    for (const state of this.#pool.order) this.#emit(state, state.breaker.advance(now));
   }
 
   #start(state: EndpointState, now: number, requestBytes?: number): Attempt {
@@ -806,16 +438,6 @@ export class Balancer implements PoolBalancer {
     this.#slow.moved(state, before, this.#ewma.valueMs(state.id));
   }
 
-  #retryAfterMs(now: number, exclude: ReadonlySet<string> | undefined): number {
-    let soonest = Infinity;
-    for (const state of this.#order) {
-      if (state.spec.drifted === true || (exclude?.has(state.id) ?? false)) continue;
-      const readyAt = Math.max(state.breaker.availableAtMs(now), state.cooldownUntilMs);
-      if (readyAt > now && readyAt < soonest) soonest = readyAt;
-    }
-    return Number.isFinite(soonest) ? soonest - now : DEFAULT_SHED_RETRY_AFTER_MS;
-  }
-
   #emit(state: EndpointState, transition: BreakerTransition | undefined): void {
     if (transition === undefined) return;
     this.#slow.invalidate(); // who serves and who is closed changed (every transition does)
@@ -830,9 +452,4 @@ export class Balancer implements PoolBalancer {
     if (transition.openForMs !== undefined) event.openForMs = transition.openForMs;
     this.#onEvent(event);
   }
-}
-
-/** Judged drifted, by the controller (`drifted`) or by this sidecar's own probe. */
-function isDrifted(spec: EndpointSpec): boolean {
-  return spec.drifted === true || spec.probe?.drifted === true;
 }

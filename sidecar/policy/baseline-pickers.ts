@@ -9,6 +9,7 @@
  * - `least-connections`: the candidate with the fewest attempts in flight, ties broken at random
  *   (the best load-only policy without latency information).
  */
+import type { Choice, Chooser } from './chooser.ts';
 import type { Rng } from './types.ts';
 
 export const PICKERS = ['p2c', 'round-robin', 'random', 'least-connections'] as const;
@@ -68,4 +69,22 @@ export function pickLeastConnections<T extends PickerCandidate>(
     candidates.filter((c) => c.inFlight === least),
     rng,
   );
+}
+
+/**
+ * A baseline picker as a chooser (chooser.ts), a peer of the switchyard policy's
+ * (default-chooser.ts): it has no affinity, so every pick says `none`. Kept in one file: three
+ * one-line choices over the same candidate shape, compared as a family by the routing benchmark.
+ */
+export function baselineChooser<S extends PickerCandidate>(
+  picker: Exclude<Picker, 'p2c'>,
+  rng: Rng,
+): Chooser<S> {
+  const none = (endpoint: S): Choice<S> => ({ endpoint, affinity: 'none' });
+  if (picker === 'round-robin') {
+    const roundRobin = new RoundRobin();
+    return { choose: ({ candidates, pool }) => none(roundRobin.pick(candidates, pool, rng)) };
+  }
+  if (picker === 'random') return { choose: ({ candidates }) => none(pickRandom(candidates, rng)) };
+  return { choose: ({ candidates }) => none(pickLeastConnections(candidates, rng)) };
 }

@@ -32,6 +32,19 @@ export function isUsableTtftSample(sampleMs: number): boolean {
   return Number.isFinite(sampleMs) && sampleMs >= 0;
 }
 
+/**
+ * TTFT grows with the prompt the server must prefill, so raw samples mix load with request size
+ * (a 60 KB prompt is slow anywhere). A sample is scaled to what a request of REFERENCE_REQUEST_BYTES
+ * would have taken: `ttft × REFERENCE / bytes` for larger requests; smaller ones count as they
+ * are (their TTFT is mostly fixed cost). Without a size (the shell did not say) it is kept.
+ */
+export const REFERENCE_REQUEST_BYTES = 4096;
+
+export function normalisedTtftMs(ttftMs: number, requestBytes: number | undefined): number {
+  if (requestBytes === undefined || !(requestBytes > REFERENCE_REQUEST_BYTES)) return ttftMs;
+  return (ttftMs * REFERENCE_REQUEST_BYTES) / requestBytes;
+}
+
 /** One EWMA step with EWMA_NEW_SAMPLE_WEIGHT on the new sample. */
 export function blendEwma(previousMs: number, sampleMs: number): number {
   return (1 - EWMA_NEW_SAMPLE_WEIGHT) * previousMs + EWMA_NEW_SAMPLE_WEIGHT * sampleMs;
