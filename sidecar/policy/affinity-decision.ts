@@ -25,7 +25,8 @@ import type { AffinityPolicy, AffinityResult, BreakerState, PickRequest } from '
 /**
  * The share of a conversation's history its home is taken to hold when this sidecar did not route
  * its earlier turns: they went home only while it had room. 0.5 measured best of 0.5 and 1 on the
- * routing benchmark (docs/benchmarks.md): 1 queued more at homes that turned out not to hold it.
+ * routing benchmark (docs/routing-history.md): 1 queued more at homes that turned out not to hold
+ * it.
  */
 export const HISTORY_AT_HOME_SHARE = 0.5;
 
@@ -36,10 +37,9 @@ export const HISTORY_AT_HOME_SHARE = 0.5;
  * A request that goes elsewhere leaves them all to miss: on the Mooncake trace the first request
  * of a shared document usually met a full home (82 of 138 groups), and the others went home; a
  * document that recurs comes back 1.8 more times on average (2.8 requests a group). 1 measured
- * best of the variants in bench/results/routing-2026-12j-bet-variants/ (TTFT p50 785 → 672 ms,
- * hit rate 20.1 → 26.6 %); 2 then beat 1 in two paired runs (routing-2026-12k-explorations/,
- * `steady`, five seeds each): hit rate 26.5 and 26.1 → 29.7 and 29.7 %, p50 661 and 754 → 682 and
- * 614 ms, p99 4,516 and 4,494 → 4,571 and 4,853 ms, within the seeds' spread (docs/policy.md §3).
+ * best of the variants first, and 2 then beat 1 on hit rate in paired runs with p50 and p99
+ * within the seeds' spread (docs/policy.md §3; the runs: tags explore/2026-12-03-bet-share-2 and
+ * explore/2026-12-03-bet-added-text, docs/routing-history.md).
  */
 export const ADDED_TEXT_AT_HOME_SHARE = 2;
 

@@ -144,7 +144,7 @@ export class TtftEwmas {
  * follows a server that stays slow after three slow samples, and forgets a burst of slow ones (the
  * start of a run, every conversation opening at once on cold servers) after three fast ones: in
  * the routing benchmark an average needed ten samples to outlast that burst, and each sidecar kept
- * sending a 4× slower server its homed prompts until it had them (docs/benchmarks.md).
+ * sending a 4× slower server its homed prompts until it had them (docs/routing-history.md).
  */
 export const MEASURED_WINDOW = 5;
 

@@ -37,8 +37,8 @@ function worstIfNaN(value: number): number {
  * flight (this sidecar's own counts), the P2C choice by score. In-flight counts are local and
  * fresh, so taking their minimum cannot herd independent sidecars; the score (which carries the
  * shared, lagging EWMA) only decides between the equally loaded, by two random choices. The
- * routing benchmark (docs/benchmarks.md#routing) measured it against P2C over all candidates:
- * TTFT p50 920 against 1,093 ms and p99 4.6 against 5.2 s on the Mooncake trace at 4 routers.
+ * routing benchmark measured it better than P2C over all candidates on both TTFT p50 and p99
+ * (docs/routing-history.md).
  *
  * `priceClassOf` (the endpoint's cost term) keeps a price from being filtered out by load alone:
  * the fewest-in-flight step runs within each price class, and the least loaded of every class

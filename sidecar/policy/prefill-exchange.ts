@@ -3,7 +3,7 @@
  *
  * A request sent where its prompt's prefix is cached skips that prefix's prefill; sent to a server
  * whose batch is full it waits for a running request to finish first. On the routing benchmark a
- * queue position (~0.4–0.6 s) costs more than the prefill of an ordinary shared prefix saves, so
+ * queue position costs more than the prefill of an ordinary shared prefix saves, so
  * a full home is given up (docs/policy.md §3) — but the requests that carry most of the cacheable
  * tokens are the long ones (a conversation's late turns, a shared document): a 40k-token prefix
  * saves seconds of prefill, several positions' worth. The exchange rate between the two is not a

@@ -39,9 +39,9 @@ export const DEFAULT_REPORT_MAX_AGE_MS = 2000;
  * Half a second: how recent every candidate's report must be for the balancing step to count
  * the estimate instead of this sidecar's own attempts (docs/policy.md §4). Five default scrape
  * periods (100 ms), so a late answer or two do not switch rules; with scrapes a second apart
- * most reports are older, and the step falls back to the own counts, which cannot herd. On the
- * routing benchmark a one-second report balanced on made TTFT p50 762 ms against the own
- * counts' 593; a quarter-second one, 421.
+ * most reports are older, and the step falls back to the own counts, which cannot herd: on the
+ * routing benchmark balancing on a one-second report was worse than the own counts, and on a
+ * quarter-second one better (docs/policy.md §4 has the figures).
  */
 export const BALANCE_REPORT_MAX_AGE_MS = 500;
 

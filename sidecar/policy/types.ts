@@ -198,22 +198,23 @@ export interface PoolBalancer {
   /**
    * `status()` in slices of `perSlice` endpoints (at least 1), each computed when it is asked for:
    * breakers are advanced and slow endpoints found once, in the first slice; each slice reads the
-   * clock anew. For `/debug/backends`, which yields the proxy's loop between slices: at 4,096
-   * endpoints one `status()` took 12–60 ms.
+   * clock anew. For `/debug/backends`, which yields the proxy's loop between slices: at the
+   * largest pools one `status()` blocks the loop too long (docs/benchmarks.md, "Admin scrapes at
+   * the largest pool").
    */
   statusSlices(perSlice: number): Iterable<EndpointStatus[]>;
   /**
    * The gauges' fields of `status()`, the same values in the same order (breakers advanced to
-   * now first), without the rest: every `/metrics` render reads them, and at 4,096 endpoints
-   * `status()` (an object per endpoint, its window totals, slow detection) took 12–60 ms of the
-   * proxy's loop; this takes about 1 ms.
+   * now first), without the rest: every `/metrics` render reads them, and at the largest pools
+   * `status()` (an object per endpoint, its window totals, slow detection) costs the proxy's loop
+   * many times what these fields do (docs/benchmarks.md, "Admin scrapes at the largest pool").
    */
   gauges(): EndpointGauges[];
   /**
    * The fields of `status()` that a report to the controller carries, the same values in the
    * same order (breakers advanced to now first), without the rest: a sidecar in controller mode
-   * reads them for every report, and at 4,096 endpoints `status()` (slow detection sorts every
-   * EWMA; load estimates, server reports) took 38–59 ms of the proxy's loop under load.
+   * reads them for every report, and at the largest pools `status()` (slow detection sorts every
+   * EWMA; load estimates, server reports) costs the proxy's loop far more.
    */
   health(): EndpointHealth[];
   /** One endpoint's standing now, for a trace of why it was picked; undefined when unknown. */
