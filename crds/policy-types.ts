@@ -98,6 +98,12 @@ export const DriftPolicySchema = Type.Object({
   prompt: Type.Optional(Type.String()),
 });
 
+/** One alias: a client-facing model name and the served name it stands for. */
+export const ModelAliasSchema = Type.Object({
+  name: Type.String({ minLength: 1 }),
+  model: Type.String({ minLength: 1 }),
+});
+
 /** The resolved policy of one pool: every default applied, every duration in ms. */
 export const PoolPolicySchema = Type.Object({
   mode: ModeSchema,
@@ -110,6 +116,11 @@ export const PoolPolicySchema = Type.Object({
   defaultTtftMs: PositiveMs,
   /** Models the pool serves; empty = any model. */
   models: Type.Array(Type.String()),
+  /**
+   * Client-facing model names and the served name each stands for (`spec.aliases`): a request for
+   * `name` is sent as `model`. Optional, so that a snapshot of an older controller still applies.
+   */
+  aliases: Type.Optional(Type.Array(ModelAliasSchema)),
   affinity: AffinityPolicySchema,
   health: HealthPolicySchema,
   retry: RetryPolicySchema,
@@ -154,6 +165,19 @@ export const EndpointSpecSchema = Type.Object({
   costPerMTok: NonNegative,
   /** Model name to put into the request instead of the client's, if set. */
   model: Type.Optional(Type.String()),
+  /**
+   * The model names this endpoint serves, as requests name them once aliases are resolved (its
+   * backend's `models`: base models and LoRA adapters). Undefined: not declared; the sidecar
+   * learns them from the endpoint's own `/v1/models`, and until it has, any model may go there.
+   * Optional, so that a snapshot of an older controller still applies.
+   */
+  models: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+  /**
+   * Its backend's share of the traffic of the tier it is in (a weighted split: canaries). Within
+   * a tier, backends are picked in proportion to their weights, then load-aware balancing picks
+   * among the chosen backend's endpoints. Undefined on every backend of a tier: no split.
+   */
+  weight: Type.Optional(NonNegative),
   /** API key for this backend, if it has one. Never logged. */
   apiKey: Type.Optional(Type.String()),
   /**
@@ -198,6 +222,7 @@ export type HealthPolicy = Static<typeof HealthPolicySchema>;
 export type RetryPolicy = Static<typeof RetryPolicySchema>;
 export type ColdStartPolicy = Static<typeof ColdStartPolicySchema>;
 export type DriftPolicy = Static<typeof DriftPolicySchema>;
+export type ModelAlias = Static<typeof ModelAliasSchema>;
 export type PoolPolicy = Static<typeof PoolPolicySchema>;
 export type EndpointProbe = Static<typeof EndpointProbeSchema>;
 export type EndpointSpec = Static<typeof EndpointSpecSchema>;

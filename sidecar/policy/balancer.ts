@@ -54,6 +54,8 @@ import type {
   PoolPolicy,
   PrefillExchangeReading,
   RetryDecision,
+  ModelsServed,
+  ServedModel,
   Rng,
 } from './types.ts';
 
@@ -216,6 +218,15 @@ export class Balancer implements PoolBalancer {
     const state = this.#pool.get(endpointId);
     if (state === undefined) return;
     state.reported.update(report, state.inFlight, this.#now() - Math.max(0, ageMs));
+  }
+
+  reportModels(_endpointId: string, _models: readonly ServedModel[]): void {
+    // Issue 42: model discovery feeds the candidate filter (to come).
+  }
+
+  modelsServed(): ModelsServed {
+    // Issue 42 (to come): every endpoint counts as unknown until lists are kept.
+    return { models: new Map(), unknownEndpoints: this.#pool.order.length };
   }
 
   firstByte(attempt: Attempt, firstToken = false): void {

@@ -26,6 +26,11 @@ export interface ServerLoadReport {
    * `inter_token_latency_seconds` histogram): how fast its hardware runs its batch.
    */
   interTokenLatencyMs?: number | undefined;
+  /**
+   * LoRA adapters resident on the server now: running and waiting ones of vLLM's
+   * `vllm:lora_requests_info` gauge. Undefined: the server says nothing of adapters.
+   */
+  loadedAdapters?: readonly string[] | undefined;
 }
 
 /**

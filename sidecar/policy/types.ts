@@ -72,6 +72,20 @@ export interface PickRequest {
   exclude?: ReadonlySet<string> | undefined;
   /** Size of the request body in bytes: TTFT samples are normalised by it (docs/policy.md). */
   requestBytes?: number | undefined;
+  /**
+   * The model the request names, aliases resolved: only endpoints that serve it are candidates
+   * (an endpoint whose list is not known yet counts as serving it). Undefined: any endpoint.
+   */
+  model?: string | undefined;
+}
+
+/**
+ * One entry of an endpoint's own `/v1/models` list: its id, and for a LoRA adapter the base model
+ * it applies to (vLLM's `parent`; for a base model vLLM sends none or the id itself).
+ */
+export interface ServedModel {
+  readonly id: string;
+  readonly parent?: string | undefined;
 }
 
 /** How an attempt ended, as seen by the shell. */
@@ -178,6 +192,13 @@ export interface PoolBalancer {
    */
   reportLoad(endpointId: string, report: ServerLoadReport, ageMs?: number): void;
   /**
+   * What the endpoint's own `/v1/models` lists now (model discovery): used for endpoints whose
+   * backend declares no `models`, replacing the previous list. Unknown ids are ignored.
+   */
+  reportModels(endpointId: string, models: readonly ServedModel[]): void;
+  /** What the pool's endpoints serve as far as this sidecar knows: pool routing, /v1/models. */
+  modelsServed(): ModelsServed;
+  /**
    * The first response body byte of this attempt arrived now: its TTFT. `firstToken` says the
    * shell knows it is the first token of a streamed 2xx answer: the sample is taken now, not when
    * the stream ends. Without it the sample waits for the outcome (`finish`, a streamed success).
@@ -224,6 +245,17 @@ export interface PoolBalancer {
    * cached prefix buys queue positions. Undefined fields are not measured yet.
    */
   prefillExchange(): PrefillExchangeReading;
+}
+
+/** What a pool's endpoints serve, declared (`EndpointSpec.models`) or discovered. */
+export interface ModelsServed {
+  /**
+   * Each known model id → how many endpoints (drifted ones excluded) serve it, and for a LoRA
+   * adapter the base model it applies to.
+   */
+  readonly models: ReadonlyMap<string, { readonly endpoints: number; readonly parent?: string }>;
+  /** Endpoints whose list is neither declared nor discovered yet: they may serve anything. */
+  readonly unknownEndpoints: number;
 }
 
 /** The learned rates of `PrefillExchange`, for metrics. */
