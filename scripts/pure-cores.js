@@ -19,6 +19,7 @@ export const PURE_CORES = [
   { path: 'controller/core/**/*.ts', coverage: true },
   // The pure decisions that live in the controller's feature rooms, beside their shells.
   { path: 'controller/injection/pod-patch.ts', coverage: true },
+  { path: 'controller/injection/followed-pools.ts', coverage: true },
   { path: 'controller/injection/config.ts', coverage: true },
   { path: 'controller/tls/plan.ts', coverage: true },
   { path: 'controller/drift/events.ts', coverage: true },

@@ -36,6 +36,22 @@ describe('stream access', () => {
     assert.deepEqual([...poolsFollowedBy({})], []);
   });
 
+  test('a pod also follows the pools its annotation lists, after its label’s', () => {
+    const metadata = {
+      labels: { 'switchyard.dev/pool': 'chat' },
+      annotations: { 'switchyard.dev/pools': 'embed,chat, rerank' },
+    };
+    assert.deepEqual([...poolsFollowedBy({ metadata })], ['chat', 'embed', 'rerank']);
+    // Without the label the pod is not injected, and its annotation names nothing.
+    const unlabelled = { annotations: { 'switchyard.dev/pools': 'embed' } };
+    assert.deepEqual([...poolsFollowedBy({ metadata: unlabelled })], []);
+    const refused = streamAccess({ name: 'app-1', follows: new Set(['chat']) }, 'embed');
+    assert.match(
+      refused.kind === 'refused' ? refused.message : '',
+      /or add embed to its annotation switchyard.dev\/pools/,
+    );
+  });
+
   test('a pod that follows the pool reads it with its keys', () => {
     assert.deepEqual(streamAccess({ name: 'app-1', follows: new Set(['chat']) }, 'chat'), {
       kind: 'with-keys',

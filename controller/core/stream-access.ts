@@ -6,17 +6,24 @@
  * its namespace but never a key. docs/controller.md ("Who gets API keys") says the same.
  */
 import type { PoolSnapshot } from '../../crds/snapshot.ts';
-import { POOL_LABEL } from '../injection/pod-patch.ts';
+import {
+  followedPools,
+  POOL_LABEL,
+  POOLS_ANNOTATION,
+  type PoolMetadata,
+} from '../injection/followed-pools.ts';
 
 /** The part of a Pod the rule reads. */
 export interface PodMetadata {
-  metadata?: { labels?: Record<string, string> | undefined } | undefined;
+  metadata?: PoolMetadata | undefined;
 }
 
-/** The pools a pod follows: the ones its sidecar routes with, so the ones whose keys it needs. */
+/**
+ * The pools a pod follows (its label's and its annotation's: followed-pools.ts): the ones its
+ * sidecar routes with, so the ones whose keys it needs.
+ */
 export function poolsFollowedBy(pod: PodMetadata): ReadonlySet<string> {
-  const pool = pod.metadata?.labels?.[POOL_LABEL];
-  return new Set(pool === undefined || pool === '' ? [] : [pool]);
+  return new Set(followedPools(pod.metadata).pools);
 }
 
 /** A token's bound pod as the stream sees it; undefined for a token bound to no pod. */
@@ -40,7 +47,8 @@ export function streamAccess(pod: BoundPod | undefined, pool: string): StreamAcc
     message:
       `Pod ${pod.name} does not follow pool ${pool} ` +
       `(${follows.length === 0 ? `it has no ${POOL_LABEL} label` : `it follows ${follows.join(', ')}`}): ` +
-      `a sidecar reads the snapshots of its own pod's pools only. Label the pod ${POOL_LABEL}=${pool}.`,
+      `a sidecar reads the snapshots of its own pod's pools only. Label the pod ${POOL_LABEL}=${pool}, ` +
+      `or add ${pool} to its annotation ${POOLS_ANNOTATION} (comma-separated).`,
   };
 }
 

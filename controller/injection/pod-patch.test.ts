@@ -8,6 +8,7 @@ import {
   INJECTED_ANNOTATION,
   OPENAI_BASE_URL_ANNOTATION,
   POOL_LABEL,
+  POOLS_ANNOTATION,
   SIDECAR_NAME,
   SKIPPED_ANNOTATION,
   decideInjection,
@@ -58,7 +59,7 @@ type Pod = ReturnType<typeof pod> & {
 };
 
 const decide = (p: PodLike, c = config(), namespace = 'apps'): InjectionDecision =>
-  decideInjection({ pod: p, namespace, config: c, caBundle: CA, poolExists: true });
+  decideInjection({ pod: p, namespace, config: c, caBundle: CA, poolExists: () => true });
 
 /** Applies the decision's patch the way the API server does (RFC 6902, validated). */
 function apply<T>(p: T, decision: InjectionDecision): T {
@@ -262,12 +263,42 @@ describe('decideInjection', () => {
       namespace: 'apps',
       config: config(),
       caBundle: CA,
-      poolExists: false,
+      poolExists: () => false,
     });
     assert.equal(decision.kind, 'injected');
     assert.match(
       decision.kind === 'injected' ? (decision.warnings[0] ?? '') : '',
       /InferencePool apps\/chat does not exist yet/,
+    );
+  });
+
+  it('follows the pools of the annotation after the label’s, each with its own --pool', () => {
+    const p = pod({ annotations: { [POOLS_ANNOTATION]: 'embed, chat,rerank' } });
+    const decision = decideInjection({
+      pod: p,
+      namespace: 'apps',
+      config: config(),
+      caBundle: CA,
+      poolExists: (name) => name !== 'rerank',
+    });
+    assert.equal(decision.kind, 'injected');
+    const sidecar = (apply(p, decision) as Pod).spec.initContainers?.[0] as unknown as {
+      args: string[];
+    };
+    const pools = sidecar.args.flatMap((arg, i) => (arg === '--pool' ? [sidecar.args[i + 1]] : []));
+    assert.deepEqual(pools, ['chat', 'embed', 'rerank']);
+    assert.deepEqual(decision.kind === 'injected' ? decision.warnings : [], [
+      'switchyard: InferencePool apps/rerank does not exist yet; the sidecar answers 503 for its models until it does',
+    ]);
+  });
+
+  it('skips a pod whose annotation names an invalid pool, and says which', () => {
+    const p = pod({ annotations: { [POOLS_ANNOTATION]: 'embed,Bad_Name' } });
+    const decision = decide(p);
+    assert.equal(decision.kind, 'skipped');
+    assert.match(
+      decision.kind === 'skipped' ? decision.reason : '',
+      /annotation switchyard.dev\/pools names "Bad_Name", which is not a valid InferencePool name/,
     );
   });
 

@@ -8,8 +8,9 @@
  * stops after them, so the app never calls 127.0.0.1:8080 while nothing listens there.
  */
 import type { InjectionConfig, ProbeTiming } from './config.ts';
+import { followedPools, POOL_LABEL } from './followed-pools.ts';
 
-export const POOL_LABEL = 'switchyard.dev/pool';
+export { POOL_LABEL, POOLS_ANNOTATION } from './followed-pools.ts';
 /** Set by the webhook on every pod it injected. */
 export const INJECTED_ANNOTATION = 'switchyard.dev/injected';
 /** Set when a labelled pod could not be injected; the value says why. */
@@ -73,22 +74,25 @@ export interface InjectionInput {
   config: InjectionConfig;
   /** PEM of the CA that signed the controller's certificate. */
   caBundle: string;
-  /** Whether the pool exists as far as the controller knows (undefined: not known). */
-  poolExists?: boolean | undefined;
+  /**
+   * Whether a pool exists as far as the controller knows (undefined: not known, e.g. before its
+   * cache has synced); unset: nothing is known.
+   */
+  poolExists?: ((pool: string) => boolean | undefined) | undefined;
 }
 
 /** RFC 6901: `~` and `/` in a key. */
 const escapeKey = (key: string): string => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
-/** A DNS-1123 subdomain, as InferencePool names are. */
-const POOL_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
-
 function probe(path: string, port: number, timing: ProbeTiming): Record<string, unknown> {
   return { httpGet: { path, port }, ...timing };
 }
 
-/** The sidecar container, as the webhook adds it. */
-export function sidecarContainer(config: InjectionConfig, pool: string): Record<string, unknown> {
+/** The sidecar container, as the webhook adds it, following `pools` (the first is the default). */
+export function sidecarContainer(
+  config: InjectionConfig,
+  pools: readonly string[],
+): Record<string, unknown> {
   const { probes } = config;
   return {
     name: SIDECAR_NAME,
@@ -100,8 +104,7 @@ export function sidecarContainer(config: InjectionConfig, pool: string): Record<
       'sidecar',
       '--controller',
       config.controllerUrl,
-      '--pool',
-      pool,
+      ...pools.flatMap((pool) => ['--pool', pool]),
       '--token-file',
       `${TOKEN_DIR}/token`,
       '--ca-file',
@@ -182,9 +185,12 @@ export function sidecarVolumes(config: InjectionConfig): Record<string, unknown>
 }
 
 /** Why a labelled pod cannot take the sidecar, or undefined when it can. */
-function blocker(pod: PodLike, pool: string, config: InjectionConfig): string | undefined {
-  if (!POOL_NAME.test(pool) || pool.length > 253)
-    return `label ${POOL_LABEL}=${JSON.stringify(pool)} is not a valid InferencePool name (lower-case letters, digits, '-' and '.')`;
+function blocker(
+  pod: PodLike,
+  poolProblem: string | undefined,
+  config: InjectionConfig,
+): string | undefined {
+  if (poolProblem !== undefined) return poolProblem;
   const spec = pod.spec ?? {};
   if (spec.hostNetwork === true)
     return (
@@ -209,8 +215,8 @@ export function decideInjection(input: InjectionInput): InjectionDecision {
   const { pod, namespace, config } = input;
   const labels = pod.metadata?.labels ?? {};
   const annotations = pod.metadata?.annotations ?? {};
-  const pool = labels[POOL_LABEL];
-  if (pool === undefined) return { kind: 'ignored', reason: `no ${POOL_LABEL} label` };
+  if (labels[POOL_LABEL] === undefined)
+    return { kind: 'ignored', reason: `no ${POOL_LABEL} label` };
   if (config.excludeNamespaces.includes(namespace))
     return { kind: 'ignored', reason: `namespace ${namespace} is excluded from injection` };
 
@@ -233,7 +239,8 @@ export function decideInjection(input: InjectionInput): InjectionDecision {
     (c) => c.name === SIDECAR_NAME,
   );
   if (!hasSidecar) {
-    const reason = blocker(pod, pool, config);
+    const followed = followedPools(pod.metadata);
+    const reason = blocker(pod, followed.problem, config);
     if (reason !== undefined) {
       addAnnotations({ [SKIPPED_ANNOTATION]: reason });
       return {
@@ -246,7 +253,7 @@ export function decideInjection(input: InjectionInput): InjectionDecision {
     addAnnotations({ [INJECTED_ANNOTATION]: 'true', [CA_BUNDLE_ANNOTATION]: input.caBundle });
     if (pod.spec === undefined) patch.push({ op: 'add', path: '/spec', value: {} });
     // First among the init containers: the other init containers may use the proxy too.
-    const sidecar = sidecarContainer(config, pool);
+    const sidecar = sidecarContainer(config, followed.pools);
     if (spec.initContainers === undefined)
       patch.push({ op: 'add', path: '/spec/initContainers', value: [sidecar] });
     else patch.push({ op: 'add', path: '/spec/initContainers/0', value: sidecar });
@@ -254,10 +261,12 @@ export function decideInjection(input: InjectionInput): InjectionDecision {
     if (spec.volumes === undefined)
       patch.push({ op: 'add', path: '/spec/volumes', value: volumes });
     else for (const v of volumes) patch.push({ op: 'add', path: '/spec/volumes/-', value: v });
-    if (input.poolExists === false)
-      warnings.push(
-        `switchyard: InferencePool ${namespace}/${pool} does not exist yet; the sidecar answers 503 until it does`,
-      );
+    for (const pool of followed.pools) {
+      if (input.poolExists?.(pool) === false)
+        warnings.push(
+          `switchyard: InferencePool ${namespace}/${pool} does not exist yet; the sidecar answers 503 for its models until it does`,
+        );
+    }
   } else {
     addAnnotations({ [INJECTED_ANNOTATION]: 'true' });
   }

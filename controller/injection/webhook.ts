@@ -9,7 +9,8 @@ import type http from 'node:http';
 import type { Logger } from 'pino';
 import { objectKey, type PoolKey } from '../core/pool-index.ts';
 import type { InjectionConfig } from './config.ts';
-import { decideInjection, POOL_LABEL, type PodLike } from './pod-patch.ts';
+import { followedPools } from './followed-pools.ts';
+import { decideInjection, type PodLike } from './pod-patch.ts';
 import type { ControllerMetrics } from '../metrics.ts';
 
 export const WEBHOOK_PATH = '/mutate/pods';
@@ -105,7 +106,7 @@ export function injectionWebhook(
     }
     const pod = (request.object ?? {}) as PodLike;
     const podName = pod.metadata?.name ?? `${pod.metadata?.generateName ?? ''}*`;
-    const pool = pod.metadata?.labels?.[POOL_LABEL];
+    const pools = followedPools(pod.metadata).pools;
     let decision;
     try {
       decision = decideInjection({
@@ -113,10 +114,8 @@ export function injectionWebhook(
         namespace,
         config: options.config(),
         caBundle: options.caBundle(),
-        poolExists:
-          pool === undefined || !options.pools.hasSynced
-            ? undefined
-            : options.pools.has(objectKey(namespace, pool)),
+        poolExists: (name) =>
+          options.pools.hasSynced ? options.pools.has(objectKey(namespace, name)) : undefined,
       });
     } catch (err) {
       // An object shape the core did not expect: admit it untouched rather than block a rollout.
@@ -133,13 +132,13 @@ export function injectionWebhook(
         return;
       case 'skipped':
         logger.warn(
-          { namespace, pod: podName, pool, reason: decision.reason },
+          { namespace, pod: podName, pools, reason: decision.reason },
           'sidecar not injected',
         );
         reply(res, 200, review(uid, decision.patch, decision.warnings));
         return;
       case 'injected':
-        logger.info({ namespace, pod: podName, pool }, 'sidecar injected');
+        logger.info({ namespace, pod: podName, pools }, 'sidecar injected');
         reply(res, 200, review(uid, decision.patch, decision.warnings));
     }
   };
