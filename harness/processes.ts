@@ -156,7 +156,8 @@ export function startSidecar(
 /** A sidecar fed by the controller's snapshot stream (Kubernetes mode), as the tests start one. */
 export interface ControllerSidecar {
   controllerUrl: string;
-  pool: string;
+  /** The pool it follows, or several (one `--pool` each, in order: a pod's label, then annotation). */
+  pool: string | readonly string[];
   namespace: string;
   tokenFile: string;
   caFile?: string | undefined;
@@ -173,8 +174,7 @@ export function controllerSidecarArgs(o: ControllerSidecar): string[] {
     'sidecar',
     '--controller',
     o.controllerUrl,
-    '--pool',
-    o.pool,
+    ...(typeof o.pool === 'string' ? [o.pool] : o.pool).flatMap((pool) => ['--pool', pool]),
     '--namespace',
     o.namespace,
     '--token-file',
