@@ -55,8 +55,12 @@ export interface Attempt {
 
 export type PickResult =
   | { kind: 'picked'; attempt: Attempt; affinity: AffinityResult }
-  /** Nothing is live: answer 503 at once; `retryAfterMs` is when the soonest breaker half-opens. */
-  | { kind: 'shed'; retryAfterMs: number };
+  /**
+   * Nothing is live: answer 503 at once; `retryAfterMs` is when the soonest breaker half-opens.
+   * `reason: 'model-not-served'`: no endpoint of the pool serves the request's `model` at all
+   * (declared or discovered), whatever their health: the shell answers 404 `model_not_found`.
+   */
+  | { kind: 'shed'; retryAfterMs: number; reason?: 'model-not-served' | undefined };
 
 export interface PickRequest {
   /** The affinity header's value (`affinity.key: Header`), or undefined for none. */
