@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { makeServingTls } from '../../harness/tls.ts';
 import type { EndpointSpec, ServedModel } from '../policy/index.ts';
+import type { ActivePool } from './active-pool.ts';
 import {
   fetchModelList,
   isDiscovered,
@@ -101,6 +102,12 @@ describe('parseModelList', () => {
 });
 
 describe('which endpoints are asked, and where', () => {
+  test('a pool in force is what discovery follows, as it is', () => {
+    // Compiles: the sidecar passes its ActivePool objects without adapting them.
+    const follow = (pools: readonly ActivePool[]): readonly ActivePoolLike[] => pools;
+    assert.deepEqual(follow([]), []);
+  });
+
   test('only those that declare no models and whose backend does not rewrite the model', () => {
     assert.equal(isDiscovered(endpoint('a/1', 'http://h/v1')), true);
     assert.equal(isDiscovered(endpoint('a/1', 'http://h/v1', { models: ['m'] })), false);
