@@ -431,6 +431,45 @@ describe('startModelDiscovery: scheduling (scripted fetch)', () => {
     }
   });
 
+  test('each wait is drawn from ±10 % of the period', async (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
+    const asked = (random: number) => {
+      let clock = 0;
+      const times: number[] = [];
+      const p = pool('chat', [endpoint('a/1', 'http://127.0.0.1:9/v1')]);
+      const discovery = startModelDiscovery({
+        pools: () => [p.pool],
+        everyMs: 1000,
+        logger: recordingLogger().logger,
+        now: () => clock,
+        random: () => random,
+        fetchImpl: () => {
+          times.push(clock);
+          return Promise.resolve(OK);
+        },
+      });
+      const advance = async (ms: number): Promise<void> => {
+        for (let step = 0; step < ms; step += 100) {
+          clock += 100;
+          t.mock.timers.tick(100);
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      };
+      return { times, advance, close: () => discovery.close() };
+    };
+    // Checked every 500 ms: a wait of 900 ms is served at 1000, one of 1100 at 1500.
+    const early = asked(0);
+    await early.advance(1000);
+    assert.deepEqual(early.times, [0, 1000]);
+    await early.close();
+    const late = asked(0.999);
+    await late.advance(1000);
+    assert.deepEqual(late.times, [0]);
+    await late.advance(500);
+    assert.deepEqual(late.times, [0, 1500]);
+    await late.close();
+  });
+
   test('asks at most `concurrency` endpoints at once', async () => {
     const script = scriptedFetch();
     const endpoints = Array.from({ length: 5 }, (_, i) =>

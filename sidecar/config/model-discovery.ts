@@ -6,7 +6,9 @@
  * the adapters with `parent` = the base model; with runtime adapter loading an adapter loaded
  * after start shows up here within a period.
  *
- * - Each endpoint is asked once a period (`everyMs`, 5 s) and at once when it is first seen (or
+ * - Each endpoint is asked about once a period (`everyMs`, 5 s, each wait drawn from ±10 % of it
+ *   so that the sidecars of a rollout do not ask every server in step) and at once when it is
+ *   first seen (or
  *   its URL, key or certificate settings change, or `refresh` asks for it). Rounds never overlap:
  *   a round that is still running when the next is due delays it.
  * - A failed or malformed answer keeps the list the balancer has (the last good one; none: any
@@ -57,6 +59,8 @@ export interface ModelDiscoveryOptions {
   /** Replaces the HTTP request (tests). */
   fetchImpl?: FetchModels;
   now?: () => number;
+  /** Uniform in [0, 1), for the jitter of each wait. */
+  random?: () => number;
 }
 
 export interface ModelDiscovery {
@@ -201,8 +205,8 @@ function errorReason(err: NodeJS.ErrnoException): string {
 interface Followed {
   pool: ActivePoolLike;
   endpoint: EndpointSpec;
-  /** When its last fetch started; undefined: never asked (due at once). */
-  startedAtMs: number | undefined;
+  /** When it is next asked (its last fetch's start plus a jittered period); undefined: now. */
+  dueAtMs: number | undefined;
   /** Asked for (refresh, or its URL, key or certificates changed): due at once. */
   forced: boolean;
   /** In a failure streak: its first failure was logged. */
@@ -226,6 +230,7 @@ class ModelDiscoveryLoop implements ModelDiscovery {
   readonly #timeoutMs: number;
   readonly #concurrency: number;
   readonly #now: () => number;
+  readonly #random: () => number;
   readonly #fetch: FetchModels;
   readonly #stopping = new AbortController();
   readonly #followed = new Map<string, Followed>();
@@ -246,6 +251,7 @@ class ModelDiscoveryLoop implements ModelDiscovery {
     );
     this.#concurrency = Math.max(1, Math.floor(options.concurrency ?? 16));
     this.#now = options.now ?? (() => performance.now());
+    this.#random = options.random ?? Math.random;
     this.#fetch = options.fetchImpl ?? fetchModelList;
     // Checked more often than asked: an endpoint first seen waits at most this, not a period.
     this.#timer = setInterval(() => this.#check(), Math.min(this.#everyMs, 500));
@@ -292,7 +298,7 @@ class ModelDiscoveryLoop implements ModelDiscovery {
         const reach = reachKey(endpoint);
         let followed = this.#followed.get(key);
         if (followed === undefined) {
-          followed = { pool, endpoint, startedAtMs: undefined, forced: false, failing: false };
+          followed = { pool, endpoint, dueAtMs: undefined, forced: false, failing: false };
           this.#followed.set(key, followed);
         } else {
           followed.pool = pool;
@@ -300,9 +306,8 @@ class ModelDiscoveryLoop implements ModelDiscovery {
           if (this.#reach.get(key) !== reach) followed.forced = true;
         }
         this.#reach.set(key, reach);
-        const { startedAtMs } = followed;
-        if (followed.forced || startedAtMs === undefined || now - startedAtMs >= this.#everyMs)
-          due.push(followed);
+        const { dueAtMs } = followed;
+        if (followed.forced || dueAtMs === undefined || now >= dueAtMs) due.push(followed);
       }
     // Gone endpoints are forgotten: one that comes back is new, and asked at once.
     for (const key of this.#followed.keys())
@@ -326,7 +331,7 @@ class ModelDiscoveryLoop implements ModelDiscovery {
     const worker = async (): Promise<void> => {
       while (next < due.length && !this.#stopping.signal.aborted) {
         const followed = due[next++] as Followed;
-        followed.startedAtMs = this.#now();
+        followed.dueAtMs = this.#now() + this.#everyMs * (0.9 + 0.2 * this.#random());
         followed.forced = false;
         const { endpoint } = followed;
         let outcome: ModelListOutcome;
