@@ -26,7 +26,7 @@
  *
  * Pure: time comes in as `nowMs`, randomness as an `Rng`; nothing is scheduled here.
  */
-import type { PoolLoad } from '../../crds/snapshot.ts';
+import type { EndpointLoad, PoolLoad } from '../../crds/snapshot.ts';
 import type { ModelServerLoad } from '../model-server-load.ts';
 import type { RandomFn } from '../rng.ts';
 
@@ -73,6 +73,15 @@ export const INTER_TOKEN_LATENCY_MAX_AGE_MS = 30_000;
  * not buy more of the sidecar's time than that by writing more.
  */
 export const PAGE_BYTES_PER_PERIOD = 128 * 1024;
+
+/**
+ * An endpoint's entry of a `load` message, with the LoRA adapters its server has in use (vLLM's
+ * `vllm:lora_requests_info`; left out when it does not report them). The receiving balancer reads
+ * them as `ServerLoadReport.loadedAdapters` (sidecar/policy/server-load.ts). Spelt out here until
+ * the stream's schema (crds/snapshot.schema.ts, EndpointLoadSchema) names the field itself; the
+ * message allows unknown fields, so an older sidecar ignores it.
+ */
+export type EndpointLoadWithAdapters = EndpointLoad & { loadedAdapters?: string[] };
 
 /** What one scrape found; `bytes`: the size of the page read, when one was. */
 export type ScrapeOutcome =
@@ -297,7 +306,7 @@ export class ScrapeSchedule {
    * younger than `staleAfterMs`, in the order given.
    */
   poolLoad(endpoints: readonly { id: string; target: string }[], nowMs: number): PoolLoad {
-    const entries: PoolLoad['endpoints'] = [];
+    const entries: EndpointLoadWithAdapters[] = [];
     for (const { id, target } of endpoints) {
       const known = this.#targets.get(target);
       const sample = known?.sample;
@@ -305,12 +314,13 @@ export class ScrapeSchedule {
       const ageMs = Math.max(0, Math.round(nowMs - sample.atMs));
       // A page scraped less often for its size (PAGE_BYTES_PER_PERIOD) stays fresh as much longer.
       if (ageMs > this.#staleAfterMs * known!.stretch) continue;
-      const { running, waiting, kvCacheUsage } = sample.load;
+      const { running, waiting, kvCacheUsage, loadedAdapters } = sample.load;
       entries.push({
         id,
         ...(running === undefined ? {} : { running }),
         ...(waiting === undefined ? {} : { waiting }),
         ...(kvCacheUsage === undefined ? {} : { kvCacheUsage }),
+        ...(loadedAdapters === undefined ? {} : { loadedAdapters: [...loadedAdapters] }),
         ...this.#interTokenLatency(known?.generation, nowMs),
         ageMs,
       });
