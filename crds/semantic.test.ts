@@ -45,7 +45,14 @@ describe('semantic rules', () => {
   it('sit where they are meant to', () => {
     assert.deepEqual(
       [...new Set(inSchema.map(({ path }) => path))],
-      ['.spec.backends', '.spec.backends[]', '.spec.backends[].tls', '.spec.health'],
+      [
+        '.spec',
+        '.spec.aliases',
+        '.spec.backends',
+        '.spec.backends[]',
+        '.spec.backends[].tls',
+        '.spec.health',
+      ],
     );
   });
 

@@ -10,7 +10,13 @@ import { API_VERSION, KIND, type InferencePool } from '../../crds/inference-pool
 import { joinPath } from '../../crds/path.ts';
 import { withDriftVerdict } from '../../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
-import { apiKeyFields, resolvePolicy, tlsFields, urlEndpoints } from '../../crds/resolve.ts';
+import {
+  apiKeyFields,
+  modelFields,
+  resolvePolicy,
+  tlsFields,
+  urlEndpoints,
+} from '../../crds/resolve.ts';
 import { validatePool } from '../../crds/validate.ts';
 import { readApiKey } from './api-key.ts';
 import { readCaBundle } from './ca-bundle.ts';
@@ -140,7 +146,7 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
         input.slicesByService,
       );
       if (found.ok) {
-        endpoints = found.endpoints;
+        endpoints = found.endpoints.map((e) => ({ ...e, ...modelFields(backend) }));
         total = found.total;
       } else {
         problems.unshift({ ...found.problem, message: prefix + found.problem.message });
