@@ -622,6 +622,9 @@ export const InferencePoolSpecSchema = Type.Object(
 // status (written by the controller; a skeleton for now)
 // ---------------------------------------------------------------------------------------------
 
+/** Most entries of status.models: room for many models without growing the object unbounded. */
+export const STATUS_MODELS_LIMIT = 256;
+
 const count = (description: string) =>
   Type.Optional(Type.Integer({ description, minimum: 0, format: 'int32' }));
 
@@ -782,6 +785,39 @@ export const InferencePoolStatusSchema = Type.Object(
           description:
             'Drift detection (drift.probeEvery): what each endpoint answered the probe, and which ones differ.',
           additionalProperties: false,
+        },
+      ),
+    ),
+    models: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            name: Type.String({
+              description: 'A model name: one that a backend lists in models, or an alias.',
+              minLength: 1,
+              maxLength: 256,
+            }),
+            endpoints: Type.Integer({
+              description:
+                "Ready endpoints that serve it by their backend's models (for an alias: those of its model); 0 means requests for it find no endpoint that declares it.",
+              minimum: 0,
+              format: 'int32',
+            }),
+            aliasOf: Type.Optional(
+              Type.String({
+                description: 'For an alias (spec.aliases): the served model it stands for.',
+                minLength: 1,
+                maxLength: 256,
+              }),
+            ),
+          },
+          { description: 'One model the pool serves.', additionalProperties: false },
+        ),
+        {
+          description: `The models the pool serves as its backends declare them (spec.backends[].models), each with its ready endpoints, then the aliases with the model each stands for; at most ${STATUS_MODELS_LIMIT}. Unset when no backend declares models: the sidecars then learn them from the endpoints, and only they know.`,
+          maxItems: STATUS_MODELS_LIMIT,
+          'x-kubernetes-list-type': 'map',
+          'x-kubernetes-list-map-keys': ['name'],
         },
       ),
     ),

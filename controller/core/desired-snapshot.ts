@@ -25,6 +25,7 @@ import { compareStrings, contentHash } from './hash.ts';
 import type { EndpointSlice, Secret, Service } from './objects.ts';
 import { Reason, clipUtf8, joinLimited, plural, type Problem } from './problems.ts';
 import type { BackendSummary, ReconcileCondition, ReconcileResult } from './reconcile-result.ts';
+import { type PoolModels, poolModels } from './pool-models.ts';
 import { serviceEndpoints } from './service-endpoints.ts';
 
 export interface ReconcileInput {
@@ -222,6 +223,7 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
       ],
       endpoints: counts,
       backends,
+      ...modelsOf(poolModels(spec, endpoints)),
     });
   }
 
@@ -233,7 +235,19 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
     conditions: [accepted, resolvedRefs, readyCondition(outcomes, counts)],
     endpoints: counts,
     backends,
+    ...modelsOf(poolModels(spec, endpoints)),
   });
+}
+
+/** The result fields of `poolModels`, each left out when there is nothing to say. */
+function modelsOf({
+  models,
+  aliasesNotServed,
+}: PoolModels): Pick<ReconcileResult, 'models' | 'aliasesNotServed'> {
+  return {
+    ...(models === undefined ? {} : { models }),
+    ...(aliasesNotServed.length === 0 ? {} : { aliasesNotServed }),
+  };
 }
 
 type DriftRecord = NonNullable<NonNullable<InferencePool['status']>['drift']>['endpoints'][number];
