@@ -1,8 +1,8 @@
 /**
  * Kubernetes Events for what changed between two reconciles of a pool: a condition that changed
  * its status or reason, an alias whose model came to have no ready endpoint that declares it,
- * and a snapshot whose policy, endpoints or API keys changed. A repeat of
- * the same result says nothing, so a resync emits no events.
+ * and a snapshot whose policy, endpoints or API keys changed. A repeat of the same result says
+ * nothing, so a resync emits no events.
  */
 import type { EndpointSpec } from '../../crds/policy-types.ts';
 import { canonicalJson } from './hash.ts';
