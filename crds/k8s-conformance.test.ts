@@ -228,6 +228,10 @@ add('aliases against spec.models', (d) => {
     { name: 'o', model: 'p' },
   ];
 });
+add('alias named like a backend model (refused by validatePool only)', (d) => {
+  d.spec.backends[0] = { name: 'a', url: 'http://127.0.0.1:9101/v1', models: ['m', 'lora'] };
+  d.spec['aliases'] = [{ name: 'lora', model: 'm' }];
+});
 
 interface K8sError {
   path: string;
