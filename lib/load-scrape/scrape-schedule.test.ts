@@ -9,7 +9,6 @@ import {
   PAGE_BYTES_PER_PERIOD,
   SCRAPE_SCHEDULE_DEFAULTS,
   ScrapeSchedule,
-  type EndpointLoadWithAdapters,
   type ScrapeOutcome,
 } from './scrape-schedule.ts';
 
@@ -335,7 +334,7 @@ describe('ScrapeSchedule: the load message', () => {
     };
     assert.deepEqual(load, expected);
     // A copy: the message never shares the sample's list.
-    assert.notEqual((load.endpoints[0] as EndpointLoadWithAdapters).loadedAdapters, adapters);
+    assert.notEqual(load.endpoints[0]!.loadedAdapters, adapters);
     // What a sidecar receives from the controller: the check lets the field through as it is.
     const received = parseLoad(JSON.parse(JSON.stringify(load)));
     assert.deepEqual(received, { ok: true, value: expected });

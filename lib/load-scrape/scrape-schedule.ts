@@ -26,6 +26,7 @@
  *
  * Pure: time comes in as `nowMs`, randomness as an `Rng`; nothing is scheduled here.
  */
+import { MAX_LOADED_ADAPTERS } from '../../crds/snapshot.schema.ts';
 import type { EndpointLoad, PoolLoad } from '../../crds/snapshot.ts';
 import type { ModelServerLoad } from '../model-server-load.ts';
 import type { RandomFn } from '../rng.ts';
@@ -73,15 +74,6 @@ export const INTER_TOKEN_LATENCY_MAX_AGE_MS = 30_000;
  * not buy more of the sidecar's time than that by writing more.
  */
 export const PAGE_BYTES_PER_PERIOD = 128 * 1024;
-
-/**
- * An endpoint's entry of a `load` message, with the LoRA adapters its server has in use (vLLM's
- * `vllm:lora_requests_info`; left out when it does not report them). The receiving balancer reads
- * them as `ServerLoadReport.loadedAdapters` (sidecar/policy/server-load.ts). Spelt out here until
- * the stream's schema (crds/snapshot.schema.ts, EndpointLoadSchema) names the field itself; the
- * message allows unknown fields, so an older sidecar ignores it.
- */
-export type EndpointLoadWithAdapters = EndpointLoad & { loadedAdapters?: string[] };
 
 /** What one scrape found; `bytes`: the size of the page read, when one was. */
 export type ScrapeOutcome =
@@ -306,7 +298,7 @@ export class ScrapeSchedule {
    * younger than `staleAfterMs`, in the order given.
    */
   poolLoad(endpoints: readonly { id: string; target: string }[], nowMs: number): PoolLoad {
-    const entries: EndpointLoadWithAdapters[] = [];
+    const entries: EndpointLoad[] = [];
     for (const { id, target } of endpoints) {
       const known = this.#targets.get(target);
       const sample = known?.sample;
@@ -320,7 +312,10 @@ export class ScrapeSchedule {
         ...(running === undefined ? {} : { running }),
         ...(waiting === undefined ? {} : { waiting }),
         ...(kvCacheUsage === undefined ? {} : { kvCacheUsage }),
-        ...(loadedAdapters === undefined ? {} : { loadedAdapters: [...loadedAdapters] }),
+        // More adapters than the stream's schema carries: say nothing of them rather than lose the load.
+        ...(loadedAdapters === undefined || loadedAdapters.length > MAX_LOADED_ADAPTERS
+          ? {}
+          : { loadedAdapters: [...loadedAdapters] }),
         ...this.#interTokenLatency(known?.generation, nowMs),
         ageMs,
       });
