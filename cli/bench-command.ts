@@ -184,6 +184,7 @@ export function addBenchCommand(program: Command): void {
         '  switchyard bench --scenario all --max-requests 0  # the whole trace, every scenario (long)\n' +
         '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin\n' +
         '  switchyard bench --scenario conversations --routers 16 --policies switchyard,smg-cache-aware,smg-cache-aware-central\n' +
+        '  switchyard bench --scenario lora --policies switchyard,round-robin,least-connections,p2c  # 16 LoRA adapters, 4 resident per server\n' +
         '  switchyard bench --routers 16 --load-source controller  # 16 sidecars fed by one scraper, as in Kubernetes',
     )
     .action(async (flags: BenchFlags) => {

@@ -8,7 +8,7 @@ import {
 } from '../sim/options.ts';
 
 /** The option's own validation (sim/options.ts), as commander's argument parser. */
-function parserFor(spec: SimOptionSpec): (value: string) => number | string {
+function parserFor(spec: SimOptionSpec): (value: string) => number | string | boolean {
   return (value) => {
     try {
       return parseSimOptionValue(spec.key, value);
@@ -32,6 +32,11 @@ export function addSimCommand(program: Command): void {
         'Example:\n  switchyard sim --port 9101 --name a --slots 8 --error-rate 0.1',
     );
   for (const spec of SIM_OPTION_SPECS) {
+    if (spec.type === 'boolean') {
+      // A switch, as vLLM's boolean flags: present = true.
+      command.addOption(new Option(spec.flag, spec.help));
+      continue;
+    }
     const option = new Option(`${spec.flag} ${spec.valueName}`, spec.help).argParser(
       parserFor(spec),
     );

@@ -13,6 +13,7 @@ export const SCENARIOS = [
   'cold-start',
   'mixed-cost',
   'conversations',
+  'lora',
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 

@@ -50,11 +50,29 @@ export interface SimOptions extends EngineOptions {
   tlsCert: string | undefined;
   /** The PEM file of the private key of `tlsCert`. */
   tlsKey: string | undefined;
+  /**
+   * LoRA adapters the server can serve, comma-separated (as vLLM's `--lora-modules` names them);
+   * each is listed in `/v1/models` with `parent` = the served model. Undefined = none.
+   */
+  loras: string | undefined;
+  /**
+   * As vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`: `POST /v1/load_lora_adapter` and
+   * `/v1/unload_lora_adapter` add and remove adapters at run time (404 otherwise, as vLLM's).
+   */
+  allowRuntimeLoraUpdating: boolean;
 }
 
 /** The model servers whose load reporting the simulator can imitate. */
 export const SIM_ENGINE_KINDS = ['vllm', 'sglang'] as const;
 export type SimEngineKind = (typeof SIM_ENGINE_KINDS)[number];
+
+/**
+ * What loading a LoRA adapter that is not resident costs by default, in simulated ms: a rank 8-16
+ * adapter of a 7-8B model read from local disk into GPU memory, where vLLM users report that a
+ * request which loads its adapter takes a second or two longer than one that finds it loaded
+ * (docs/simulator.md#lora-adapters names the sources).
+ */
+export const LORA_LOAD_MS = 2000;
 
 export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   port: 0,
@@ -81,13 +99,17 @@ export const DEFAULT_SIM_OPTIONS: Readonly<SimOptions> = Object.freeze({
   keepAliveMs: 65_000,
   tlsCert: undefined,
   tlsKey: undefined,
+  loras: undefined,
+  maxLoras: 1,
+  loraLoadMs: LORA_LOAD_MS,
+  allowRuntimeLoraUpdating: false,
   tokensPerChunk: 1,
   speed: 1,
   seed: 1,
 });
 
 export type SimOptionKey = keyof SimOptions;
-export type SimOptionType = 'integer' | 'number' | 'string';
+export type SimOptionType = 'integer' | 'number' | 'string' | 'boolean';
 
 /** Everything a CLI or an API needs to know about one option. */
 export interface SimOptionSpec {
@@ -97,7 +119,7 @@ export interface SimOptionSpec {
   /** Placeholder for the value in help text, e.g. `<n>`. */
   readonly valueName: string;
   readonly type: SimOptionType;
-  readonly default: number | string | undefined;
+  readonly default: number | string | boolean | undefined;
   /** Inclusive lower bound (numbers). */
   readonly min?: number;
   /** True when the value must be strictly greater than `min`. */
@@ -279,6 +301,30 @@ export const SIM_OPTION_SPECS: readonly SimOptionSpec[] = Object.freeze([
     optional: true,
     runtime: false,
   }),
+  spec(
+    'loras',
+    '<name[,name...]>',
+    'string',
+    'LoRA adapters it can serve, comma-separated (parent: --model); default none',
+    { optional: true },
+  ),
+  spec('maxLoras', '<n>', 'integer', 'LoRA adapters resident at once, LRU (vLLM --max-loras)', {
+    min: 1,
+    max: 100_000,
+  }),
+  spec(
+    'loraLoadMs',
+    '<ms>',
+    'number',
+    'cost of loading a LoRA adapter that is not resident (before the prefill)',
+    NON_NEGATIVE,
+  ),
+  spec(
+    'allowRuntimeLoraUpdating',
+    '',
+    'boolean',
+    'serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING)',
+  ),
   spec('speed', '<factor>', 'number', 'time compression: every delay is divided by this', POSITIVE),
   spec('seed', '<n>', 'integer', 'seed for fault draws and generated text', {
     min: 0,
@@ -309,9 +355,13 @@ function problem(s: SimOptionSpec, value: unknown): string | undefined {
   if (value === undefined || value === null) {
     return s.optional ? undefined : `${s.key} must be set`;
   }
+  if (s.type === 'boolean') {
+    return typeof value === 'boolean' ? undefined : `${s.key} must be true or false`;
+  }
   if (s.type === 'string') {
     if (typeof value !== 'string') return `${s.key} must be a string`;
     if (value.length === 0 && s.key === 'host') return 'host must not be empty';
+    if (s.key === 'loras') return lorasProblem(value);
     if (s.choices !== undefined && !s.choices.includes(value)) {
       return `${s.key} must be one of ${s.choices.join(', ')}`;
     }
@@ -328,6 +378,19 @@ function problem(s: SimOptionSpec, value: unknown): string | undefined {
   }
   if (s.max !== undefined && value > s.max) return `${s.key} must be <= ${s.max}`;
   return undefined;
+}
+
+/** Why a `loras` list is not acceptable: an empty name, a duplicate. */
+function lorasProblem(value: string): string | undefined {
+  const names = value.split(',').map((n) => n.trim());
+  if (names.some((n) => n === '')) return 'loras must be a comma-separated list of adapter names';
+  const dup = names.find((n, i) => names.indexOf(n) !== i);
+  return dup === undefined ? undefined : `loras names ${dup} twice`;
+}
+
+/** The adapter names of a `loras` option, in order. */
+export function loraNames(loras: string | undefined): string[] {
+  return loras === undefined ? [] : loras.split(',').map((n) => n.trim());
 }
 
 export type PatchCheck =
@@ -374,9 +437,14 @@ export function resolveSimOptions(partial: Partial<SimOptions> = {}): SimOptions
  * Parse one option from its command-line string (for commander's `argParser`, environment
  * variables, ...). Throws `SimOptionError` naming the option.
  */
-export function parseSimOptionValue(key: SimOptionKey, raw: string): number | string {
+export function parseSimOptionValue(key: SimOptionKey, raw: string): number | string | boolean {
   const s = SPEC_BY_KEY.get(key);
   if (s === undefined) throw new SimOptionError(key, `unknown option ${key}`);
+  if (s.type === 'boolean') {
+    if (raw === 'true' || raw === 'True' || raw === '1') return true;
+    if (raw === 'false' || raw === 'False' || raw === '0') return false;
+    throw new SimOptionError(key, `${key} must be true or false (got ${JSON.stringify(raw)})`);
+  }
   if (s.type === 'string') {
     const why = problem(s, raw);
     if (why !== undefined) throw new SimOptionError(key, why);

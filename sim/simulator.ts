@@ -5,7 +5,7 @@
  */
 import { Engine } from './engine/engine.ts';
 import type { EngineTime } from './engine/engine-time.ts';
-import { checkSimOptionsPatch, shownApiKey, SimOptionError } from './options.ts';
+import { checkSimOptionsPatch, loraNames, shownApiKey, SimOptionError } from './options.ts';
 import type { SimOptions } from './options.ts';
 
 export interface SimStats {
@@ -40,6 +40,10 @@ export interface SimStats {
   promptTokens: number;
   cachedPromptTokens: number;
   completionTokens: number;
+  /** LoRA adapters loaded because a request needed one that was not resident. */
+  loraAdapterLoads: number;
+  /** LoRA adapters resident now, least recently used first. */
+  residentAdapters: string[];
   /**
    * The W3C `traceparent` header of the last inference request, null when it had none: what a
    * tracing proxy in front propagated (its attempt span's context).
@@ -72,9 +76,15 @@ export class Simulator {
   /** Numbers the responses of admitted requests (their ids); never reset. */
   #seq = 0;
   #lastTraceparent: string | null = null;
+  /**
+   * The LoRA adapters it serves, name → path (`root` in /v1/models): `loras`, plus those loaded
+   * and minus those unloaded at run time. Setting `loras` again starts over from the new list.
+   */
+  #adapters = new Map<string, string>();
 
   constructor(opts: SimOptions, deps: SimulatorDeps) {
     this.#opts = opts;
+    this.#adapters = adapterMap(opts.loras);
     this.log = deps.log;
     this.#time = deps.time;
     this.#startedAtMs = deps.time.nowMs();
@@ -128,6 +138,8 @@ export class Simulator {
       promptTokens: c.promptTokens,
       cachedPromptTokens: c.cachedPromptTokens,
       completionTokens: c.completionTokens,
+      loraAdapterLoads: c.loraAdapterLoads,
+      residentAdapters: this.engine.residentAdapters(),
       lastTraceparent: this.#lastTraceparent,
     };
   }
@@ -137,6 +149,7 @@ export class Simulator {
     const checked = checkSimOptionsPatch(patch, { runtime: true });
     if (!checked.ok) throw new SimOptionError(checked.field, checked.message);
     this.#opts = { ...this.#opts, ...checked.patch };
+    if ('loras' in checked.patch) this.#adapters = adapterMap(this.#opts.loras);
     this.engine.setOptions(this.#opts);
     const { apiKey, ...rest } = checked.patch;
     // The key itself stays out of the log.
@@ -157,6 +170,27 @@ export class Simulator {
     this.engine.reset();
   }
 
+  /** The LoRA adapters served now, name → path. */
+  adapters(): ReadonlyMap<string, string> {
+    return this.#adapters;
+  }
+
+  /** A runtime load (`POST /v1/load_lora_adapter`): false when the name is taken already. */
+  addAdapter(name: string, path: string): boolean {
+    if (this.#adapters.has(name) || name === this.#opts.model) return false;
+    this.#adapters.set(name, path);
+    this.log.info({ adapter: name }, 'LoRA adapter added');
+    return true;
+  }
+
+  /** A runtime unload: false when no such adapter is served. */
+  removeAdapter(name: string): boolean {
+    if (!this.#adapters.delete(name)) return false;
+    this.engine.dropAdapter(name);
+    this.log.info({ adapter: name }, 'LoRA adapter removed');
+    return true;
+  }
+
   /** An inference request arrived, with this `traceparent` header (or none). */
   countRequest(traceparent?: string): void {
     this.#requests++;
@@ -171,4 +205,9 @@ export class Simulator {
   nextSeq(): number {
     return ++this.#seq;
   }
+}
+
+/** The adapters of a `loras` option: each one's path is its name (the simulator loads no files). */
+function adapterMap(loras: string | undefined): Map<string, string> {
+  return new Map(loraNames(loras).map((n) => [n, n]));
 }

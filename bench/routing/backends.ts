@@ -38,6 +38,7 @@ interface Stats {
   cacheMissBlocks: number;
   promptTokens: number;
   completionTokens: number;
+  loraAdapterLoads?: number;
 }
 
 async function postJson<T>(url: string, body: unknown): Promise<T> {
@@ -99,6 +100,7 @@ export async function startFleet(count: number): Promise<SimFleet> {
         promptTokens: s.promptTokens,
         completionTokens: s.completionTokens,
         costPerMTok: specs[i]!.costPerMTok,
+        loraAdapterLoads: s.loraAdapterLoads ?? 0,
       }));
     },
     async stop() {

@@ -66,7 +66,11 @@ export function vllmRouterBinary(): string | undefined {
 /** LiteLLM proxies starting at a time: each takes a core for seconds while Python imports it. */
 const LITELLM_STARTS_AT_ONCE = 2;
 
-/** One LiteLLM proxy over every backend, one model group, the Router's `routing_strategy`. */
+/**
+ * One LiteLLM proxy over every backend, one model group per model the clients send (the base
+ * model, and in the lora scenario each adapter: every backend in every group, as each serves
+ * them all), the Router's `routing_strategy` inside a group.
+ */
 async function startLitellm(ctx: RouterContext, strategy: string): Promise<Child> {
   const dir = tempDir('routing-litellm');
   const port = await freePort();
@@ -74,16 +78,18 @@ async function startLitellm(ctx: RouterContext, strategy: string): Promise<Child
   writeFileSync(
     config,
     stringify({
-      model_list: ctx.backends.map((b) => ({
-        model_name: ctx.model,
-        litellm_params: {
-          model: `openai/${ctx.model}`,
-          api_base: `${b.url}/v1`,
-          api_key: 'unused',
-          stream_timeout: 300,
-        },
-        model_info: { id: b.name },
-      })),
+      model_list: [ctx.model, ...(ctx.adapters ?? [])].flatMap((model) =>
+        ctx.backends.map((b) => ({
+          model_name: model,
+          litellm_params: {
+            model: `openai/${model}`,
+            api_base: `${b.url}/v1`,
+            api_key: 'unused',
+            stream_timeout: 300,
+          },
+          model_info: { id: model === ctx.model ? b.name : `${b.name}/${model}` },
+        })),
+      ),
       router_settings: {
         routing_strategy: strategy,
         num_retries: 2,

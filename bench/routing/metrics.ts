@@ -29,6 +29,8 @@ export interface BackendCounters {
   completionTokens: number;
   /** $ per million tokens (prompt + completion) of this backend. */
   costPerMTok: number;
+  /** LoRA adapters it loaded (`sim:lora_adapter_loads_total`). */
+  loraAdapterLoads?: number;
 }
 
 export interface Quantiles {
@@ -51,6 +53,8 @@ export interface PolicyResult {
   share: Record<string, number>;
   /** Chat-shaped workloads: how well conversations stayed on their first turn's backend. */
   conversations?: ConversationAffinity;
+  /** The lora scenario: adapters the backends loaded, per 1,000 client requests. */
+  adapterLoadsPer1k?: number;
 }
 
 /** Nearest-rank percentile of sorted values (NaN for none). */
@@ -77,6 +81,7 @@ export function summarise(
   results: readonly ClientResult[],
   backends: readonly BackendCounters[],
   speed: number,
+  options: { lora?: boolean } = {},
 ): PolicyResult {
   const ok = results.filter((r) => r.ok);
   const errors = results.length - ok.length;
@@ -110,6 +115,15 @@ export function summarise(
     share: Object.fromEntries(
       backends.map((b) => [b.name, received === 0 ? 0 : b.requests / received]),
     ),
+    ...(options.lora === true
+      ? {
+          adapterLoadsPer1k:
+            results.length === 0
+              ? 0
+              : (backends.reduce((n, b) => n + (b.loraAdapterLoads ?? 0), 0) / results.length) *
+                1000,
+        }
+      : {}),
   };
 }
 

@@ -36,6 +36,11 @@ export interface RouterContext {
   /** The model name the clients send and the simulators serve (routers that route by model). */
   model: string;
   /**
+   * The LoRA adapters of `model` the clients also send (the lora scenario), each served by every
+   * backend; undefined = none. switchyard learns them from the servers' /v1/models.
+   */
+  adapters?: readonly string[] | undefined;
+  /**
    * Who scrapes the servers' load for switchyard's sidecars: each sidecar itself (standalone), or
    * one controller stream all of them subscribe to (as in Kubernetes, load-relay.ts).
    */

@@ -188,10 +188,11 @@ export function chatPayload(
  */
 export function buildPayloads(
   requests: readonly TraceRequest[],
-  model: string,
+  model: string | ((i: number) => string),
   messages: (i: number) => readonly { role: string; content: string }[],
 ): Buffer[] {
-  return requests.map((request, i) => chatPayload(model, request.outputTokens, messages(i)));
+  const modelOf = typeof model === 'string' ? () => model : model;
+  return requests.map((request, i) => chatPayload(modelOf(i), request.outputTokens, messages(i)));
 }
 
 /** Replays every request; resolves with one result per request, in trace order. */

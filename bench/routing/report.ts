@@ -17,8 +17,9 @@ const CENTRAL = '-central';
 /**
  * The routing issue's targets (docs/benchmarks.md#routing), for the scenarios that were run:
  * steady against every peer (the central gateways too) and the oracle, slow-backend against p2c
- * and every peer, fast-failure without client-visible errors, and for conversations how many
- * later turns stayed home and how evenly homes are spread.
+ * and every peer, fast-failure without client-visible errors, for conversations how many
+ * later turns stayed home and how evenly homes are spread, and for lora the adapter loads against
+ * least-connections' and the TTFT p99 against every peer.
  */
 export function checkTargets(results: BenchResults): { checks: TargetCheck[] } {
   const checks: TargetCheck[] = [];
@@ -85,6 +86,19 @@ export function checkTargets(results: BenchResults): { checks: TargetCheck[] } {
       chats?.maxHomeShare ?? null,
       0.6,
     );
+  }
+  const lora = results.scenarios['lora'];
+  if (lora !== undefined) {
+    const sy = lora['switchyard'];
+    const leastConnections = lora['least-connections']?.adapterLoadsPer1k;
+    check(
+      'lora',
+      'adapter loads per 1,000 requests ≤ 0.5 × least-connections',
+      sy?.adapterLoadsPer1k ?? null,
+      leastConnections === undefined ? null : 0.5 * leastConnections,
+    );
+    for (const peer of PEERS(results, 'lora'))
+      check('lora', `TTFT p99 ≤ ${peer}`, sy?.ttftMs.p99 ?? null, lora[peer]!.ttftMs.p99);
   }
   return { checks };
 }
@@ -164,7 +178,8 @@ export function renderReport(results: BenchResults, plots: string[]): string {
     for (const c of results.targets.checks) {
       const isRate =
         c.target.includes('rate') || c.target.includes('errors') || c.target.includes('share');
-      const f = (v: number | null): string => (v === null ? '–' : isRate ? pct(v, 2) : ms(v));
+      const f = (v: number | null): string =>
+        v === null ? '–' : isRate ? pct(v, 2) : c.target.includes('loads') ? v.toFixed(1) : ms(v);
       out.push(
         `| ${c.scenario} | ${c.target} | ${f(c.measured)} | ${f(c.limit)} | ${c.met === null ? 'n/a' : c.met ? 'yes' : '**no**'} |`,
       );
@@ -228,6 +243,25 @@ export function renderReport(results: BenchResults, plots: string[]): string {
         ];
         out.push(`| ${cells.join(' | ')} |`);
       }
+    }
+    const loads = Object.entries(byPolicy).filter(([, r]) => r.adapterLoadsPer1k !== undefined);
+    if (loads.length > 0) {
+      out.push(
+        '',
+        'LoRA: adapters the servers had to load (the request waited for it before its prefill), per 1,000 requests, from their `sim:lora_adapter_loads_total`.',
+        '',
+        '| policy | adapter loads per 1,000 requests |',
+        '|---|---:|',
+      );
+      for (const [policy, r] of loads)
+        out.push(
+          `| ${policy} | ${withRange(
+            r,
+            r.adapterLoadsPer1k!,
+            (x) => x.adapterLoadsPer1k,
+            (v) => v.toFixed(1),
+          )} |`,
+        );
     }
     const kinds = Object.entries(byPolicy).filter(
       ([, r]) => Object.keys(r.errorKinds ?? {}).length > 0,

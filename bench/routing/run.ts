@@ -46,7 +46,14 @@ import {
 import { renderReport, checkTargets } from './report.ts';
 import type { BenchResults, BenchSettings, RunRecord, ScenarioResult } from './results.ts';
 import { POLICIES } from './routers.ts';
-import { SCENARIOS, scenario, type Scenario } from './scenarios.ts';
+import {
+  adapterNames,
+  SCENARIOS,
+  scenario,
+  zipfAdapters,
+  type LoraWorkload,
+  type Scenario,
+} from './scenarios.ts';
 import { aggregateSeeds, type SeedRun } from './seeds.ts';
 import {
   HASH_BLOCK_TOKENS,
@@ -216,7 +223,11 @@ function summaryLine(run: SeedRun): string {
     r.conversations === undefined
       ? ''
       : `, later turns home ${(r.conversations.laterTurnsHome * 100).toFixed(1)} %, busiest home ${(r.conversations.maxHomeShare * 100).toFixed(1)} %`;
-  return `TTFT p50 ${fmt(r.ttftMs.p50)} p99 ${fmt(r.ttftMs.p99)} ms, errors ${(r.errorRate * 100).toFixed(2)} %, hit rate ${(r.cacheHitRate * 100).toFixed(1)} %${chats} (${run.wallS.toFixed(1)} s)`;
+  const loads =
+    r.adapterLoadsPer1k === undefined
+      ? ''
+      : `, adapter loads ${r.adapterLoadsPer1k.toFixed(0)} per 1,000 requests`;
+  return `TTFT p50 ${fmt(r.ttftMs.p50)} p99 ${fmt(r.ttftMs.p99)} ms, errors ${(r.errorRate * 100).toFixed(2)} %, hit rate ${(r.cacheHitRate * 100).toFixed(1)} %${chats}${loads} (${run.wallS.toFixed(1)} s)`;
 }
 
 /** Every policy's runs reduced to medians (results.json) and plot data (runs.json). */
@@ -337,7 +348,7 @@ class TraceInputs {
   readonly #requests;
   readonly #turns;
   readonly #blockTokens;
-  readonly #bySeed = new Map<number, { payloads: Buffer[]; oracleKeys: number[][] | undefined }>();
+  readonly #bySeed = new Map<string, { payloads: Buffer[]; oracleKeys: number[][] | undefined }>();
 
   constructor(
     requests: readonly TraceRequest[],
@@ -349,9 +360,24 @@ class TraceInputs {
     this.#blockTokens = blockTokens;
   }
 
-  forSeed(seed: number): { payloads: Buffer[]; oracleKeys: number[][] | undefined } {
-    let inputs = this.#bySeed.get(seed);
+  /**
+   * With `lora`, every request names one of its adapters (drawn from the seed; one per
+   * conversation) instead of the model: the same prompts, another model field.
+   */
+  forSeed(
+    seed: number,
+    lora?: LoraWorkload,
+  ): { payloads: Buffer[]; oracleKeys: number[][] | undefined } {
+    const key = lora === undefined ? String(seed) : `${seed}:lora`;
+    let inputs = this.#bySeed.get(key);
     if (inputs !== undefined) return inputs;
+    const adapters =
+      lora === undefined ? undefined : zipfAdapters(lora, this.#requests.length, seed);
+    // A conversation keeps its adapter: every turn names the one its first turn drew.
+    const model =
+      adapters === undefined
+        ? MODEL
+        : (i: number) => adapters[this.#turns?.[i]?.conversation ?? i]!;
     const prompts = new PromptBuilder({
       blockTokens: this.#blockTokens,
       charsPerToken: CHARS_PER_TOKEN,
@@ -360,7 +386,7 @@ class TraceInputs {
     const requests = this.#requests;
     if (this.#turns === undefined) {
       inputs = {
-        payloads: buildPayloads(requests, MODEL, (i) => [
+        payloads: buildPayloads(requests, model, (i) => [
           { role: 'user', content: prompts.prompt(requests[i]!, i) },
         ]),
         oracleKeys: undefined,
@@ -368,7 +394,7 @@ class TraceInputs {
     } else {
       const messages = traceChatMessages(requests, this.#turns, prompts, CHARS_PER_TOKEN);
       inputs = {
-        payloads: buildPayloads(requests, MODEL, (i) => messages[i]!),
+        payloads: buildPayloads(requests, model, (i) => messages[i]!),
         // The simulators cache blocks of the joined text, which no longer falls on hash-id
         // block boundaries after a first turn: the oracle shadows their own keys instead.
         oracleKeys: messages.map((m) =>
@@ -376,7 +402,7 @@ class TraceInputs {
         ),
       };
     }
-    this.#bySeed.set(seed, inputs);
+    this.#bySeed.set(key, inputs);
     return inputs;
   }
 }
@@ -422,6 +448,7 @@ async function warmUpRouters(
     inputs: TraceInputs;
     settings: BenchSettings;
     fleet: SimFleet;
+    sc: Scenario;
     specs: ReturnType<Scenario['backends']>;
     seed: number;
   },
@@ -429,8 +456,13 @@ async function warmUpRouters(
 ): Promise<void> {
   const { settings, fleet } = run;
   const n = Math.min(run.requests.length, ROUTER_WARM_UP_REQUESTS);
+  // Backends that serve adapters keep listing them through the warm-up (the base model's
+  // requests load none): a router that learns what each server serves from its /v1/models must
+  // not start the measured run on a list without them.
   await fleet.configure(
-    scenario('steady').backends(settings.backends, settings.heterogeneous),
+    run.sc.lora !== undefined
+      ? run.specs
+      : scenario('steady').backends(settings.backends, settings.heterogeneous),
     settings.speed,
     run.seed,
     MODEL,
@@ -487,6 +519,7 @@ async function runOnce(run: {
           costWeightPerMs: run.weight,
           seed: run.seed,
           model: MODEL,
+          adapters: sc.lora === undefined ? undefined : adapterNames(sc.lora),
           loadSource: settings.loadSource ?? 'sidecar',
         });
       } catch (err) {
@@ -537,7 +570,7 @@ async function runOnce(run: {
       results = out.results;
       affinity = conversationAffinity(out.turns);
     } else {
-      const inputs = run.inputs.forSeed(run.seed);
+      const inputs = run.inputs.forSeed(run.seed, sc.lora);
       results = await replay(target, {
         requests: run.requests,
         payloads: inputs.payloads,
@@ -572,7 +605,7 @@ async function runOnce(run: {
           );
     const counters = await fleet.counters(specs);
     const result = {
-      ...summarise(results, counters, settings.speed),
+      ...summarise(results, counters, settings.speed, { lora: sc.lora !== undefined }),
       ...(affinity === undefined ? {} : { conversations: affinity }),
       machineCpuPercent,
     };

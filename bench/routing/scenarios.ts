@@ -2,7 +2,8 @@
  * The routing benchmark's scenarios: what the K simulated backends are like. All times are
  * simulated milliseconds (the simulators run `speed` times faster than that).
  */
-import type { SimOptions } from '../../sim/options.ts';
+import { LORA_LOAD_MS, type SimOptions } from '../../sim/options.ts';
+import { mulberry32 } from '../../lib/rng.ts';
 import { HASH_BLOCK_TOKENS } from './trace.ts';
 import { SCENARIOS, type ScenarioName } from '../../lib/bench-names.ts';
 
@@ -26,6 +27,19 @@ export interface ConversationsWorkload {
   answerTokens: number;
 }
 
+/**
+ * LoRA adapters on the backends: `adapters` adapters of the one model, every backend able to serve
+ * every one, at most `maxLoras` resident per backend, `loadMs` to load one that is not; each
+ * request names an adapter drawn from a Zipf distribution of exponent `zipfS` (a few adapters
+ * carry most of the traffic, a long tail the rest).
+ */
+export interface LoraWorkload {
+  adapters: number;
+  maxLoras: number;
+  loadMs: number;
+  zipfS: number;
+}
+
 export interface Scenario {
   name: ScenarioName;
   description: string;
@@ -34,6 +48,45 @@ export interface Scenario {
   costWeights?: (number | undefined)[];
   /** Replays this workload instead of the trace. */
   conversations?: ConversationsWorkload;
+  /** The trace's requests name LoRA adapters of the model (see LoraWorkload). */
+  lora?: LoraWorkload;
+}
+
+/** The lora scenario's adapters: 16 of them, 4 resident per server, vLLM's load cost. */
+export const LORA_WORKLOAD: LoraWorkload = {
+  adapters: 16,
+  maxLoras: 4,
+  loadMs: LORA_LOAD_MS,
+  zipfS: 1,
+};
+
+/** The adapter names of a workload: `lora-00`, `lora-01`, ... */
+export function adapterNames(w: LoraWorkload): string[] {
+  return Array.from({ length: w.adapters }, (_, i) => `lora-${String(i).padStart(2, '0')}`);
+}
+
+/**
+ * The adapter of each of `count` requests: Zipf-distributed over the adapters (rank r drawn with
+ * probability ∝ 1 / r^s), the ranks shuffled so that the popular adapters are not the first names,
+ * reproducible from `seed`.
+ */
+export function zipfAdapters(w: LoraWorkload, count: number, seed: number): string[] {
+  const rng = mulberry32(seed ^ 0x10ba);
+  const names = adapterNames(w);
+  for (let i = names.length - 1; i > 0; i--) {
+    const j = Math.floor(rng() * (i + 1));
+    [names[i], names[j]] = [names[j]!, names[i]!];
+  }
+  const weights = names.map((_, r) => 1 / Math.pow(r + 1, w.zipfS));
+  const total = weights.reduce((a, b) => a + b, 0);
+  const cumulative: number[] = [];
+  let sum = 0;
+  for (const weight of weights) cumulative.push((sum += weight / total));
+  return Array.from({ length: count }, () => {
+    const u = rng();
+    const rank = cumulative.findIndex((c) => u < c);
+    return names[rank < 0 ? names.length - 1 : rank]!;
+  });
 }
 
 export { SCENARIOS, type ScenarioName };
@@ -145,6 +198,21 @@ const byName: Record<ScenarioName, Scenario> = {
     },
     // $/Mtok worth one (wall) millisecond: from "latency only" to "a cent saved is worth seconds".
     costWeights: [undefined, 0.01, 0.002, 0.0005, 0.0001],
+  },
+  lora: {
+    name: 'lora',
+    description: `every request names one of ${LORA_WORKLOAD.adapters} LoRA adapters of the model (Zipf, s = ${LORA_WORKLOAD.zipfS}); every backend can serve all of them but holds at most ${LORA_WORKLOAD.maxLoras} at once (LRU), and loading one that is not resident costs ${LORA_WORKLOAD.loadMs} ms before the prefill (run with --backends 8)`,
+    backends: (k, h) =>
+      fleet(k, h).map((b) => ({
+        ...b,
+        sim: {
+          ...b.sim,
+          loras: adapterNames(LORA_WORKLOAD).join(','),
+          maxLoras: LORA_WORKLOAD.maxLoras,
+          loraLoadMs: LORA_WORKLOAD.loadMs,
+        },
+      })),
+    lora: LORA_WORKLOAD,
   },
   conversations: {
     name: 'conversations',

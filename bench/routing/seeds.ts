@@ -22,6 +22,7 @@ export interface SeedFigures {
   /** Wall seconds from starting the routers to having stopped them. */
   wallS: number;
   conversations?: ConversationAffinity | undefined;
+  adapterLoadsPer1k?: number | undefined;
 }
 
 /** One policy's result over every seed: each figure the median over them; `seeds` holds each. */
@@ -89,6 +90,9 @@ export function aggregateSeeds(runs: readonly SeedRun[]): SeededResult {
     results.flatMap((r) => (r.machineCpuPercent === null ? [] : [r.machineCpuPercent])),
   );
   const conversations = medianAffinity(results.map((r) => r.conversations));
+  const loads = results.flatMap((r) =>
+    r.adapterLoadsPer1k === undefined ? [] : [r.adapterLoadsPer1k],
+  );
   return {
     requests: median(results.map((r) => r.requests)),
     errors: median(results.map((r) => r.errors)),
@@ -106,6 +110,7 @@ export function aggregateSeeds(runs: readonly SeedRun[]): SeededResult {
       ]),
     ),
     ...(conversations === undefined ? {} : { conversations }),
+    ...(loads.length === 0 ? {} : { adapterLoadsPer1k: median(loads) }),
     machineCpuPercent: Number.isFinite(cpu) ? Math.round(cpu) : null,
     seeds: runs.map((r) => ({
       seed: r.seed,
@@ -119,6 +124,9 @@ export function aggregateSeeds(runs: readonly SeedRun[]): SeededResult {
       machineCpuPercent: r.result.machineCpuPercent,
       wallS: Math.round(r.wallS * 10) / 10,
       ...(r.result.conversations === undefined ? {} : { conversations: r.result.conversations }),
+      ...(r.result.adapterLoadsPer1k === undefined
+        ? {}
+        : { adapterLoadsPer1k: r.result.adapterLoadsPer1k }),
     })),
   };
 }

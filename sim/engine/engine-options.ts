@@ -33,6 +33,14 @@ export interface EngineOptions {
   coldIdleMs: number;
   /** Tokens per SSE chunk after the first (1 = one chunk a token, as engines usually stream). */
   tokensPerChunk: number;
+  /**
+   * LoRA adapters resident at once (vLLM's `--max-loras`): a request for an adapter that is not
+   * resident loads it, evicting the least recently used one no running request uses; when every
+   * resident adapter is in use, the request waits in the queue while others go ahead.
+   */
+  maxLoras: number;
+  /** What loading a non-resident adapter costs: its request waits this long before its prefill. */
+  loraLoadMs: number;
   /** Time compression: every simulated delay is divided by this. */
   speed: number;
   /** Seed of the fault draws and of the generated text. */

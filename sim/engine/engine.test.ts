@@ -135,6 +135,8 @@ void test('FIFO queue behind the slots; a full queue refuses and counts the refu
     slots: 1,
     cachedBlocks: 0,
     cacheCapacityBlocks: DEFAULT_SIM_OPTIONS.cacheBlocks,
+    runningAdapters: [],
+    waitingAdapters: [],
   });
   assert.deepEqual(engine.checkRoom(), { kind: 'full', slots: 1, queued: 1 });
   assert.equal(engine.counters().rateLimited, 1);

@@ -35,6 +35,8 @@ export interface Work {
   readonly stream: boolean;
   /** An injected stall: hold a slot and produce nothing until abandoned. */
   readonly stall: boolean;
+  /** The LoRA adapter the request names; undefined: the base model. */
+  readonly adapter?: string | undefined;
 }
 
 /**
@@ -79,6 +81,9 @@ export interface EngineLoad {
    * fraction of its capacity: vLLM's `kv_cache_usage_perc`. 0 when the cache is off.
    */
   readonly kvCacheUsage: number;
+  /** Adapters of the requests holding a slot, and of the queued ones (vLLM's lora_requests_info). */
+  readonly runningAdapters: readonly string[];
+  readonly waitingAdapters: readonly string[];
 }
 
 /** Counts since start or the last `reset()`. */
@@ -103,6 +108,8 @@ export interface EngineCounters {
   promptTokens: number;
   cachedPromptTokens: number;
   completionTokens: number;
+  /** LoRA adapters loaded because a request needed one that was not resident. */
+  loraAdapterLoads: number;
 }
 
 /** `room`: a slot or a queue place is free; `full`: refused (and counted as a 429). */
@@ -141,7 +148,16 @@ function emptyCounters(): EngineCounters {
     promptTokens: 0,
     cachedPromptTokens: 0,
     completionTokens: 0,
+    loraAdapterLoads: 0,
   };
+}
+
+/** A LoRA adapter resident in the engine. */
+interface ResidentAdapter {
+  /** When its load completes (`EngineTime` ms): requests using it prefill from then on. */
+  readyAt: number;
+  /** Requests holding a slot that use it: it cannot be evicted while any does. */
+  inUse: number;
 }
 
 const ROOM: Room = { kind: 'room' };
@@ -172,6 +188,8 @@ export class Engine {
   /** Prefills may not start before this (`EngineTime` milliseconds). */
   #warmAt = 0;
   #closed = false;
+  /** Resident adapters, least recently used first (a Map keeps insertion order; use re-inserts). */
+  readonly #adapters = new Map<string, ResidentAdapter>();
 
   constructor(opts: EngineOptions, time: EngineTime) {
     this.#opts = opts;
@@ -192,7 +210,22 @@ export class Engine {
       cachedBlocks: this.#cache.size,
       cacheCapacityBlocks: capacity,
       kvCacheUsage: capacity > 0 ? Math.min(1, usedBlocks / capacity) : 0,
+      runningAdapters: adaptersOf(this.#running),
+      waitingAdapters: adaptersOf(this.#queue),
     };
+  }
+
+  /** The adapters resident now, least recently used first. */
+  residentAdapters(): string[] {
+    return [...this.#adapters.keys()];
+  }
+
+  /**
+   * Forget a resident adapter (it was unloaded): at once when no running request uses it; one in
+   * use stays until its requests end and LRU eviction takes it.
+   */
+  dropAdapter(name: string): void {
+    if ((this.#adapters.get(name)?.inUse ?? 1) === 0) this.#adapters.delete(name);
   }
 
   counters(): EngineCounters {
@@ -218,6 +251,7 @@ export class Engine {
       this.#cache.clear(); // old keys describe a different block partition
     }
     if (next.cacheBlocks !== before.cacheBlocks) this.#cache.setCapacity(next.cacheBlocks);
+    this.#evictAdaptersBeyond(next.maxLoras);
     this.#drain();
     this.#loadChanged(this.#time.nowMs());
   }
@@ -231,6 +265,7 @@ export class Engine {
     this.#counters = emptyCounters();
     this.#interTokenLatency.reset();
     this.#cache.clear();
+    this.#evictAdaptersBeyond(0);
     this.#faultRng = mulberry32(this.#opts.seed);
     if (this.#busy === 0) {
       this.#idleSince = undefined;
@@ -272,8 +307,9 @@ export class Engine {
       intervalMs: 0,
     };
     if (work.stall) this.#counters.stalled++;
-    if (this.#busy < this.#opts.slots && this.#queue.length === 0) this.#start(job);
-    else this.#queue.push(job);
+    // Queued first, then started in queue order as far as slots (and adapter room) allow.
+    this.#queue.push(job);
+    this.#drain();
     return job;
   }
 
@@ -301,10 +337,57 @@ export class Engine {
     }
   }
 
+  /**
+   * Start queued jobs in order while slots are free. A job whose adapter cannot be made resident
+   * (every resident adapter is in use and none may be evicted) is passed over, and the jobs behind
+   * it go ahead, as vLLM's scheduler skips a request whose LoRA does not fit the batch.
+   */
   #drain(): void {
-    while (this.#busy < this.#opts.slots && this.#queue.length > 0) {
-      this.#start(this.#queue.shift()!);
+    let i = 0;
+    while (this.#busy < this.#opts.slots && i < this.#queue.length) {
+      const job = this.#queue[i]!;
+      if (!this.#adapterRoomFor(job.work.adapter)) {
+        i++;
+        continue;
+      }
+      this.#queue.splice(i, 1);
+      this.#start(job);
     }
+  }
+
+  /** Whether a job for `adapter` could start now as far as adapter residency goes. */
+  #adapterRoomFor(adapter: string | undefined): boolean {
+    if (adapter === undefined || this.#adapters.has(adapter)) return true;
+    if (this.#adapters.size < this.#opts.maxLoras) return true;
+    for (const a of this.#adapters.values()) if (a.inUse === 0) return true;
+    return false;
+  }
+
+  /** Evict least recently used adapters no running job uses until at most `max` stay. */
+  #evictAdaptersBeyond(max: number): void {
+    for (const [name, a] of this.#adapters) {
+      if (this.#adapters.size <= max) return;
+      if (a.inUse === 0) this.#adapters.delete(name);
+    }
+  }
+
+  /**
+   * Make the job's adapter resident (loading it when it is not, after evicting the least recently
+   * used idle one if there is no room) and mark it used; returns when the job may prefill.
+   */
+  #useAdapter(adapter: string, now: number): number {
+    const o = this.#opts;
+    let a = this.#adapters.get(adapter);
+    if (a === undefined) {
+      this.#evictAdaptersBeyond(Math.max(0, o.maxLoras - 1));
+      a = { readyAt: now + o.loraLoadMs / o.speed, inUse: 0 };
+      this.#counters.loraAdapterLoads++;
+    } else {
+      this.#adapters.delete(adapter); // re-inserted below: most recently used
+    }
+    this.#adapters.set(adapter, a);
+    a.inUse++;
+    return a.readyAt;
   }
 
   #start(job: Job): void {
@@ -321,6 +404,7 @@ export class Engine {
     this.#busy++;
     this.#running.add(job);
     const work = job.work;
+    const adapterReadyAt = work.adapter === undefined ? now : this.#useAdapter(work.adapter, now);
     if (work.stall) {
       job.state = 'stalled';
       this.#loadChanged(now);
@@ -331,7 +415,8 @@ export class Engine {
     this.#counters.cacheHitBlocks += hits;
     this.#counters.cacheMissBlocks += work.blockKeys.length - hits;
     const prefillMs = ((work.promptTokens - job.cachedTokens) * o.prefillMsPerToken) / o.speed;
-    const firstAt = Math.max(now, this.#warmAt) + prefillMs;
+    // A non-resident adapter is loaded before the prefill (as vLLM loads it into the batch).
+    const firstAt = Math.max(now, this.#warmAt, adapterReadyAt) + prefillMs;
     job.state = 'prefill';
     job.timer = this.#time.setTimer(() => this.#prefilled(job), firstAt - now);
     this.#loadChanged(now);
@@ -450,10 +535,20 @@ export class Engine {
     if (!held) return;
     this.#running.delete(job);
     this.#busy--;
+    const adapter =
+      job.work.adapter === undefined ? undefined : this.#adapters.get(job.work.adapter);
+    if (adapter !== undefined) adapter.inUse--;
     const now = this.#time.nowMs();
     if (this.#busy === 0) this.#idleSince = now;
     if (this.#closed) return;
     this.#drain();
     this.#loadChanged(now);
   }
+}
+
+/** The distinct adapters of these jobs, in order of first appearance. */
+function adaptersOf(jobs: Iterable<Job>): string[] {
+  const names = new Set<string>();
+  for (const job of jobs) if (job.work.adapter !== undefined) names.add(job.work.adapter);
+  return [...names];
 }

@@ -42,7 +42,7 @@ async function transcribe(sim: Simulator, ex: Exchange, body: Buffer): Promise<v
     return sendBadRequest(sim, res, badRequest('file is required', 'file'));
   }
   const requested = form.get('model');
-  const model = resolveModel(sim.options(), typeof requested === 'string' ? requested : undefined);
+  const model = resolveModel(sim, typeof requested === 'string' ? requested : undefined);
   if (isApiError(model)) return sendBadRequest(sim, res, model);
   const bytes = new Uint8Array(await file.arrayBuffer());
   const seconds = Math.max(1, Math.ceil(bytes.length / BYTES_PER_SECOND));

@@ -6,7 +6,7 @@ import { embeddingVector } from '../engine/embedding.ts';
 import { estimateTokens } from '../engine/prompt.ts';
 import type { Simulator } from '../simulator.ts';
 import { isApiError, queueFull, RETRY_AFTER } from './api-error.ts';
-import { resolveModel } from './models.ts';
+import { adapterOf, resolveModel } from './models.ts';
 import { parseEmbedding } from './openai-wire.ts';
 import type { EmbeddingRequest } from './openai-wire.ts';
 import { sendBadRequest, sendError, sendJson } from './respond.ts';
@@ -16,7 +16,7 @@ function serveEmbeddings(sim: Simulator, ex: Exchange, body: unknown): void {
   const res = ex.res;
   const request = parseEmbedding(body);
   if (isApiError(request)) return sendBadRequest(sim, res, request);
-  const model = resolveModel(sim.options(), request.model);
+  const model = resolveModel(sim, request.model);
   if (isApiError(model)) return sendBadRequest(sim, res, model);
   const room = sim.engine.checkRoom();
   if (room.kind === 'full') return sendError(res, queueFull(room.slots, room.queued), RETRY_AFTER);
@@ -26,7 +26,14 @@ function serveEmbeddings(sim: Simulator, ex: Exchange, body: unknown): void {
   }
   sim.nextSeq(); // embeddings take a number too, though their answer carries no id
   ex.job = sim.engine.admit(
-    { promptTokens, blockKeys: [], outputTokens: 0, stream: false, stall: false },
+    {
+      promptTokens,
+      blockKeys: [],
+      outputTokens: 0,
+      stream: false,
+      stall: false,
+      adapter: adapterOf(sim, model),
+    },
     {
       tokens: () => {},
       complete: () => {

@@ -22,7 +22,7 @@ import {
   RETRY_AFTER,
 } from './api-error.ts';
 import { orcaHeaders } from './load-report.ts';
-import { resolveModel } from './models.ts';
+import { adapterOf, resolveModel } from './models.ts';
 import { sendBadRequest, sendError, sendJson } from './respond.ts';
 import type { Exchange } from './route.ts';
 
@@ -107,7 +107,7 @@ export function serveGeneration(
   wire: GenerationWire,
 ): void {
   const res = ex.res;
-  const model = resolveModel(sim.options(), request.model);
+  const model = resolveModel(sim, request.model);
   if (isApiError(model)) return sendBadRequest(sim, res, model);
   const o = sim.options();
   const prompt = tokenizePrompt(request.promptText, o);
@@ -184,6 +184,7 @@ export function serveGeneration(
       outputTokens: Math.max(...answers.map((a) => a.outputTokens)),
       stream: request.stream,
       stall,
+      adapter: adapterOf(sim, model),
     },
     sink,
   );

@@ -124,6 +124,26 @@ export function metricsText(sim: Simulator): string {
       labels,
       itl,
     );
+    if (loraEnabled(sim)) {
+      // vLLM's: no engine or model label, the adapters as comma-joined label values, the value
+      // the time of the update (a scraper takes the series with the newest value).
+      const labelValue = (names: readonly string[]) => names.join(',').replace(/["\\\n]/g, '_');
+      lines.push(
+        '# HELP vllm:lora_requests_info Running stats on lora requests.',
+        '# TYPE vllm:lora_requests_info gauge',
+        `vllm:lora_requests_info{max_lora="${o.maxLoras}",running_lora_adapters="${labelValue(load.runningAdapters)}",waiting_lora_adapters="${labelValue(load.waitingAdapters)}"} ${goFloat(Date.now() / 1000)}`,
+      );
+    }
+  }
+  if (loraEnabled(sim)) {
+    // The simulator's own (sim:), for benchmarks: how often an adapter had to be loaded.
+    metric(
+      'sim:lora_adapter_loads_total',
+      'counter',
+      'LoRA adapters loaded because a request needed one that was not resident.',
+      `model_name="${model}"`,
+      counters.loraAdapterLoads,
+    );
   }
   return lines.join('\n') + '\n';
 }
@@ -141,6 +161,24 @@ function pythonFloat(value: number): string {
       .replace(/e([+-])(\d)$/, (_, sign: string, digit: string) => `e${sign}0${digit}`);
   }
   return Number.isInteger(value) ? value.toFixed(1) : String(value);
+}
+
+/** LoRA is on: adapters are configured, or may be loaded at run time. */
+function loraEnabled(sim: Simulator): boolean {
+  const o = sim.options();
+  return o.loras !== undefined || o.allowRuntimeLoraUpdating || sim.adapters().size > 0;
+}
+
+/**
+ * prometheus_client's float format (its `floatToGoString`): Python's repr, except that a number
+ * with more than six digits before the point is written as Go would, `1.7e+09`.
+ */
+function goFloat(value: number): string {
+  const text = pythonFloat(value);
+  const dot = text.indexOf('.');
+  if (value <= 0 || dot <= 6 || text.includes('e')) return text;
+  const mantissa = `${text[0]}.${text.slice(1, dot)}${text.slice(dot + 1)}`.replace(/\.?0+$/, '');
+  return `${mantissa}e+0${dot - 1}`;
 }
 
 /**

@@ -184,7 +184,7 @@ export function messagesRoutes(sim: Simulator): Route[] {
       handle: ({ res }, body) => {
         const request = parseMessages(body, true);
         if (isApiError(request)) return sendBadRequest(sim, res, request);
-        const model = resolveModel(sim.options(), request.model);
+        const model = resolveModel(sim, request.model);
         if (isApiError(model)) return sendBadRequest(sim, res, model);
         const tokens = tokenizePrompt(request.promptText, sim.options()).tokens;
         sendJson(res, 200, {

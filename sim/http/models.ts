@@ -16,13 +16,31 @@ function listedModel(o: SimOptions): string {
   return o.model ?? ANY_MODEL_NAME;
 }
 
-/** The model a request is served as, or a 404 when the simulator is restricted to another one. */
-export function resolveModel(o: SimOptions, requested: string | undefined): string | ApiError {
-  const only = o.model;
-  if (only !== undefined && requested !== undefined && requested !== only) {
+/** The base model LoRA adapters are listed under (their `parent`). */
+export function baseModel(o: SimOptions): string {
+  return listedModel(o);
+}
+
+/**
+ * The model a request is served as, or a 404 when the simulator is restricted to another one: the
+ * configured model, or one of its LoRA adapters (any name, when no model is configured).
+ */
+export function resolveModel(sim: Simulator, requested: string | undefined): string | ApiError {
+  const only = sim.options().model;
+  if (
+    only !== undefined &&
+    requested !== undefined &&
+    requested !== only &&
+    !sim.adapters().has(requested)
+  ) {
     return modelNotFound(requested, only);
   }
-  return requested ?? listedModel(o);
+  return requested ?? listedModel(sim.options());
+}
+
+/** The LoRA adapter a (resolved) model name is, or undefined for the base model. */
+export function adapterOf(sim: Simulator, model: string): string | undefined {
+  return sim.adapters().has(model) ? model : undefined;
 }
 
 /** The context length reported (`/v1/models`, `/tokenize`) when `maxModelLen` is unset. */
@@ -37,15 +55,20 @@ export function reportedMaxModelLen(o: SimOptions): number {
  * A model as vLLM lists it: `created` the current time, `owned_by: "vllm"`, `root` the model's
  * path (here its name: the simulator loads no files), and a permission entry of fixed flags.
  */
-function modelObject(id: string, o: SimOptions): Record<string, unknown> {
+function modelObject(
+  id: string,
+  o: SimOptions,
+  adapter?: { root: string; parent: string },
+): Record<string, unknown> {
   const created = Math.floor(Date.now() / 1000);
   return {
     id,
     object: 'model',
     created,
     owned_by: 'vllm',
-    root: id,
-    parent: null,
+    root: adapter?.root ?? id,
+    // vLLM lists a LoRA adapter with its base model as parent; the base model's is null.
+    parent: adapter?.parent ?? null,
     max_model_len: reportedMaxModelLen(o),
     permission: [
       {
@@ -74,7 +97,7 @@ export function modelsRoutes(sim: Simulator): Route[] {
       handle: ({ res }) =>
         sendJson(res, 200, {
           object: 'list',
-          data: [modelObject(listedModel(sim.options()), sim.options())],
+          data: listedModels(sim),
         }),
     },
     {
@@ -84,11 +107,23 @@ export function modelsRoutes(sim: Simulator): Route[] {
       handle: ({ res, path }) => {
         const id = decodeURIComponent(path.slice('/v1/models/'.length));
         const only = sim.options().model;
+        const adapter = listedModels(sim).find((m) => m['id'] === id && m['parent'] !== null);
+        if (adapter !== undefined) return sendJson(res, 200, adapter);
         if (only === undefined || id === only) {
           return sendJson(res, 200, modelObject(id, sim.options()));
         }
         sendError(res, modelNotFound(id, only));
       },
     },
+  ];
+}
+
+/** The base model, then each LoRA adapter with its base as `parent`, as vLLM lists them. */
+function listedModels(sim: Simulator): Record<string, unknown>[] {
+  const o = sim.options();
+  const base = listedModel(o);
+  return [
+    modelObject(base, o),
+    ...[...sim.adapters()].map(([name, root]) => modelObject(name, o, { root, parent: base })),
   ];
 }

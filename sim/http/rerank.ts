@@ -39,7 +39,7 @@ interface Scoring {
 
 export function rerankRoutes(sim: Simulator): Route[] {
   const model = (body: Record<string, unknown>) =>
-    resolveModel(sim.options(), typeof body['model'] === 'string' ? body['model'] : undefined);
+    resolveModel(sim, typeof body['model'] === 'string' ? body['model'] : undefined);
   const tokens = (texts: string[]) =>
     texts.reduce((n, t) => n + estimateTokens(t.length, sim.options()), 0);
 

@@ -7,6 +7,7 @@ import { audioRoutes } from './audio.ts';
 import { completionsRoutes } from './completions.ts';
 import { embeddingsRoutes } from './embeddings.ts';
 import { metricsRoutes } from './load-report.ts';
+import { loraRoutes } from './lora.ts';
 import { messagesRoutes } from './messages.ts';
 import { modelsRoutes } from './models.ts';
 import { rerankRoutes } from './rerank.ts';
@@ -23,6 +24,7 @@ export function simRoutes(sim: Simulator): Route[] {
     ...rerankRoutes(sim),
     ...embeddingsRoutes(sim),
     ...modelsRoutes(sim),
+    ...loraRoutes(sim),
     ...metricsRoutes(sim),
     ...vllmExtraRoutes(sim),
     ...adminRoutes(sim),
