@@ -144,7 +144,7 @@ describe('vLLM with LoRA adapters', { skip: SKIP }, () => {
         assert.equal(err.status, 404);
         assert.equal(err.type, 'NotFoundError');
         assert.equal(err.param, 'model');
-        assert.match(err.message, /The model `tiny-lora` does not exist\./);
+        assert.match(err.message, /The model `tiny-lora` does not exist\. Valid aliases: tiny\.$/);
         return true;
       });
     });
