@@ -36,7 +36,7 @@ import {
   PrefixIndex,
 } from './prefix-index.ts';
 import { AdapterResidency } from './adapter-residency.ts';
-import { ModelLists, servedAnywhere } from './model-filter.ts';
+import { ModelLists, modelNotServed, servedAnywhere } from './model-filter.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, type ServerLoadReport } from './server-load.ts';
 import { SlowDetection } from './slow-detection.ts';
@@ -178,11 +178,7 @@ export class Balancer implements PoolBalancer {
     // Only endpoints that serve the request's model, before the tier (model-filter.ts).
     const serves = this.#models.servesFilter<EndpointState>(request.model);
     if (!servedAnywhere(serves, this.#pool.order, pinned, (id) => this.#pool.get(id)))
-      return {
-        kind: 'shed',
-        retryAfterMs: DEFAULT_SHED_RETRY_AFTER_MS,
-        reason: 'model-not-served',
-      };
+      return modelNotServed(DEFAULT_SHED_RETRY_AFTER_MS);
     const isCandidate = (s: EndpointState): boolean =>
       !(exclude?.has(s.id) ?? false) && s.breaker.admits() && !(s.cooldownUntilMs > now);
 
@@ -191,8 +187,7 @@ export class Balancer implements PoolBalancer {
     if (pinned !== undefined)
       return this.#pickPinned(pinned, isCandidate, now, request.requestBytes);
     if (candidates.length === 0) {
-      const order = serves === undefined ? this.#pool.order : this.#pool.order.filter(serves);
-      const soonestMs = soonestReturnMs(order, now, exclude);
+      const soonestMs = soonestReturnMs(this.#pool.order, now, exclude, serves);
       return { kind: 'shed', retryAfterMs: soonestMs ?? DEFAULT_SHED_RETRY_AFTER_MS };
     }
 

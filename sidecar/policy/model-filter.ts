@@ -8,7 +8,7 @@
  *
  * Keyed by endpoint id, like the rest of the balancer's state; the caller forgets departed ids.
  */
-import type { ModelsServed, ServedModel } from './types.ts';
+import type { ModelsServed, PickResult, ServedModel } from './types.ts';
 
 /** What the filter reads of an endpoint: its id and its backend's declared list. */
 export interface ModelEndpoint {
@@ -48,6 +48,11 @@ export function servedAnywhere<S>(
   if (serves === undefined) return true;
   const pinned = pinnedId === undefined ? undefined : stateOf(pinnedId);
   return pinned === undefined ? endpoints.some(serves) : serves(pinned);
+}
+
+/** The shed of a request whose model the pool does not serve: the shell answers 404. */
+export function modelNotServed(retryAfterMs: number): PickResult {
+  return { kind: 'shed', retryAfterMs, reason: 'model-not-served' };
 }
 
 export class ModelLists {

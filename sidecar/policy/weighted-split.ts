@@ -68,13 +68,11 @@ export class WeightedSplit {
     candidates: readonly S[],
     key: number | undefined,
   ): { pool: readonly S[]; candidates: readonly S[] } {
+    // Every pick asks, and most pools set no weight: one scan, nothing allocated, for those.
+    if (!pool.some((s) => s.spec.weight !== undefined)) return { pool, candidates };
     const weights = new Map<string, number>();
-    let weighted = false;
-    for (const s of pool) {
-      if (s.spec.weight !== undefined) weighted = true;
+    for (const s of pool)
       if (!weights.has(s.spec.backend)) weights.set(s.spec.backend, weightOf(s.spec.weight));
-    }
-    if (!weighted) return { pool, candidates };
     const live = new Set<string>();
     for (const s of candidates)
       if ((weights.get(s.spec.backend) ?? 0) > 0) live.add(s.spec.backend);
