@@ -2,7 +2,13 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { keyNumber } from './bounded-load.ts';
 import { testPolicy } from './testing.ts';
-import { linePoint, splitKey, WeightedSplit, type SplitEndpoint } from './weighted-split.ts';
+import {
+  linePoint,
+  MAX_ROUNDS,
+  splitKey,
+  WeightedSplit,
+  type SplitEndpoint,
+} from './weighted-split.ts';
 
 interface E extends SplitEndpoint {
   id: string;
@@ -104,6 +110,36 @@ describe('WeightedSplit', () => {
     split.narrow(before, before, undefined); // a is ahead now
     const after = [ep('a', 'a', 1), ep('b', 'b', 3)];
     assert.deepEqual(keylessShares(split, after, after, 4), { a: 1, b: 3 });
+  });
+
+  it('interleaved lines (two models, a backend down) each keep their own exact round', () => {
+    const split = new WeightedSplit();
+    const modelA = [ep('a1', 'stable-a', 95), ep('a2', 'canary-a', 5)];
+    const modelB = [ep('b1', 'stable-b', 3), ep('b2', 'canary-b', 1)];
+    const counts = new Map<string, number>();
+    for (let i = 0; i < 400; i++) {
+      for (const pool of [modelA, modelB, [modelA[0]!]]) {
+        const backend = split.narrow(pool, pool, undefined).candidates[0]!.spec.backend;
+        counts.set(backend, (counts.get(backend) ?? 0) + 1);
+      }
+    }
+    // modelA alone: 400 × 95/100 = 380 + 20; plus the 400 picks of its stable side alone.
+    assert.equal(counts.get('canary-a'), 20);
+    assert.equal(counts.get('stable-a'), 780);
+    assert.equal(counts.get('canary-b'), 100);
+    assert.equal(counts.get('stable-b'), 300);
+  });
+
+  it(`keeps at most ${MAX_ROUNDS} rounds, dropping the least recently used`, () => {
+    const split = new WeightedSplit();
+    const first = [ep('a', 'a', 1), ep('b', 'b', 2)];
+    split.narrow(first, first, undefined); // b: credit 2 - 3 = -1, a: 1
+    for (let w = 1; w <= MAX_ROUNDS; w++) {
+      const other = [ep('x', 'x', w), ep('y', 'y', 1)];
+      split.narrow(other, other, undefined);
+    }
+    // The first line's round was dropped: it starts afresh, b first again.
+    assert.equal(split.narrow(first, first, undefined).candidates[0]!.id, 'b');
   });
 
   it('takes garbage weights as 0', () => {

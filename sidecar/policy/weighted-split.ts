@@ -50,11 +50,20 @@ function weightOf(weight: number | undefined): number {
   return typeof weight === 'number' && Number.isFinite(weight) && weight > 0 ? weight : 0;
 }
 
+/**
+ * How many lines' rounds a pool keeps (`WeightedSplit`): far more than the models of a pool times
+ * the ways its backends can be down at once; past it the least recently used round is dropped.
+ */
+export const MAX_ROUNDS = 64;
+
 export class WeightedSplit {
-  /** Smooth weighted round-robin: each backend's current weight (nginx's `current_weight`). */
-  #current = new Map<string, number>();
-  /** The backends and weights the round-robin last ran over; a change starts a new round. */
-  #signature = '';
+  /**
+   * Smooth weighted round-robin: each backend's current weight (nginx's `current_weight`), per
+   * line (its live backends and their weights, as a string), most recently used last. Requests
+   * for different models of one pool run over different lines, and so does a tier with a backend
+   * down: each line keeps its own round, so that interleaving them leaves every share exact.
+   */
+  readonly #rounds = new Map<string, Map<string, number>>();
 
   /**
    * `pool` and `candidates` (a tier's endpoints and the live ones among them, endpoint-pool.ts)
@@ -97,24 +106,29 @@ export class WeightedSplit {
   /** The next backend of the smooth weighted round-robin over `line` (not empty). */
   #roundRobin(line: readonly (readonly [string, number])[]): string {
     const signature = line.map(([b, w]) => `${b}=${w}`).join('\n');
-    if (signature !== this.#signature) {
-      this.#signature = signature;
-      this.#current = new Map();
+    let current = this.#rounds.get(signature);
+    if (current === undefined) {
+      current = new Map();
+      // Lines are few (models × live sets); the cap only bounds a pathological churn of weights.
+      if (this.#rounds.size >= MAX_ROUNDS) this.#rounds.delete(this.#rounds.keys().next().value!);
+    } else {
+      this.#rounds.delete(signature); // re-inserted below: most recently used last
     }
+    this.#rounds.set(signature, current);
     let total = 0;
     let best: string | undefined;
     let bestCurrent = -Infinity;
     for (const [backend, weight] of line) {
-      const current = (this.#current.get(backend) ?? 0) + weight;
-      this.#current.set(backend, current);
+      const credit = (current.get(backend) ?? 0) + weight;
+      current.set(backend, credit);
       total += weight;
-      if (current > bestCurrent) {
+      if (credit > bestCurrent) {
         best = backend;
-        bestCurrent = current;
+        bestCurrent = credit;
       }
     }
     const chosen = best as string;
-    this.#current.set(chosen, bestCurrent - total);
+    current.set(chosen, bestCurrent - total);
     return chosen;
   }
 }
