@@ -299,15 +299,27 @@ describe('weighted split, properties', () => {
     );
   }
 
-  test('10,000 keyless picks from 4 balancers land within 1 pp of the weights', () => {
+  /**
+   * The same, the backends declaring model `m`, beside a backend of weight 7 that serves only
+   * `other`: requests for the two models run over different weight lines of one pool.
+   */
+  function twoModelPool(weights: readonly number[]): EndpointSpec[] {
+    return [
+      ...weightedPool(weights).map((spec) => ({ ...spec, models: ['m'] })),
+      endpoint('x-0', { backend: 'x', weight: 7, tier: 0, models: ['other'] }),
+    ];
+  }
+
+  test('10,000 keyless picks from 4 balancers land within 1 pp of the weights, models mixed', () => {
     fc.assert(
       fc.property(
         fc.array(fc.integer({ min: 0, max: 100 }), { minLength: 2, maxLength: 3 }),
         fc.integer(),
         fc.integer(),
-        (weights, seed, interleaving) => {
+        fc.boolean(),
+        (weights, seed, interleaving, twoModels) => {
           fc.pre(weights.some((w) => w > 0));
-          const specs = weightedPool(weights);
+          const specs = twoModels ? twoModelPool(weights) : weightedPool(weights);
           const clock = fakeClock(1_000);
           const balancers = [0, 1, 2, 3].map(
             (i) =>
@@ -321,14 +333,21 @@ describe('weighted split, properties', () => {
           // Which sidecar takes each request: from a seed (a 10,000-long array shrinks slowly).
           const sidecarRng = seededRng(interleaving);
           const requests = 10_000;
-          for (let r = 0; r < requests; r++) {
+          for (let r = 0; r < requests;) {
             clock.advance(3);
             const balancer = balancers[Math.floor(sidecarRng.next() * 4)]!;
-            const result = balancer.pick({ model: undefined });
+            // With two models, a request for `other` now and then, between those counted.
+            const other = twoModels && sidecarRng.next() < 0.3;
+            const result = balancer.pick({
+              model: twoModels ? (other ? 'other' : 'm') : undefined,
+            });
             assert.equal(result.kind, 'picked');
             if (result.kind !== 'picked') return;
             const backend = result.attempt.endpoint.backend;
-            counts.set(backend, (counts.get(backend) ?? 0) + 1);
+            if (!other) {
+              counts.set(backend, (counts.get(backend) ?? 0) + 1);
+              r += 1;
+            } else assert.equal(backend, 'x');
             open.push({ balancer, attempt: result.attempt });
             // Some stay in flight a while: load-awareness works inside each share.
             if (open.length > 8) {
