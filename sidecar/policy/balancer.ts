@@ -35,6 +35,8 @@ import {
   DEFAULT_PREFIX_MAX_AGE_MS,
   PrefixIndex,
 } from './prefix-index.ts';
+import { AdapterResidency } from './adapter-residency.ts';
+import { ModelLists, modelNotServed, servedAnywhere } from './model-filter.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, type ServerLoadReport } from './server-load.ts';
 import { SlowDetection } from './slow-detection.ts';
@@ -126,6 +128,9 @@ export class Balancer implements PoolBalancer {
   #lastNowMs = 0;
   /** Which endpoints are slow next to their peers (slow-detection.ts), for the breakers. */
   readonly #slow: SlowDetection<EndpointState>;
+  /** What each endpoint serves (model-filter.ts) and where adapters are (adapter-residency.ts). */
+  readonly #models = new ModelLists();
+  readonly #adapters = new AdapterResidency((model) => this.#models.parentOf(model) !== undefined);
 
   constructor(policy: PoolPolicy, endpoints: readonly EndpointSpec[], deps: BalancerDeps) {
     this.#policy = policy;
@@ -152,6 +157,7 @@ export class Balancer implements PoolBalancer {
             exchange: this.#exchange,
             reportMaxAgeMs: this.#reportMaxAgeMs,
             stateOf: (id) => this.#pool.get(id),
+            residency: this.#adapters,
           })
         : baselineChooser(picker, deps.rng);
     this.#setEndpoints(endpoints, false);
@@ -168,17 +174,20 @@ export class Balancer implements PoolBalancer {
   pick(request: PickRequest = {}): PickResult {
     const now = this.#now();
     this.#advanceBreakers(now);
-    const exclude = request.exclude;
+    const { exclude, pinnedEndpointId: pinned } = request;
+    // Only endpoints that serve the request's model, before the tier (model-filter.ts).
+    const serves = this.#models.servesFilter<EndpointState>(request.model);
+    if (!servedAnywhere(serves, this.#pool.order, pinned, (id) => this.#pool.get(id)))
+      return modelNotServed(DEFAULT_SHED_RETRY_AFTER_MS);
     const isCandidate = (s: EndpointState): boolean =>
       !(exclude?.has(s.id) ?? false) && s.breaker.admits() && !(s.cooldownUntilMs > now);
 
     // `pool` is the tier set affinity hashes over (endpoint-pool.ts, TierChoice).
-    const { pool, candidates } = this.#pool.tierFor(this.#policy.mode, isCandidate);
-    if (request.pinnedEndpointId !== undefined) {
-      return this.#pickPinned(request.pinnedEndpointId, isCandidate, now, request.requestBytes);
-    }
+    const { pool, candidates } = this.#pool.tierFor(this.#policy.mode, isCandidate, serves);
+    if (pinned !== undefined)
+      return this.#pickPinned(pinned, isCandidate, now, request.requestBytes);
     if (candidates.length === 0) {
-      const soonestMs = soonestReturnMs(this.#pool.order, now, exclude);
+      const soonestMs = soonestReturnMs(this.#pool.order, now, exclude, serves);
       return { kind: 'shed', retryAfterMs: soonestMs ?? DEFAULT_SHED_RETRY_AFTER_MS };
     }
 
@@ -217,16 +226,17 @@ export class Balancer implements PoolBalancer {
   reportLoad(endpointId: string, report: ServerLoadReport, ageMs = 0): void {
     const state = this.#pool.get(endpointId);
     if (state === undefined) return;
-    state.reported.update(report, state.inFlight, this.#now() - Math.max(0, ageMs));
+    const measuredAtMs = this.#now() - Math.max(0, ageMs);
+    state.reported.update(report, state.inFlight, measuredAtMs);
+    this.#adapters.report(endpointId, report.loadedAdapters, measuredAtMs);
   }
 
-  reportModels(_endpointId: string, _models: readonly ServedModel[]): void {
-    // Issue 42: model discovery feeds the candidate filter (to come).
+  reportModels(endpointId: string, models: readonly ServedModel[]): void {
+    if (this.#pool.get(endpointId) !== undefined) this.#models.report(endpointId, models);
   }
 
   modelsServed(): ModelsServed {
-    // Issue 42 (to come): every endpoint counts as unknown until lists are kept.
-    return { models: new Map(), unknownEndpoints: this.#pool.order.length };
+    return this.#models.modelsServed(this.#pool.order);
   }
 
   firstByte(attempt: Attempt, firstToken = false): void {
@@ -373,6 +383,8 @@ export class Balancer implements PoolBalancer {
     for (const id of this.#pool.update(endpoints, this.#policy.health, windowChanged)) {
       this.#ewma.forget(id);
       this.#prefixes.forget(id);
+      this.#models.forget(id);
+      this.#adapters.forget(id);
     }
     this.#slow.invalidate(); // endpoints, tiers, drift or mode may have changed
     this.#prefixes.setEndpointCount(this.#pool.order.length);

@@ -1,13 +1,16 @@
 /**
  * The switchyard policy's choice (docs/policy.md §3 and §4), one `Chooser` (chooser.ts):
  *
- *   affinity (affinity-decision.ts: the endpoint holding the longest known prefix, else the
+ *   the weighted split between the tier's backends (weighted-split.ts)
+ *   → for a LoRA adapter, the endpoints where it is resident (adapter-residency.ts)
+ *   → affinity (affinity-decision.ts: the endpoint holding the longest known prefix, else the
  *   prompt's home by rendezvous hashing, spilling along that order past endpoints over their load
  *   bound; a full server keeps a request whose cached prefix is worth the wait)
  *   → least loaded, then P2C on score (load: this sidecar's in-flight, corrected by what the
  *   servers report; a server reported clearly slower counted by its speed)
  *   → the chosen endpoint now holds the prompt's prefix.
  */
+import type { AdapterResidency } from './adapter-residency.ts';
 import { AffinityDecider } from './affinity-decision.ts';
 import type { Choice, ChoiceInput, Chooser } from './chooser.ts';
 import { loadOf, type EndpointState } from './endpoint-pool.ts';
@@ -19,6 +22,8 @@ import type { PrefixIndex } from './prefix-index.ts';
 import { costTermMs, idleFade, score } from './score.ts';
 import { BALANCE_REPORT_MAX_AGE_MS } from './server-load.ts';
 import { prefillPositions, speedWeightedCount } from './server-speed.ts';
+import { requestedModel } from './model-filter.ts';
+import { splitKey, WeightedSplit } from './weighted-split.ts';
 import type { PoolPolicy, Rng } from './types.ts';
 
 /** The pool's long-lived state the choice reads (and, for prefixes, writes); the balancer's. */
@@ -34,12 +39,16 @@ export interface DefaultChooserDeps {
   reportMaxAgeMs: number;
   /** The pool's endpoint by id (a prefix holder); undefined for one no longer in the pool. */
   stateOf: (id: string) => EndpointState | undefined;
+  /** Where LoRA adapters are resident; without it, no preference (a chooser tested alone). */
+  residency?: AdapterResidency | undefined;
 }
 
 export class DefaultChooser implements Chooser<EndpointState> {
   readonly #deps: DefaultChooserDeps;
   /** The affinity step of every pick (affinity-decision.ts). */
   readonly #affinity: AffinityDecider<EndpointState>;
+  /** The weighted split of every pick (its round-robin is this pool's). */
+  readonly #split = new WeightedSplit();
 
   constructor(deps: DefaultChooserDeps) {
     this.#deps = deps;
@@ -54,12 +63,27 @@ export class DefaultChooser implements Chooser<EndpointState> {
   }
 
   choose(input: ChoiceInput<EndpointState>): Choice<EndpointState> {
-    const { now, policy, request, pool, candidates } = input;
-    const { rng, exchange, reportMaxAgeMs } = this.#deps;
+    const { now, policy, request } = input;
+    const { rng, exchange, reportMaxAgeMs, residency } = this.#deps;
     // A new routing rule (by model, by adapter, by priority) plugs in here, as a module of its own
     // and one line: a rule that narrows who may take the request filters `candidates` and `pool`
     // before the steps below; one that decides outright returns its Choice here, before affinity,
-    // as affinity decides before the balancing step.
+    // as affinity decides before the balancing step. The model filter ran before the tier
+    // (model-filter.ts, in the balancer): it binds every chooser, the baselines too.
+    const split = this.#split.narrow(
+      input.pool,
+      input.candidates,
+      splitKey(policy.affinity, request),
+    );
+    const pool = split.pool;
+    const model = requestedModel(request.model);
+    const candidates =
+      residency?.prefer(split.candidates, model, {
+        nowMs: now,
+        reportMaxAgeMs,
+        affinity: policy.affinity,
+        load: (s) => this.#load(s, now),
+      }) ?? split.candidates;
     const slowdown = reportedSlowdowns(candidates, now, this.#deps, 'as trusted');
     // The request's prefill in holds of a typical request; each server's count weighs it in that
     // server's queue positions (server-speed.ts, prefillPositions).
@@ -102,10 +126,11 @@ export class DefaultChooser implements Chooser<EndpointState> {
         (s) => this.#score(s, now, policy),
         (s) => costTermMs(s.spec.costPerMTok, policy.costWeightPerMs),
       );
-    // Wherever it went, that endpoint now holds this prompt's prefix.
+    // Wherever it went, that endpoint now holds this prompt's prefix, and its adapter.
     if (request.prompt !== undefined && policy.affinity.key === 'Prefix') {
       this.#deps.prefixes.record(request.prompt.hashes, chosen.id, now);
     }
+    if (model !== undefined) residency?.served(chosen.id, model, now);
     return { endpoint: chosen, affinity: affinity.result };
   }
 

@@ -108,14 +108,20 @@ export class EndpointPool {
 
   /**
    * The first tier with a candidate (Failover) or the whole pool (Balance): see `TierChoice`.
-   * With no candidate anywhere, the last group looked at and no candidates.
+   * With no candidate anywhere, the last group looked at and no candidates. `inPool`: a filter of
+   * the endpoints that may take the request at all, live or not (the request's model,
+   * model-filter.ts); it applies before tiers, so Failover looks for the first tier that serves.
    */
-  tierFor(mode: Mode, isCandidate: (s: EndpointState) => boolean): TierChoice {
+  tierFor(
+    mode: Mode,
+    isCandidate: (s: EndpointState) => boolean,
+    inPool?: (s: EndpointState) => boolean,
+  ): TierChoice {
     let pool: EndpointState[] = [];
     let candidates: EndpointState[] = [];
     const groups = mode === 'Failover' ? this.#tiers : [this.#order];
     for (const group of groups) {
-      pool = group.filter((s) => s.spec.drifted !== true);
+      pool = group.filter((s) => s.spec.drifted !== true && (inPool?.(s) ?? true));
       candidates = pool.filter(isCandidate);
       if (candidates.length > 0) break;
     }

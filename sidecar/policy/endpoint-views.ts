@@ -152,17 +152,20 @@ export function readyAtMs(s: EndpointState, now: number): number {
 }
 
 /**
- * How long until the soonest of `endpoints` (not drifted, not excluded) that is out now comes
- * back, for a shed's Retry-After; undefined when none has a known time of return.
+ * How long until the soonest of `endpoints` (not drifted, not excluded, serving the request's
+ * model when `serves` is given) that is out now comes back, for a shed's Retry-After; undefined
+ * when none has a known time of return.
  */
 export function soonestReturnMs(
   endpoints: readonly EndpointState[],
   now: number,
   exclude: ReadonlySet<string> | undefined,
+  serves?: (s: EndpointState) => boolean,
 ): number | undefined {
   let soonest = Infinity;
   for (const state of endpoints) {
     if (state.spec.drifted === true || (exclude?.has(state.id) ?? false)) continue;
+    if (serves !== undefined && !serves(state)) continue; // another model's endpoint
     const readyAt = readyAtMs(state, now);
     if (readyAt > now && readyAt < soonest) soonest = readyAt;
   }

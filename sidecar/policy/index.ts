@@ -12,6 +12,7 @@ export {
   type AffinityInput,
   type AffinityRequest,
 } from './affinity.ts';
+export { ADAPTER_SERVED_RECENTLY_MS } from './adapter-residency.ts';
 export { DEFAULT_LOAD_FACTOR, loadCapacity, rendezvousOrder } from './bounded-load.ts';
 export { PrefixIndex } from './prefix-index.ts';
 export {
