@@ -4,10 +4,11 @@
  * affinity uses. A server that must load the adapter first (from disk, evicting another when its
  * slots are full) adds that load to the request's first token; one that has it resident does not.
  *
- * Resident means: the server's last report of its adapters (`ServerLoadReport.loadedAdapters`,
- * vLLM's running and waiting adapters) lists it; or, when the server reports nothing of adapters
- * (or its report is too old to count), this sidecar sent it that adapter within
- * ADAPTER_SERVED_RECENTLY_MS. A model counts as an adapter when some server reports it loaded or
+ * Resident means: the server's fresh report of its adapters (`ServerLoadReport.loadedAdapters`,
+ * vLLM's running and waiting adapters) lists it, or this sidecar sent it that adapter within
+ * ADAPTER_SERVED_RECENTLY_MS. Both count, because vLLM's gauge names only adapters with requests
+ * in flight (docs/engine.md): an adapter resident but idle is in no report, and a recent send is
+ * the only sign of it. A model counts as an adapter when some server reports it loaded or
  * some endpoint's discovered list gives it a parent (`isKnownAdapter`); for any other model there
  * is no preference. Pure: every time comes in as an argument.
  */
@@ -16,8 +17,8 @@ import { DEFAULT_LOAD_FACTOR, loadCapacity } from './bounded-load.ts';
 import type { AffinityPolicy } from './types.ts';
 
 /**
- * One minute: how long an adapter this sidecar sent to a server counts as resident there when the
- * server says nothing of its adapters. vLLM keeps an adapter in its GPU slots until another
+ * One minute: how long an adapter this sidecar sent to a server counts as resident there (the
+ * server's reports name only adapters in use, not idle resident ones). vLLM keeps an adapter in its GPU slots until another
  * request needs the slot (`--max-loras`), so a recent use is a good guess; after a minute of
  * other adapters' traffic it is a poor one.
  */
@@ -92,12 +93,12 @@ export class AdapterResidency {
 
   /**
    * Whether the adapter is resident on the endpoint now: its fresh report (no older than
-   * `reportMaxAgeMs`) lists it, or without one, this sidecar sent it there recently.
+   * `reportMaxAgeMs`) lists it, or this sidecar sent it there recently.
    */
   isResident(endpointId: string, model: string, nowMs: number, reportMaxAgeMs: number): boolean {
     const report = this.#reports.get(endpointId);
-    if (report !== undefined && nowMs - report.atMs <= reportMaxAgeMs)
-      return report.adapters.has(model);
+    if (report !== undefined && nowMs - report.atMs <= reportMaxAgeMs && report.adapters.has(model))
+      return true;
     const servedAt = this.#served.get(endpointId)?.get(model);
     return servedAt !== undefined && nowMs - servedAt <= ADAPTER_SERVED_RECENTLY_MS;
   }
