@@ -1,7 +1,13 @@
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
+import {
+  LOG_LEVELS,
+  collectRepeated,
+  parseDurationMs,
+  parseHostPort,
+  parsePositiveInt,
+} from './args.ts';
 import {
   DEFAULT_LOAD_SCRAPE_EVERY_MS,
   loadScrapePeriodProblem,
@@ -10,10 +16,10 @@ import { PICKERS, type Picker } from '../sidecar/policy/baseline-pickers.ts';
 import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
 
 interface SidecarFlags {
-  poolFile?: string;
+  poolFile?: string[];
   controller?: string;
   namespace?: string;
-  pool?: string;
+  pool?: string[];
   tokenFile: string;
   caFile?: string;
   cacheFile?: string;
@@ -31,8 +37,15 @@ interface SidecarFlags {
 function configSource(flags: SidecarFlags): ConfigSource | string {
   if (flags.poolFile !== undefined && flags.controller !== undefined)
     return 'give either --pool-file or --controller, not both';
-  if (flags.poolFile !== undefined)
-    return { kind: 'file', poolFile: flags.poolFile, loadScrapeEveryMs: flags.loadScrapeEvery };
+  if (flags.poolFile !== undefined) {
+    if (flags.pool !== undefined)
+      return '--pool is for --controller; a pool file names its pool (metadata.name)';
+    return {
+      kind: 'file',
+      poolFile: flags.poolFile.length === 1 ? flags.poolFile[0]! : flags.poolFile,
+      loadScrapeEveryMs: flags.loadScrapeEvery,
+    };
+  }
   if (flags.controller === undefined)
     return 'give --pool-file (standalone) or --controller with --pool (in Kubernetes)';
   if (flags.pool === undefined) return '--controller needs --pool <name>';
@@ -40,7 +53,7 @@ function configSource(flags: SidecarFlags): ConfigSource | string {
     kind: 'controller',
     controllerUrl: flags.controller,
     namespace: flags.namespace ?? process.env.POD_NAMESPACE ?? 'default',
-    pool: flags.pool,
+    pool: flags.pool.length === 1 ? flags.pool[0]! : flags.pool,
     tokenFile: flags.tokenFile,
     caFile: flags.caFile,
     cacheFile: flags.cacheFile,
@@ -53,17 +66,22 @@ export function addSidecarCommand(program: Command): void {
   program
     .command('sidecar')
     .description(
-      'Run the routing proxy for one pool: standalone from a pool file, or fed by the controller.',
+      'Run the routing proxy for one pool or several: standalone from pool files, or fed by the controller.',
     )
     .option(
       '--pool-file <path>',
-      'standalone: an InferencePool manifest whose backends are URLs; watched, a valid change applies live',
+      'standalone: an InferencePool manifest whose backends are URLs, or a directory of them (*.yaml, *.yml, *.json, by name); repeatable, the first pool is the default; watched, a valid change applies live',
+      collectRepeated,
     )
     .option(
       '--controller <url>',
       'in Kubernetes: the controller’s snapshot stream, e.g. https://switchyard-controller.switchyard.svc:8443',
     )
-    .option('--pool <name>', 'with --controller: the InferencePool to route for')
+    .option(
+      '--pool <name>',
+      'with --controller: the InferencePool to route for; repeatable (one stream each), the first is the default',
+      collectRepeated,
+    )
     .addOption(
       new Option('--namespace <ns>', 'with --controller: the pool’s namespace').default(
         undefined,
@@ -78,7 +96,7 @@ export function addSidecarCommand(program: Command): void {
     .option('--ca-file <path>', 'with --controller: CA bundle of the controller’s certificate')
     .option(
       '--cache-file <path>',
-      'with --controller: keep the last snapshot here and serve from it after a restart',
+      'with --controller: keep the last snapshot here and serve from it after a restart (several pools: one file each beside it, snapshot.<pool>.json)',
     )
     .addOption(
       new Option('--sidecar-id <id>', 'with --controller: this sidecar in reports').default(
@@ -140,6 +158,7 @@ export function addSidecarCommand(program: Command): void {
     .addHelpText(
       'after',
       '\nExamples:\n  switchyard sidecar --pool-file pool.yaml\n' +
+        '  switchyard sidecar --pool-file chat.yaml --pool-file embed.yaml   (routed by the request model)\n' +
         `  switchyard sidecar --controller https://switchyard-controller.switchyard.svc:8443 --pool chat --ca-file /var/run/secrets/switchyard/ca.crt\n` +
         '  curl http://127.0.0.1:8080/v1/chat/completions -d \'{"model":"m","messages":[{"role":"user","content":"hi"}]}\'',
     )
