@@ -56,6 +56,8 @@ export interface RunningSidecar {
    * model discovery, reads each pool's configuration in force from here.
    */
   pools(): readonly FollowedPool[];
+  /** The configurations in force, in pool order (pools without one yet left out). */
+  activePools(): readonly ActivePool[];
   /** Re-reads the pool file now (the watcher does this on change). */
   reload(): Promise<boolean>;
   /** Stops accepting, lets requests in progress finish up to the grace period, then closes. */
@@ -198,6 +200,15 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     await Promise.all(configs.map((c) => c.close()));
     throw err;
   }
+  /**
+   * The configurations in force, in pool order: what runs beside the pools and follows them
+   * (model discovery) reads them here, each time, as they change.
+   */
+  const inForce = (): readonly ActivePool[] =>
+    actives.flatMap((a) => {
+      const pool = a.current();
+      return pool === undefined ? [] : [pool];
+    });
   const slots = (): readonly PoolSlot[] =>
     poolNames.map((name, i) => ({ name, current: actives[i]!.current(), metrics: metrics[i]! }));
   const config: RunningConfigSource = {
@@ -291,6 +302,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     adminUrl,
     current: () => active.current(),
     pools: () => poolNames.map((name, i) => ({ name, current: () => actives[i]!.current() })),
+    activePools: inForce,
     reload: () => config.reload(),
     shutdown,
   };

@@ -3,7 +3,7 @@ import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { ActivePool } from '../config/active-pool.ts';
-import { affinityFor } from '../policy/index.ts';
+import { affinityFor, type ModelsServed } from '../policy/index.ts';
 import { drainRest, readBody, type BodyResult } from './body.ts';
 import {
   ConnectionQueue,
@@ -569,8 +569,9 @@ export class SidecarProxy {
   ): { routed: Routed; choice: Extract<PoolChoice, { kind: 'pool' }> } | undefined {
     const { res } = routed;
     if (slots.length === 1) {
-      const models = poolModels(slots[0]!)!;
-      const alias = model === undefined ? undefined : models.aliases.find((a) => a.name === model);
+      // Only the aliases: what the endpoints serve is the balancer's to check (one pool).
+      const aliases = routed.pool.policy.aliases;
+      const alias = model === undefined ? undefined : aliases?.find((a) => a.name === model);
       const resolved = alias?.model ?? model;
       return {
         routed: this.#routeTo(routed, slots[0]!),
@@ -756,11 +757,16 @@ function spanRoute(match: ReturnType<typeof matchRoute>, path: string): string |
 function poolModels(slot: PoolSlot): PoolModels | undefined {
   const pool = slot.current;
   if (pool === undefined) return undefined;
+  let served: ModelsServed | undefined;
   return {
     name: pool.name,
     declared: pool.policy.models,
     aliases: pool.policy.aliases ?? [],
-    served: pool.balancer.modelsServed(),
+    // Asked of the balancer only when routing gets to it (a pool that declares the model or an
+    // alias of it answers first).
+    get served() {
+      return (served ??= pool.balancer.modelsServed());
+    },
   };
 }
 

@@ -92,6 +92,10 @@ test('two pools restored from their cache files route by model', async () => {
         ['embed', 'embed'],
       ],
     );
+    assert.deepEqual(
+      sidecar.activePools().map((p) => p.name),
+      ['chat', 'embed'],
+    );
     const ready = await fetch(`${sidecar.adminUrl}/readyz`);
     assert.equal(ready.status, 200);
     assert.equal((await fetch(`${sidecar.adminUrl}/startupz`)).status, 200);
@@ -117,6 +121,10 @@ test('while one pool has no configuration: not ready, its models wait, the other
   );
   const sidecar = await sidecarOf(join(dir, 'one', 'snapshot.json'));
   try {
+    assert.deepEqual(
+      sidecar.activePools().map((p) => p.name),
+      ['chat'],
+    );
     const ready = await fetch(`${sidecar.adminUrl}/readyz`);
     assert.equal(ready.status, 503);
     assert.deepEqual(((await ready.json()) as { waiting: string[] }).waiting, ['embed']);
