@@ -22,7 +22,8 @@ Examples:
   switchyard status --pool chat -n apps > /dev/null && echo healthy
 
 Exit codes: 0 healthy; 1 unhealthy (a condition not True, a breaker open or half-open, an
-endpoint drifted, a sidecar not ready); 2 usage error, or the pool or sidecar cannot be read.
+endpoint drifted, a model a backend declares with no ready endpoint, a sidecar not ready); 2
+usage error, or the pool or sidecar cannot be read.
 Columns and the JSON shape: docs/status.md.
 `;
 
@@ -31,7 +32,7 @@ export function addStatusCommand(program: Command): void {
   program
     .command('status')
     .description(
-      "Show a pool's endpoints with health, drift and sync: from the InferencePool's status in Kubernetes (--pool), or from one sidecar's admin API (--admin).",
+      "Show a pool's endpoints with health, drift and sync, and the models it serves: from the InferencePool's status in Kubernetes (--pool), or from one sidecar's admin API (--admin).",
     )
     .option('--pool <name>', 'the InferencePool to show (read from the Kubernetes API)')
     .option(

@@ -34,9 +34,14 @@ import {
 } from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
 import {
+  ALIASES_RULES,
   BACKEND_RULES,
   BACKENDS_RULES,
   HEALTH_RULES,
+  MAX_ALIASES,
+  MAX_MODELS,
+  MAX_WEIGHT,
+  SPEC_RULES,
   TLS_RULES,
   celValidations,
 } from './semantic.ts';
@@ -277,10 +282,35 @@ export const BackendSchema = Type.Object(
         "Accept that this backend's API key is sent over plain http: needed for apiKeySecretRef on a service backend (a Service port is reached over plain http unless its appProtocol or name says https, which the schema cannot know) and for a key on an http:// url other than localhost, 127.0.0.1 or [::1]. Default: false.",
       default: false,
     }),
+    models: Type.Optional(
+      Type.Array(
+        Type.String({
+          description:
+            'A model name as requests name it once aliases are resolved: a base model or a LoRA adapter. 1 to 256 characters.',
+          minLength: 1,
+          maxLength: 256,
+        }),
+        {
+          description:
+            "The models this backend's endpoints serve, base models and LoRA adapters alike, as requests name them (after spec.aliases). A request naming a model goes only to endpoints that serve it; an endpoint of a backend without models is asked for its own list (GET /v1/models) and, until it answers, may get any model. 1 to 128 distinct names. Unset: learn them from the endpoints.",
+          minItems: 1,
+          maxItems: MAX_MODELS,
+          'x-kubernetes-list-type': 'set',
+        },
+      ),
+    ),
+    weight: Type.Optional(
+      Type.Integer({
+        description:
+          "This backend's share of the traffic of its tier, for a weighted split such as a 95/5 canary: within a tier, a backend is picked in proportion to its weight, then the least loaded of its endpoints. A tier is the whole pool in Balance mode and each backend on its own in Failover mode. Set it on every backend of the tier or on none; the weights of a tier must not all be 0. 0: no traffic while another backend of the tier has a live endpoint. An integer from 0 to 1000000. Unset on every backend: no split, plain load-aware balancing.",
+        minimum: 0,
+        maximum: MAX_WEIGHT,
+      }),
+    ),
   },
   {
     description:
-      'One backend: a Service or one or more URLs serving the same model at the same price. Set exactly one of service, url or urls.',
+      'One backend: a Service or one or more URLs serving the same models at the same price. Set exactly one of service, url or urls.',
     additionalProperties: false,
     'x-kubernetes-validations': celValidations(BACKEND_RULES),
   },
@@ -501,6 +531,27 @@ export const DriftSchema = Type.Object(
   },
 );
 
+export const AliasSchema = Type.Object(
+  {
+    name: Type.String({
+      description:
+        'The model name clients send, e.g. gpt-4o-mini. Required, unique within the pool. 1 to 256 characters.',
+      minLength: 1,
+      maxLength: 256,
+    }),
+    model: Type.String({
+      description:
+        'The served model a request for name is sent with, e.g. llama-3.1-8b-instruct: a base model or a LoRA adapter, never another alias. Required. 1 to 256 characters.',
+      minLength: 1,
+      maxLength: 256,
+    }),
+  },
+  {
+    description: 'One alias: a client-facing model name and the served model it stands for.',
+    additionalProperties: false,
+  },
+);
+
 export const InferencePoolSpecSchema = Type.Object(
   {
     mode: Type.Union([Type.Literal('Balance'), Type.Literal('Failover')], {
@@ -529,10 +580,20 @@ export const InferencePoolSpecSchema = Type.Object(
         {
           description:
             'Models this pool serves; a request for another model gets a 404 at once. Unset or empty: any model is passed on. At most 128 distinct names.',
-          maxItems: 128,
+          maxItems: MAX_MODELS,
           'x-kubernetes-list-type': 'set',
         },
       ),
+    ),
+    aliases: Type.Optional(
+      Type.Array(AliasSchema, {
+        description:
+          'Client-facing model names and the served model each stands for, e.g. gpt-4o-mini for llama-3.1-8b-instruct, so that an app written for a provider moves without code changes: a request for name is sent with model, and the x-switchyard-backend response header shows the rewrite. A model that is not an alias is never rewritten by this list. Names are unique; an alias points at a served model, never at another alias; an alias name is not one of spec.models, and when spec.models is set the alias model must be one of them. At most 64.',
+        maxItems: MAX_ALIASES,
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['name'],
+        'x-kubernetes-validations': celValidations(ALIASES_RULES),
+      }),
     ),
     backends: Type.Array(BackendSchema, {
       description:
@@ -553,12 +614,16 @@ export const InferencePoolSpecSchema = Type.Object(
     description:
       'Desired state of the pool: its backends in order and the routing policy every sidecar applies to them.',
     additionalProperties: false,
+    'x-kubernetes-validations': celValidations(SPEC_RULES),
   },
 );
 
 // ---------------------------------------------------------------------------------------------
 // status (written by the controller; a skeleton for now)
 // ---------------------------------------------------------------------------------------------
+
+/** Most entries of status.models: room for many models without growing the object unbounded. */
+export const STATUS_MODELS_LIMIT = 256;
 
 const count = (description: string) =>
   Type.Optional(Type.Integer({ description, minimum: 0, format: 'int32' }));
@@ -723,6 +788,39 @@ export const InferencePoolStatusSchema = Type.Object(
         },
       ),
     ),
+    models: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            name: Type.String({
+              description: 'A model name: one that a backend lists in models, or an alias.',
+              minLength: 1,
+              maxLength: 256,
+            }),
+            endpoints: Type.Integer({
+              description:
+                "Ready endpoints that serve it by their backend's models (for an alias: those of its model); 0 means requests for it find no endpoint that declares it.",
+              minimum: 0,
+              format: 'int32',
+            }),
+            aliasOf: Type.Optional(
+              Type.String({
+                description: 'For an alias (spec.aliases): the served model it stands for.',
+                minLength: 1,
+                maxLength: 256,
+              }),
+            ),
+          },
+          { description: 'One model the pool serves.', additionalProperties: false },
+        ),
+        {
+          description: `The models the pool serves as its backends declare them (spec.backends[].models), each with its ready endpoints, then the aliases with the model each stands for; at most ${STATUS_MODELS_LIMIT}. Unset when no backend declares models: the sidecars then learn them from the endpoints, and only they know.`,
+          maxItems: STATUS_MODELS_LIMIT,
+          'x-kubernetes-list-type': 'map',
+          'x-kubernetes-list-map-keys': ['name'],
+        },
+      ),
+    ),
     endpointHealth: Type.Optional(
       Type.Array(
         Type.Object(
@@ -856,6 +954,7 @@ export type InferencePool = Static<typeof InferencePoolSchema>;
 export type InferencePoolSpec = Static<typeof InferencePoolSpecSchema>;
 export type InferencePoolStatus = Static<typeof InferencePoolStatusSchema>;
 export type Backend = Static<typeof BackendSchema>;
+export type Alias = Static<typeof AliasSchema>;
 export type BackendTls = Static<typeof BackendTlsSchema>;
 export type Affinity = Static<typeof AffinitySchema>;
 export type Health = Static<typeof HealthSchema>;

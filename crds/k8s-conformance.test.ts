@@ -180,6 +180,58 @@ add('wrong types', (d) => {
 add('missing name', (d) => {
   d.spec.backends[0] = { url: 'https://x/v1' };
 });
+add('models, aliases and weights', (d) => {
+  d.spec.backends[0] = {
+    name: 'a',
+    url: 'http://127.0.0.1:9101/v1',
+    models: ['llama', 'sql-lora'],
+    weight: 95,
+  };
+  d.spec.backends[1] = { name: 'b', url: 'http://127.0.0.1:9102/v1', weight: 5 };
+  d.spec['aliases'] = [{ name: 'gpt-4o-mini', model: 'llama' }];
+});
+add('bad models and weights', (d) => {
+  d.spec.backends[0] = {
+    name: 'a',
+    url: 'http://127.0.0.1:9101/v1',
+    models: ['m', 'm', ''],
+    weight: 1.5,
+  };
+  d.spec.backends[1] = { name: 'b', url: 'http://127.0.0.1:9102/v1', models: [], weight: 1000001 };
+});
+add('weights on some backends', (d) => {
+  d.spec.backends[0] = { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 3 };
+});
+add('weights all 0', (d) => {
+  d.spec.backends[0] = { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 0 };
+  d.spec.backends[1] = { name: 'b', url: 'http://127.0.0.1:9102/v1', weight: 0 };
+});
+add('failover weights', (d) => {
+  d.spec.mode = 'Failover';
+  d.spec.backends[0] = { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 3 };
+});
+add('failover weight 0', (d) => {
+  d.spec.mode = 'Failover';
+  d.spec.backends[0] = { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 0 };
+});
+add('alias chains and duplicates', (d) => {
+  d.spec['aliases'] = [
+    { name: 'x', model: 'y' },
+    { name: 'y', model: 'z' },
+    { name: 'x', model: 'z' },
+  ];
+});
+add('aliases against spec.models', (d) => {
+  d.spec['models'] = ['m', 'n'];
+  d.spec['aliases'] = [
+    { name: 'm', model: 'n' },
+    { name: 'o', model: 'p' },
+  ];
+});
+add('alias named like a backend model (refused by validatePool only)', (d) => {
+  d.spec.backends[0] = { name: 'a', url: 'http://127.0.0.1:9101/v1', models: ['m', 'lora'] };
+  d.spec['aliases'] = [{ name: 'lora', model: 'm' }];
+});
 
 interface K8sError {
   path: string;

@@ -376,3 +376,73 @@ describe('resolvePool: API keys and what needs Kubernetes', () => {
     });
   });
 });
+
+describe('resolvePool: models, weights and aliases', () => {
+  function resolved(spec: Record<string, unknown>) {
+    const pool = valid({
+      apiVersion: 'switchyard.dev/v1alpha1',
+      kind: 'InferencePool',
+      metadata: { name: 'chat' },
+      spec,
+    });
+    const result = resolvePool(pool, {});
+    assert.ok(result.ok, JSON.stringify(result.ok ? [] : result.errors));
+    return result;
+  }
+
+  it('gives each endpoint its backend’s models and weight, aliases not applied', () => {
+    const result = resolved({
+      backends: [
+        {
+          name: 'stable',
+          urls: ['http://127.0.0.1:9101/v1', 'http://127.0.0.1:9102/v1'],
+          models: ['llama-3.1-8b', 'sql-lora'],
+          weight: 95,
+        },
+        { name: 'canary', url: 'http://127.0.0.1:9103/v1', models: ['llama-3.1-8b'], weight: 5 },
+      ],
+      aliases: [{ name: 'gpt-4o-mini', model: 'llama-3.1-8b' }],
+    });
+    assert.deepEqual(
+      result.endpoints.map((e) => [e.id, e.models, e.weight]),
+      [
+        ['stable/127.0.0.1:9101', ['llama-3.1-8b', 'sql-lora'], 95],
+        ['stable/127.0.0.1:9102', ['llama-3.1-8b', 'sql-lora'], 95],
+        ['canary/127.0.0.1:9103', ['llama-3.1-8b'], 5],
+      ],
+    );
+    assert.deepEqual(result.policy.aliases, [{ name: 'gpt-4o-mini', model: 'llama-3.1-8b' }]);
+  });
+
+  it('leaves every new field out when unset, so an unchanged pool resolves as before', () => {
+    const result = resolved({
+      backends: [{ name: 'a', url: 'http://127.0.0.1:9101/v1' }],
+      aliases: [],
+    });
+    assert.deepEqual(result.policy, DEFAULT_POLICY);
+    assert.ok(!('aliases' in result.policy));
+    const [endpoint] = result.endpoints;
+    assert.ok(endpoint !== undefined && !('models' in endpoint) && !('weight' in endpoint));
+  });
+
+  it('keeps a weight of 0', () => {
+    const result = resolved({
+      backends: [
+        { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 1 },
+        { name: 'b', url: 'http://127.0.0.1:9102/v1', weight: 0 },
+      ],
+    });
+    assert.deepEqual(
+      result.endpoints.map((e) => e.weight),
+      [1, 0],
+    );
+  });
+
+  it('does not share the lists with the pool', () => {
+    const pool = withBackends([{ name: 'a', url: 'http://127.0.0.1:9101/v1', models: ['m'] }]);
+    const result = resolvePool(pool, {});
+    assert.ok(result.ok);
+    result.endpoints[0]?.models?.push('x');
+    assert.deepEqual(pool.spec.backends[0]?.models, ['m']);
+  });
+});

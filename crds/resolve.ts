@@ -86,6 +86,10 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
     costWeightPerMs: spec.costWeightPerMs,
     defaultTtftMs: ms('', 'defaultTtft', spec.defaultTtft),
     models: [...(spec.models ?? [])],
+    // Left out when there are none, so that an unchanged pool's snapshot hash stays the same.
+    ...(spec.aliases === undefined || spec.aliases.length === 0
+      ? {}
+      : { aliases: spec.aliases.map(({ name, model }) => ({ name, model })) }),
     affinity: {
       key: affinity.key,
       header: affinity.header.toLowerCase(),
@@ -236,6 +240,7 @@ export function urlEndpoints(
       url: l.url,
       costPerMTok: backend.costPerMTok,
       ...(backend.model === undefined ? {} : { model: backend.model }),
+      ...modelFields(backend),
       ...apiKeyFields(backend, apiKey),
       ...tlsFields(backend.tls, backend.tls?.caBundle),
     };
@@ -268,4 +273,19 @@ export function tlsFields(
     ...(tls.insecureSkipVerify ? { insecureSkipVerify: true } : {}),
   };
   return Object.keys(out).length === 0 ? {} : { tls: out };
+}
+
+/**
+ * What an endpoint serves and its share of its tier: its backend's `models` and `weight`, each
+ * left out when unset, so a pool without them yields the same snapshot (and hash) as before the
+ * fields existed. `models` are served names: aliases are resolved before the policy looks at
+ * them, so they are not applied here.
+ */
+export function modelFields(
+  backend: Pick<Backend, 'models' | 'weight'>,
+): Pick<EndpointSpec, 'models' | 'weight'> {
+  return {
+    ...(backend.models === undefined ? {} : { models: [...backend.models] }),
+    ...(backend.weight === undefined ? {} : { weight: backend.weight }),
+  };
 }

@@ -2,7 +2,13 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Kind } from '@sinclair/typebox';
 import { InferencePoolSchema } from './inference-pool.schema.ts';
-import { ALL_RULES, type CelValidation, checkSemantics, checkUrl } from './semantic.ts';
+import {
+  ALL_RULES,
+  type CelValidation,
+  checkAliasesAgainstBackends,
+  checkSemantics,
+  checkUrl,
+} from './semantic.ts';
 
 interface Node {
   [Kind]?: string;
@@ -45,7 +51,14 @@ describe('semantic rules', () => {
   it('sit where they are meant to', () => {
     assert.deepEqual(
       [...new Set(inSchema.map(({ path }) => path))],
-      ['.spec.backends', '.spec.backends[]', '.spec.backends[].tls', '.spec.health'],
+      [
+        '.spec',
+        '.spec.aliases',
+        '.spec.backends',
+        '.spec.backends[]',
+        '.spec.backends[].tls',
+        '.spec.health',
+      ],
     );
   });
 
@@ -116,5 +129,33 @@ describe('checkUrl', () => {
       checkUrl('https://x/v1?'),
       `${help}: it is a base URL, without ?query or #fragment`,
     );
+  });
+});
+
+describe('list maps and the alias checks CEL cannot afford', () => {
+  it('reports a repeated key of a list map at the later item, and skips odd items', () => {
+    const spec = {
+      backends: [{ name: 'a', url: 'https://x/v1' }],
+      aliases: [{ name: 'x', model: 'm' }, 5, { name: 1 }, { name: 'x', model: 'n' }],
+    };
+    assert.deepEqual(checkSemantics(InferencePoolSchema, { spec }, '<root>'), [
+      { path: 'spec.aliases[3]', message: 'duplicate name "x": already at spec.aliases[0]' },
+    ]);
+  });
+
+  it('names the alias whose name a backend serves, at its index, whatever else is odd', () => {
+    const spec = {
+      backends: [null, { name: 'b', models: ['m', 3, 'lora'] }, { name: 'c', models: ['lora'] }],
+      aliases: [null, { name: 'lora', model: 'm' }, { name: 7 }, { name: 'ok', model: 'm' }],
+    };
+    assert.deepEqual(checkAliasesAgainstBackends(spec, 'spec'), [
+      {
+        path: 'spec.aliases[1].name',
+        message:
+          '"lora" is a model a backend serves (spec.backends[1].models): as an alias it would be rewritten and that model never reached; give the alias another name',
+      },
+    ]);
+    for (const odd of [null, 1, 'x', [], { backends: 'x', aliases: {} }])
+      assert.deepEqual(checkAliasesAgainstBackends(odd, 'spec'), []);
   });
 });

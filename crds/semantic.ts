@@ -246,6 +246,191 @@ export const UNIQUE_BACKEND_NAMES: SemanticRule = {
 export const BACKENDS_RULES: readonly SemanticRule[] = [UNIQUE_BACKEND_NAMES];
 
 // ---------------------------------------------------------------------------------------------
+// Models, aliases and weights (`spec.aliases`, `spec` as a whole)
+// ---------------------------------------------------------------------------------------------
+
+/** Most names in `spec.models` and in each `spec.backends[].models`. */
+export const MAX_MODELS = 128;
+/** Most entries of `spec.aliases`: the chain rule compares every pair, within the CEL cost limit. */
+export const MAX_ALIASES = 64;
+/** Largest `spec.backends[].weight`: room for a split of 0.0001 %, far from int64 trouble. */
+export const MAX_WEIGHT = 1_000_000;
+
+function aliasList(self: unknown): Record<string, unknown>[] {
+  return Array.isArray(self) ? self.filter(isRecord) : [];
+}
+
+/**
+ * An alias points at a served model, not at another alias (itself included): one lookup, no
+ * chains or cycles to follow in the sidecar, and a pool reads the same whatever the list order.
+ */
+export const ALIAS_NO_CHAINS: SemanticRule = {
+  rule: 'self.all(a, !self.exists(b, b.name == a.model))',
+  message: 'an alias must point at a served model, not at another alias',
+  // The first alias that another alias points at. (Naming the pointing alias too needs a filter
+  // of the aliases inside the message, which the API server estimates at over 100 times the cost
+  // limit; the target's name is enough to find the line.)
+  messageExpression:
+    `'an alias must point at a served model, not at another alias: "' + ` +
+    `self.map(a, a.model).filter(m, self.exists(b, b.name == m))[0] + ` +
+    `'" is an alias and the model of an alias'`,
+  check(self) {
+    const aliases = aliasList(self);
+    const names = new Set(aliases.map((a) => a['name']).filter((n) => typeof n === 'string'));
+    const chained = aliases.find((a) => typeof a['model'] === 'string' && names.has(a['model']));
+    if (chained === undefined) return undefined;
+    return `${this.message}: "${String(chained['model'])}" is an alias and the model of an alias`;
+  },
+};
+
+export const ALIASES_RULES: readonly SemanticRule[] = [ALIAS_NO_CHAINS];
+
+function stringList(v: unknown): string[] | undefined {
+  return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : undefined;
+}
+
+export const ALIAS_NAME_NOT_A_MODEL: SemanticRule = {
+  rule: '!has(self.aliases) || !has(self.models) || self.aliases.all(a, !(a.name in self.models))',
+  message:
+    'an alias name must not be one of spec.models: a request for it would be rewritten to ' +
+    'another model, so the served model of that name could never be reached',
+  fieldPath: '.aliases',
+  check(self) {
+    const spec = record(self);
+    const models = stringList(spec['models']);
+    if (models === undefined) return undefined;
+    return aliasList(spec['aliases']).some(
+      (a) => typeof a['name'] === 'string' && models.includes(a['name']),
+    )
+      ? this.message
+      : undefined;
+  },
+};
+
+export const ALIAS_MODEL_IN_MODELS: SemanticRule = {
+  rule:
+    '!has(self.aliases) || !has(self.models) || size(self.models) == 0 || ' +
+    'self.aliases.all(a, a.model in self.models)',
+  message:
+    'with spec.models set, every alias must point at one of spec.models: the pool refuses ' +
+    'any other model, so the alias would only ever answer 404',
+  fieldPath: '.aliases',
+  check(self) {
+    const spec = record(self);
+    const models = stringList(spec['models']);
+    if (models === undefined || models.length === 0) return undefined;
+    return aliasList(spec['aliases']).some(
+      (a) => typeof a['model'] === 'string' && !models.includes(a['model']),
+    )
+      ? this.message
+      : undefined;
+  },
+};
+
+function backendList(spec: Record<string, unknown>): Record<string, unknown>[] {
+  return Array.isArray(spec['backends']) ? spec['backends'].filter(isRecord) : [];
+}
+
+function isFailover(spec: Record<string, unknown>): boolean {
+  return spec['mode'] === 'Failover';
+}
+
+/**
+ * In Balance mode the whole pool is one tier (the policy groups by tier only in Failover mode):
+ * a weight on some backends but not others would leave the others' share undefined.
+ */
+export const WEIGHTS_ALL_OR_NONE: SemanticRule = {
+  rule:
+    "(has(self.mode) && self.mode == 'Failover') || " +
+    'self.backends.all(b, has(b.weight)) || self.backends.all(b, !has(b.weight))',
+  message: 'in Balance mode the backends share one split: set weight on every backend or on none',
+  fieldPath: '.backends',
+  check(self) {
+    const spec = record(self);
+    if (isFailover(spec)) return undefined;
+    const weighted = backendList(spec).map((b) => isSet(b, 'weight'));
+    return weighted.every((w) => w) || weighted.every((w) => !w) ? undefined : this.message;
+  },
+};
+
+/** Weights are at least 0, so a positive sum means one positive weight. */
+export const WEIGHTS_POSITIVE_SUM: SemanticRule = {
+  rule:
+    "(has(self.mode) && self.mode == 'Failover') || !self.backends.exists(b, has(b.weight)) || " +
+    'self.backends.exists(b, has(b.weight) && b.weight > 0)',
+  message: 'the weights are all 0, so no backend would get any traffic: give one a weight above 0',
+  fieldPath: '.backends',
+  check(self) {
+    const spec = record(self);
+    if (isFailover(spec)) return undefined;
+    const weights = backendList(spec)
+      .map((b) => b['weight'])
+      .filter((w): w is number => typeof w === 'number');
+    return weights.length === 0 || weights.some((w) => w > 0) ? undefined : this.message;
+  },
+};
+
+/**
+ * In Failover mode each backend is a tier of its own, so its weight is its tier's whole sum: 0
+ * would be a tier that takes no traffic, which is what leaving the backend out says.
+ */
+export const FAILOVER_WEIGHT_POSITIVE: SemanticRule = {
+  rule:
+    "!has(self.mode) || self.mode != 'Failover' || " +
+    'self.backends.all(b, !has(b.weight) || b.weight > 0)',
+  message:
+    'in Failover mode each backend is a tier of its own, so a weight of 0 leaves its tier ' +
+    'without traffic: remove the weight or the backend',
+  fieldPath: '.backends',
+  check(self) {
+    const spec = record(self);
+    if (!isFailover(spec)) return undefined;
+    return backendList(spec).some((b) => b['weight'] === 0) ? this.message : undefined;
+  },
+};
+
+export const SPEC_RULES: readonly SemanticRule[] = [
+  ALIAS_NAME_NOT_A_MODEL,
+  ALIAS_MODEL_IN_MODELS,
+  WEIGHTS_ALL_OR_NONE,
+  WEIGHTS_POSITIVE_SUM,
+  FAILOVER_WEIGHT_POSITIVE,
+];
+
+/**
+ * What the CEL rules cannot afford to say (every alias against every model of every backend is
+ * beyond the API server's cost limit), checked by `validatePool` for a pool file and by the
+ * controller for a resource: an alias name that a backend also serves would hide that model.
+ * Errors name the alias's field.
+ */
+export function checkAliasesAgainstBackends(spec: unknown, path: string): PoolError[] {
+  const s = record(spec);
+  const served = new Map<string, string>();
+  const backends = Array.isArray(s['backends']) ? (s['backends'] as unknown[]) : [];
+  backends.forEach((b, i) => {
+    for (const m of stringList(record(b)['models']) ?? []) {
+      if (!served.has(m))
+        served.set(m, joinPath(joinPath(joinPath(path, 'backends'), i), 'models'));
+    }
+  });
+  const out: PoolError[] = [];
+  const aliases = Array.isArray(s['aliases']) ? (s['aliases'] as unknown[]) : [];
+  aliases.forEach((a, i) => {
+    const name = record(a)['name'];
+    if (typeof name !== 'string') return;
+    const where = served.get(name);
+    if (where === undefined) return;
+    out.push({
+      path: joinPath(joinPath(joinPath(path, 'aliases'), i), 'name'),
+      message:
+        `"${name}" is a model a backend serves (${where}): as an alias it would be rewritten ` +
+        'and that model never reached; give the alias another name',
+    });
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Rules on `spec.health`
 // ---------------------------------------------------------------------------------------------
 
@@ -275,6 +460,8 @@ export const ALL_RULES: readonly SemanticRule[] = [
   ...BACKENDS_RULES,
   ...TLS_RULES,
   ...HEALTH_RULES,
+  ...ALIASES_RULES,
+  ...SPEC_RULES,
 ];
 
 /** The CEL half of rules, as the schema stores it under `x-kubernetes-validations`. */
@@ -354,7 +541,35 @@ interface SchemaNode {
   items?: SchemaNode;
   'x-kubernetes-validations'?: CelValidation[];
   'x-kubernetes-list-type'?: string;
+  'x-kubernetes-list-map-keys'?: string[];
   'x-switchyard-format'?: string;
+}
+
+/**
+ * Items of an `x-kubernetes-list-type: map` list that repeat the keys of an earlier one: the API
+ * server refuses them ("Duplicate value") at the later item's path, and so does a pool file.
+ */
+function duplicateMapKeys(node: SchemaNode, list: unknown[], path: string): PoolError[] {
+  const keys = node['x-kubernetes-list-map-keys'] ?? [];
+  const seen = new Map<string, number>();
+  const out: PoolError[] = [];
+  list.forEach((item, i) => {
+    if (!isRecord(item)) return;
+    const values = keys.map((k) => item[k]);
+    if (values.some((v) => typeof v !== 'string' && typeof v !== 'number')) return;
+    const key = JSON.stringify(values);
+    const first = seen.get(key);
+    if (first === undefined) {
+      seen.set(key, i);
+      return;
+    }
+    const what = keys.map((k, j) => `${k} ${JSON.stringify(values[j])}`).join(', ');
+    out.push({
+      path: joinPath(path, i),
+      message: `duplicate ${what}: already at ${joinPath(path, first)}`,
+    });
+  });
+  return out;
 }
 
 function ruleFor(v: CelValidation): SemanticRule {
@@ -418,6 +633,7 @@ function visit(node: SchemaNode, value: unknown, path: string, out: PoolError[])
         }
       });
     }
+    if (node['x-kubernetes-list-type'] === 'map') out.push(...duplicateMapKeys(node, value, path));
     const items = node.items;
     if (items !== undefined) value.forEach((item, i) => visit(items, item, joinPath(path, i), out));
   }

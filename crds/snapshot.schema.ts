@@ -49,6 +49,9 @@ export const SidecarReportSchema = Type.Object({
  * by `parseLoadMetrics` in lib/model-server-load.ts). A field the server does not report is left
  * out; an endpoint with nothing known is not listed at all.
  */
+/** The most LoRA adapters one endpoint's load entry names (vLLM keeps a handful resident). */
+export const MAX_LOADED_ADAPTERS = 1024;
+
 export const EndpointLoadSchema = Type.Object({
   /** The endpoint's id in the pool's snapshot. */
   id: Type.String({ minLength: 1 }),
@@ -63,6 +66,13 @@ export const EndpointLoadSchema = Type.Object({
    * seconds (its inter-token latency histogram): how fast it generates, next to its peers.
    */
   interTokenLatencyMs: Type.Optional(NonNegative),
+  /**
+   * LoRA adapters resident on the server (running and waiting ones of vLLM's
+   * `vllm:lora_requests_info`). Absent: the server says nothing of adapters.
+   */
+  loadedAdapters: Type.Optional(
+    Type.Array(Type.String({ minLength: 1 }), { maxItems: MAX_LOADED_ADAPTERS }),
+  ),
   /** How old the reading was when the message was sent, ms: the signal lags by at least this. */
   ageMs: Type.Integer({ minimum: 0 }),
 });

@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-member-access -- these tests build deliberately malformed documents and read plain data */
+/* eslint-disable @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-member-access, @typescript-eslint/no-unsafe-call -- these tests build deliberately malformed documents and read plain data */
 import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './policy-defaults.ts';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -287,7 +287,7 @@ describe('validatePool: unknown fields', () => {
     const errors = lines(doc);
     assert.ok(
       errors.includes(
-        'spec["a key"]: unknown field; the fields here are mode, costWeightPerMs, defaultTtft, models, backends, affinity, health, retry, coldStart, timeouts, drift',
+        'spec["a key"]: unknown field; the fields here are mode, costWeightPerMs, defaultTtft, models, aliases, backends, affinity, health, retry, coldStart, timeouts, drift',
       ),
       errors.join('\n'),
     );
@@ -771,5 +771,139 @@ describe('validatePool: inputs that are not plain data', () => {
   it('accepts objects without a prototype (as some parsers make them)', () => {
     const doc = Object.assign(Object.create(null), pool());
     okSpec(doc);
+  });
+});
+
+describe('validatePool: models, aliases and weights', () => {
+  function withModels(): Doc {
+    const doc = pool();
+    doc.spec.backends = [
+      { name: 'base', url: 'http://127.0.0.1:9101/v1', models: ['llama-3.1-8b', 'sql-lora'] },
+      { name: 'plain', url: 'http://127.0.0.1:9102/v1' },
+    ];
+    doc.spec.aliases = [{ name: 'gpt-4o-mini', model: 'llama-3.1-8b' }];
+    return doc;
+  }
+
+  it('accepts models per backend (adapters included), aliases and weights', () => {
+    const doc = withModels();
+    doc.spec.backends[0].weight = 95;
+    doc.spec.backends[1].weight = 5;
+    const spec = okSpec(doc);
+    assert.deepEqual(spec.backends[0].models, ['llama-3.1-8b', 'sql-lora']);
+    assert.equal(spec.backends[1].models, undefined);
+    assert.equal(spec.backends[0].weight, 95);
+    assert.deepEqual(spec.aliases, [{ name: 'gpt-4o-mini', model: 'llama-3.1-8b' }]);
+  });
+
+  it('refuses empty, duplicate and over-long model names', () => {
+    const doc = withModels();
+    doc.spec.backends[0].models = ['a', '', 'a', 'x'.repeat(257)];
+    assert.deepEqual(lines(doc), [
+      'spec.backends[0].models[1]: must not be empty',
+      'spec.backends[0].models[2]: duplicate value "a": already at spec.backends[0].models[0]',
+      'spec.backends[0].models[3]: must be at most 256 characters long',
+    ]);
+    doc.spec.backends[0].models = [];
+    assert.deepEqual(lines(doc), ['spec.backends[0].models: must not be empty']);
+  });
+
+  it('refuses weights that are not whole numbers from 0 to 1000000', () => {
+    const doc = pool();
+    doc.spec.backends = [
+      { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 1.5 },
+      { name: 'b', url: 'http://127.0.0.1:9102/v1', weight: -1 },
+      { name: 'c', url: 'http://127.0.0.1:9103/v1', weight: 1_000_001 },
+      { name: 'd', url: 'http://127.0.0.1:9104/v1', weight: '5' },
+    ];
+    assert.deepEqual(lines(doc), [
+      'spec.backends[0].weight: must be a whole number, not 1.5',
+      'spec.backends[1].weight: must be from 0 to 1000000, not -1',
+      'spec.backends[2].weight: must be from 0 to 1000000, not 1000001',
+      'spec.backends[3].weight: must be a whole number, not a string ("5")',
+    ]);
+  });
+
+  it('in Balance mode wants a weight on every backend or none, not all 0', () => {
+    const doc = pool();
+    doc.spec.backends = [
+      { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 95 },
+      { name: 'b', url: 'http://127.0.0.1:9102/v1' },
+    ];
+    assert.deepEqual(lines(doc), [
+      'spec.backends: in Balance mode the backends share one split: set weight on every backend or on none',
+    ]);
+    doc.spec.backends[1].weight = 0;
+    doc.spec.backends[0].weight = 0;
+    assert.deepEqual(lines(doc), [
+      'spec.backends: the weights are all 0, so no backend would get any traffic: give one a weight above 0',
+    ]);
+    doc.spec.backends[0].weight = 1;
+    okSpec(doc);
+  });
+
+  it('in Failover mode takes weights on some backends, none of them 0', () => {
+    const doc = pool();
+    doc.spec.mode = 'Failover';
+    doc.spec.backends = [
+      { name: 'a', url: 'http://127.0.0.1:9101/v1', weight: 3 },
+      { name: 'b', url: 'http://127.0.0.1:9102/v1' },
+    ];
+    okSpec(doc);
+    doc.spec.backends[1].weight = 0;
+    assert.deepEqual(lines(doc), [
+      'spec.backends: in Failover mode each backend is a tier of its own, so a weight of 0 leaves its tier without traffic: remove the weight or the backend',
+    ]);
+  });
+
+  it('refuses duplicate alias names at the later one', () => {
+    const doc = withModels();
+    doc.spec.aliases.push({ name: 'gpt-4o-mini', model: 'sql-lora' });
+    assert.deepEqual(lines(doc), [
+      'spec.aliases[1]: duplicate name "gpt-4o-mini": already at spec.aliases[0]',
+    ]);
+  });
+
+  it('refuses chains and loops, naming the alias', () => {
+    const doc = withModels();
+    doc.spec.aliases.push({ name: 'fast', model: 'gpt-4o-mini' });
+    assert.deepEqual(lines(doc), [
+      'spec.aliases: an alias must point at a served model, not at another alias: "gpt-4o-mini" is an alias and the model of an alias',
+    ]);
+    doc.spec.aliases = [{ name: 'me', model: 'me' }];
+    assert.deepEqual(lines(doc), [
+      'spec.aliases: an alias must point at a served model, not at another alias: "me" is an alias and the model of an alias',
+    ]);
+  });
+
+  it('checks aliases against spec.models', () => {
+    const doc = withModels();
+    doc.spec.models = ['llama-3.1-8b', 'gpt-4o-mini'];
+    assert.deepEqual(lines(doc), [
+      'spec.aliases: an alias name must not be one of spec.models: a request for it would be rewritten to another model, so the served model of that name could never be reached',
+    ]);
+    doc.spec.models = ['sql-lora'];
+    assert.deepEqual(lines(doc), [
+      'spec.aliases: with spec.models set, every alias must point at one of spec.models: the pool refuses any other model, so the alias would only ever answer 404',
+    ]);
+    doc.spec.models = [];
+    okSpec(doc);
+  });
+
+  it('refuses an alias named like a model a backend serves, at the alias name', () => {
+    const doc = withModels();
+    doc.spec.aliases.push({ name: 'sql-lora', model: 'llama-3.1-8b' });
+    assert.deepEqual(lines(doc), [
+      'spec.aliases[1].name: "sql-lora" is a model a backend serves (spec.backends[0].models): as an alias it would be rewritten and that model never reached; give the alias another name',
+    ]);
+  });
+
+  it('refuses an alias without its fields and unknown alias fields', () => {
+    const doc = withModels();
+    doc.spec.aliases = [{ name: 'x' }, { name: 'y', model: 'z', modle: 'q' }];
+    assert.deepEqual(lines(doc), [
+      'spec.aliases[0].model: is required',
+      'spec.aliases[1].modle: unknown field; the fields here are name, model',
+    ]);
   });
 });

@@ -13,14 +13,15 @@
  * 3. checks the schema (TypeBox `Value.Errors`), unknown fields included: the API server would
  *    silently prune a typo like `helth`, a pool file must not;
  * 4. runs the semantic rules (`semantic.ts`): the TypeScript twins of the CRD's CEL rules, with the
- *    same messages, plus the format checks of URLs and durations.
+ *    same messages, plus the format checks of URLs and durations and the alias checks CEL cannot
+ *    afford.
  */
 import { Kind, type TSchema } from '@sinclair/typebox';
 import { Value, ValueErrorType, type ValueError } from '@sinclair/typebox/value';
 import { DURATION_HELP } from './duration.ts';
 import { type InferencePool, InferencePoolSchema } from './inference-pool.schema.ts';
 import { type PoolError, ROOT_PATH, hasOwn, isRecord, joinPath, splitPath } from './path.ts';
-import { FORMATS, checkSemantics } from './semantic.ts';
+import { FORMATS, checkAliasesAgainstBackends, checkSemantics } from './semantic.ts';
 
 export type { PoolError } from './path.ts';
 
@@ -80,6 +81,9 @@ function validateUnsafe(doc: unknown): PoolValidation {
     errors.push({ path: pointerToPath(e.path, value), message: describeError(e) });
   }
   errors.push(...checkSemantics(InferencePoolSchema, value, ROOT_PATH));
+  if (isRecord(value['spec'])) {
+    errors.push(...checkAliasesAgainstBackends(value['spec'], joinPath(ROOT_PATH, 'spec')));
+  }
 
   const unique = inDocumentOrder(dedupe(errors), value);
   if (unique.length > 0) return { ok: false, errors: unique };

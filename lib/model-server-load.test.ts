@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import {
   LoadMetricsParser,
   MAX_LOAD_SAMPLES,
+  MAX_LORA_SERIES,
   MAX_REPORT_CHARS,
   MAX_SAMPLE_LINE_BYTES,
   parseLoadMetrics,
@@ -160,10 +161,109 @@ describe('parseLoadMetrics', () => {
       fc.property(fc.string(), (text) => {
         for (const load of [parseLoadMetrics(text), parseOrcaHeader(text)]) {
           if (load === undefined) continue;
-          for (const v of Object.values(load)) assert.ok(Number.isFinite(v) && v >= 0);
+          for (const [k, v] of Object.entries(load))
+            if (k === 'loadedAdapters') assert.ok(Array.isArray(v));
+            else assert.ok(Number.isFinite(v) && v >= 0);
         }
       }),
     );
+  });
+});
+
+describe('LoRA adapters in use (vllm:lora_requests_info)', () => {
+  // As vLLM writes it: one series per combination reported so far, each set to the time it was.
+  const LORA = [
+    'vllm:num_requests_running{engine="0",model_name="base"} 2.0',
+    '# HELP vllm:lora_requests_info Running stats on lora requests.',
+    '# TYPE vllm:lora_requests_info gauge',
+    'vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql",waiting_lora_adapters=""} 1.7961451e+09',
+    'vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,chat",waiting_lora_adapters="law"} 1.79614523e+09',
+    'vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters=""} 1.7961452e+09',
+  ].join('\n');
+
+  test('the newest series gives running ∪ waiting', () => {
+    assert.deepEqual(parseLoadMetrics(LORA), {
+      running: 2,
+      loadedAdapters: ['sql', 'chat', 'law'],
+    });
+  });
+
+  test('labels in any order, escaped values, spaces around names; duplicates once', () => {
+    const text = [
+      'vllm:num_requests_waiting 0',
+      'vllm:lora_requests_info{waiting_lora_adapters="a, b",max_lora="2",running_lora_adapters="q\\"x,a"} 10 1700000000000',
+    ].join('\n');
+    assert.deepEqual(parseLoadMetrics(text), { waiting: 0, loadedAdapters: ['q"x', 'a', 'b'] });
+  });
+
+  test('series of the same time are merged', () => {
+    const text = [
+      'vllm:num_requests_waiting 0',
+      'vllm:lora_requests_info{running_lora_adapters="a",waiting_lora_adapters=""} 5',
+      'vllm:lora_requests_info{running_lora_adapters="b",waiting_lora_adapters=""} 5',
+      'vllm:lora_requests_info{running_lora_adapters="old",waiting_lora_adapters=""} 4',
+    ].join('\n');
+    assert.deepEqual(parseLoadMetrics(text)?.loadedAdapters, ['a', 'b']);
+  });
+
+  test('none in use is an empty list; no metric leaves the field out', () => {
+    const idle =
+      'vllm:num_requests_running 0\nvllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""} 3\n';
+    assert.deepEqual(parseLoadMetrics(idle), { running: 0, loadedAdapters: [] });
+    assert.deepEqual(parseLoadMetrics('vllm:num_requests_running 0\n'), { running: 0 });
+    // Adapters alone are not load.
+    assert.equal(
+      parseLoadMetrics('vllm:lora_requests_info{running_lora_adapters="a"} 3\n'),
+      undefined,
+    );
+  });
+
+  test('skips lines that are not samples', () => {
+    const text = [
+      'vllm:num_requests_running 1',
+      'vllm:lora_requests_info{running_lora_adapters="unclosed} 9',
+      'vllm:lora_requests_info{running_lora_adapters=bare} 9',
+      'vllm:lora_requests_info{running_lora_adapters="nan"} NaN',
+      'vllm:lora_requests_info{running_lora_adapters="novalue"}',
+      'vllm:lora_requests_info{running_lora_adapters="noclose"',
+      'vllm:lora_requests_info_other{running_lora_adapters="other"} 99',
+      'vllm:lora_requests_info{running_lora_adapters="good"} 1',
+      'vllm:lora_requests_info 100',
+    ].join('\n');
+    // A series without labels is the newest, and names no adapter.
+    assert.deepEqual(parseLoadMetrics(text), { running: 1, loadedAdapters: [] });
+    assert.deepEqual(parseLoadMetrics(text.split('\n').slice(0, -1).join('\n'))?.loadedAdapters, [
+      'good',
+    ]);
+  });
+
+  test('reads the same adapters however the page is cut into chunks (property)', () => {
+    const whole = parseLoadMetrics(LORA);
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: LORA.length }), { maxLength: 30 }), (cuts) => {
+        const bytes = Buffer.from(LORA);
+        const parser = new LoadMetricsParser();
+        let at = 0;
+        for (const cut of [...cuts].sort((a, b) => a - b)) {
+          parser.push(bytes.subarray(at, Math.max(at, cut)));
+          at = Math.max(at, cut);
+        }
+        parser.push(bytes.subarray(at));
+        assert.deepEqual(parser.end(), whole);
+      }),
+    );
+  });
+
+  test(`series do not count as load samples; past ${MAX_LORA_SERIES} the adapters are not known`, () => {
+    const series = (n: number): string =>
+      Array.from(
+        { length: n },
+        (_, i) => `vllm:lora_requests_info{running_lora_adapters="a${i}"} ${i}\n`,
+      ).join('');
+    const atCap = parseLoadMetrics(`vllm:num_requests_running 1\n${series(MAX_LORA_SERIES)}`);
+    assert.deepEqual(atCap, { running: 1, loadedAdapters: [`a${MAX_LORA_SERIES - 1}`] });
+    const over = parseLoadMetrics(`vllm:num_requests_running 1\n${series(MAX_LORA_SERIES + 1)}`);
+    assert.deepEqual(over, { running: 1 });
   });
 });
 

@@ -9,10 +9,13 @@
  * - the Prometheus text exposition of `GET /metrics`, under vLLM's, SGLang's or TensorRT-LLM's
  *   (Triton's) names, summed over label sets (one per engine of a data-parallel server).
  *
+ * Beside the load, the exposition says which LoRA adapters the server has in use: vLLM's
+ * `vllm:lora_requests_info` (see `LORA_INFO_METRIC`).
+ *
  * Pure: shared by the controller's scraper and the sidecar (ORCA headers, a standalone sidecar's
- * own scraper), which never import each other. Only three gauges and one histogram's sum and count
- * are wanted, so this scans lines for them rather than parsing the whole exposition (histograms
- * make up most of a vLLM scrape).
+ * own scraper), which never import each other. Only three gauges, one histogram's sum and count
+ * and the adapters' info gauge are wanted, so this scans lines for them rather than parsing the
+ * whole exposition (histograms make up most of a vLLM scrape).
  */
 
 export interface ModelServerLoad {
@@ -29,6 +32,12 @@ export interface ModelServerLoad {
    */
   interTokenSeconds?: number | undefined;
   interTokens?: number | undefined;
+  /**
+   * LoRA adapters the server has requests of running or waiting for (vLLM's
+   * `vllm:lora_requests_info`, its newest series): resident there, or about to be. Undefined: the
+   * page has no such metric (a server without LoRA, or not vLLM); empty: no adapter in use.
+   */
+  loadedAdapters?: readonly string[] | undefined;
 }
 
 /** Request header that asks a server for an ORCA load report, and the answer's header. */
@@ -38,7 +47,7 @@ export const ORCA_RESPONSE_HEADER = 'endpoint-load-metrics';
 /** A report larger than this is not read (a broken or hostile server). */
 export const MAX_REPORT_CHARS = 4 * 1024 * 1024;
 
-type Field = keyof ModelServerLoad;
+type Field = Exclude<keyof ModelServerLoad, 'loadedAdapters'>;
 
 /** ORCA named metrics (vLLM maps its gauges to these) and the standard utilisation fields. */
 const ORCA_FIELDS: Readonly<Record<string, Field>> = {
@@ -144,6 +153,24 @@ export const MAX_LOAD_SAMPLES = 1024;
 
 const RULE_NAMES = METRIC_RULES.map((rule) => Buffer.from(rule.name, 'latin1'));
 
+/**
+ * vLLM's info gauge of LoRA use: one series per combination of labels it has reported,
+ * `running_lora_adapters` and `waiting_lora_adapters` (adapter names joined by commas) and
+ * `max_lora`, each set to the time it was last reported. A series is never removed, so the page
+ * holds every combination seen since the server started; the current one is the series with the
+ * largest value (the newest time).
+ */
+export const LORA_INFO_METRIC = 'vllm:lora_requests_info';
+const LORA_INFO_NAME = Buffer.from(LORA_INFO_METRIC, 'latin1');
+
+/**
+ * The most `vllm:lora_requests_info` lines one page is read for. They do not count towards
+ * `MAX_LOAD_SAMPLES`: a long-running server with many adapters legitimately piles up one series
+ * per combination it has had in use. Past this many the page's adapters are not known (which is
+ * current cannot be told without reading them all), but its load still is.
+ */
+export const MAX_LORA_SERIES = 4096;
+
 /** Bytes a wanted line can start with: v(llm), s(glang), n(v_trt_llm); never comments. */
 const isWantedFirstByte = (b: number | undefined): boolean =>
   b === 0x76 || b === 0x73 || b === 0x6e;
@@ -167,6 +194,9 @@ export class LoadMetricsParser {
   /** Inside a line not worth reading (unwanted, or too long): discard up to its end. */
   #skipping = false;
   #refused: string | undefined;
+  /** The newest `vllm:lora_requests_info` series so far: its time, and its adapters. */
+  #lora: { at: number; adapters: Set<string> } | undefined;
+  #loraLines = 0;
 
   /** Bytes of the page read so far. */
   get bytes(): number {
@@ -220,8 +250,11 @@ export class LoadMetricsParser {
     this.#carry = undefined;
     if (this.#refused !== undefined) return undefined;
     if (carry !== undefined) this.#line(carry, 0, carry.length);
-    if (this.#refused !== undefined) return undefined;
-    return isEmpty(this.#load) ? undefined : { ...this.#load };
+    if (this.#refused !== undefined || isEmpty(this.#load)) return undefined;
+    const lora = this.#loraLines <= MAX_LORA_SERIES ? this.#lora : undefined;
+    return lora === undefined
+      ? { ...this.#load }
+      : { ...this.#load, loadedAdapters: [...lora.adapters] };
   }
 
   #extendCarry(piece: Buffer): void {
@@ -240,15 +273,16 @@ export class LoadMetricsParser {
 
   /** The line `buf[start, end)`, whose first byte may start a wanted name. */
   #line(buf: Buffer, start: number, end: number): void {
+    if (isNamed(buf, start, end, LORA_INFO_NAME)) {
+      // Counted apart from the load samples, and not read past the cap.
+      if (++this.#loraLines <= MAX_LORA_SERIES) this.#loraLine(buf.toString('utf8', start, end));
+      return;
+    }
     let line: string | undefined;
     for (let i = 0; i < METRIC_RULES.length; i++) {
       const rule = METRIC_RULES[i] as MetricRule;
       const name = RULE_NAMES[i] as Buffer;
-      const after = start + name.length;
-      if (after >= end) continue;
-      const next = buf[after];
-      if (next !== 0x7b /* { */ && next !== 0x20 /* space */) continue;
-      if (buf.compare(name, 0, name.length, start, after) !== 0) continue;
+      if (!isNamed(buf, start, end, name)) continue;
       if (line === undefined) {
         if (++this.#samples > MAX_LOAD_SAMPLES) {
           this.#refuse(`more than ${MAX_LOAD_SAMPLES} load samples`);
@@ -269,6 +303,73 @@ export class LoadMetricsParser {
       set(this.#load, rule.field, combined);
     }
   }
+
+  /** A `vllm:lora_requests_info` sample: kept when it is the newest so far (ties merge). */
+  #loraLine(line: string): void {
+    const sample = labelledSample(line, LORA_INFO_METRIC.length);
+    if (sample === undefined) return;
+    const { labels, value } = sample;
+    const current = this.#lora;
+    if (current !== undefined && value < current.at) return;
+    const adapters =
+      current !== undefined && value === current.at ? current.adapters : new Set<string>();
+    for (const label of ['running_lora_adapters', 'waiting_lora_adapters'])
+      for (const name of (labels.get(label) ?? '').split(',')) {
+        const trimmed = name.trim();
+        if (trimmed !== '') adapters.add(trimmed);
+      }
+    this.#lora = { at: value, adapters };
+  }
+}
+
+/** Whether `buf[start, end)` is a sample line of metric `name` (the name, then `{` or a space). */
+function isNamed(buf: Buffer, start: number, end: number, name: Buffer): boolean {
+  const after = start + name.length;
+  if (after >= end) return false;
+  const next = buf[after];
+  if (next !== 0x7b /* { */ && next !== 0x20 /* space */) return false;
+  return buf.compare(name, 0, name.length, start, after) === 0;
+}
+
+/**
+ * The labels and value of a sample line whose name is `nameLength` characters long, read as the
+ * exposition format writes them: `name{a="x",b="y\"z"} value [timestamp]`, label values with `\\`,
+ * `\"` and `\n` escaped. Undefined for a line that is not one (an unclosed label set, a value
+ * that is not a finite number).
+ */
+function labelledSample(
+  line: string,
+  nameLength: number,
+): { labels: Map<string, string>; value: number } | undefined {
+  const labels = new Map<string, string>();
+  let i = nameLength;
+  if (line[i] === '{') {
+    i++;
+    for (;;) {
+      while (line[i] === ' ' || line[i] === ',') i++;
+      if (line[i] === '}') break;
+      const eq = line.indexOf('=', i);
+      if (eq < 0 || line[eq + 1] !== '"') return undefined;
+      const key = line.slice(i, eq).trim();
+      let value = '';
+      let j = eq + 2;
+      for (; j < line.length && line[j] !== '"'; j++) {
+        if (line[j] !== '\\') {
+          value += line[j];
+          continue;
+        }
+        j++;
+        value += line[j] === 'n' ? '\n' : (line[j] ?? '');
+      }
+      if (j >= line.length) return undefined;
+      labels.set(key, value);
+      i = j + 1;
+    }
+    i++;
+  }
+  const rest = line.slice(i).trim();
+  const value = Number(rest.split(/\s+/)[0]);
+  return rest !== '' && Number.isFinite(value) ? { labels, value } : undefined;
 }
 
 /** The load gauges of a Prometheus text exposition, or undefined when it has none of them. */

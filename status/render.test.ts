@@ -385,3 +385,36 @@ describe('renderStatusTable: a sidecar', () => {
     assert.doesNotMatch(renderStatusTable(view), /sk-secret/);
   });
 });
+
+describe('renderStatusTable: models', () => {
+  it('shows a models table and names the model without endpoints in the verdict', () => {
+    const text = renderStatusTable(
+      poolView(
+        pool({
+          ...HEALTHY_STATUS,
+          models: [
+            { name: 'llama-3.1-8b-instruct', endpoints: 2 },
+            { name: 'sql-lora', endpoints: 0 },
+            { name: 'gpt-4o-mini', endpoints: 2, aliasOf: 'llama-3.1-8b-instruct' },
+          ],
+        }),
+        'apps',
+      ),
+    );
+    const tail = text.slice(text.indexOf('MODEL'));
+    assert.equal(
+      tail,
+      [
+        'MODEL                  ENDPOINTS  ALIAS OF',
+        'llama-3.1-8b-instruct          2  -',
+        'sql-lora                       0  -',
+        'gpt-4o-mini                    2  llama-3.1-8b-instruct',
+        "ENDPOINTS counts the ready endpoints whose backend declares the model (an alias: its model's).",
+        '',
+        'UNHEALTHY (exit code 1):',
+        '  - model sql-lora: no ready endpoint declares it',
+        '',
+      ].join('\n'),
+    );
+  });
+});

@@ -192,6 +192,16 @@ function renderPool(view: PoolStatusView): string[] {
     lines.push(
       `The status lists at most ${ENDPOINT_HEALTH_LIMIT} unhealthy endpoints: there may be more.`,
     );
+  if (view.models.length > 0)
+    lines.push(
+      '',
+      ...formatTable(
+        ['MODEL', 'ENDPOINTS', 'ALIAS OF'],
+        view.models.map((m) => [m.name, String(m.endpoints), m.aliasOf ?? '-']),
+        ['left', 'right', 'left'],
+      ),
+      "ENDPOINTS counts the ready endpoints whose backend declares the model (an alias: its model's).",
+    );
   lines.push('', ...verdict(view));
   return lines;
 }

@@ -347,3 +347,39 @@ describe('sidecarView', () => {
     ]);
   });
 });
+
+describe('poolView: models', () => {
+  const models = [
+    { name: 'llama', endpoints: 2 },
+    { name: 'qwen', endpoints: 0 },
+    { name: 'gpt-4o', endpoints: 0, aliasOf: 'qwen' },
+    { name: 'gpt-4o-mini', endpoints: 2, aliasOf: 'llama' },
+  ];
+
+  it('reads status.models and is unhealthy when a declared model has no ready endpoint', () => {
+    const view = poolView(pool({ ...HEALTHY_STATUS, models }), 'apps');
+    assert.deepEqual(view.models, [
+      { name: 'llama', endpoints: 2, aliasOf: null },
+      { name: 'qwen', endpoints: 0, aliasOf: null },
+      { name: 'gpt-4o', endpoints: 0, aliasOf: 'qwen' },
+      { name: 'gpt-4o-mini', endpoints: 2, aliasOf: 'llama' },
+    ]);
+    assert.equal(view.exitCode, 1);
+    assert.deepEqual(view.problems, [
+      'model qwen: no ready endpoint declares it; alias gpt-4o points at it',
+    ]);
+  });
+
+  it('is healthy when every declared model has a ready endpoint', () => {
+    const view = poolView(pool({ ...HEALTHY_STATUS, models: [models[0]!, models[3]!] }), 'apps');
+    assert.equal(view.exitCode, 0);
+  });
+
+  it('has no models from a status without them, and skips malformed entries', () => {
+    assert.deepEqual(poolView(pool(HEALTHY_STATUS), 'apps').models, []);
+    const odd = [{ endpoints: 1 }, { name: 'm', endpoints: 'x' }] as never;
+    assert.deepEqual(poolView(pool({ ...HEALTHY_STATUS, models: odd }), 'apps').models, [
+      { name: 'm', endpoints: 0, aliasOf: null },
+    ]);
+  });
+});

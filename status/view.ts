@@ -38,6 +38,15 @@ export interface PoolEndpointRow {
   probeError: string | null;
 }
 
+/** One model of a pool: from status.models. */
+export interface PoolModelRow {
+  name: string;
+  /** Ready endpoints that declare it (for an alias: that declare its model). */
+  endpoints: number;
+  /** For an alias: the served model it stands for; null for a served model. */
+  aliasOf: string | null;
+}
+
 export interface PoolStatusView {
   source: 'kubernetes';
   pool: string;
@@ -55,6 +64,11 @@ export interface PoolStatusView {
   rows: PoolEndpointRow[];
   /** endpoints.total minus the rows: endpoints no sidecar reports a problem with. */
   unlistedEndpoints: number;
+  /**
+   * status.models: the models the backends declare, then the aliases. Empty when the status has
+   * none (no backend declares models, or an older controller wrote it).
+   */
+  models: PoolModelRow[];
   exitCode: HealthExitCode;
   /** Why exitCode is 1, one line each; empty when it is 0. */
   problems: string[];
@@ -226,6 +240,9 @@ export function poolView(object: unknown, namespace: string): PoolStatusView {
     drift: status.drift === undefined ? null : { expected: str(status.drift.expected) },
     rows: sorted,
     unlistedEndpoints: Math.max(0, (endpoints?.total ?? 0) - sorted.length),
+    models: (status.models ?? [])
+      .filter((m) => typeof m?.name === 'string')
+      .map((m) => ({ name: m.name, endpoints: num(m.endpoints) ?? 0, aliasOf: str(m.aliasOf) })),
     exitCode: 0,
     problems: [],
   };
@@ -236,7 +253,8 @@ export function poolView(object: unknown, namespace: string): PoolStatusView {
 
 /**
  * Why a pool is unhealthy: a condition that is not True, an endpoint whose breaker is open or
- * half-open in any sidecar, a drifted endpoint. Empty: healthy (exit code 0).
+ * half-open in any sidecar, a drifted endpoint, a model a backend declares with no ready endpoint
+ * (requests for it, and for its aliases, find nowhere to go). Empty: healthy (exit code 0).
  */
 export function poolProblems(view: PoolStatusView): string[] {
   const problems: string[] = [];
@@ -256,6 +274,13 @@ export function poolProblems(view: PoolStatusView): string[] {
       driftedRows++;
       problems.push(`${r.id}: drifted${r.fingerprint === null ? '' : ` (${r.fingerprint})`}`);
     }
+  }
+  for (const m of view.models) {
+    if (m.aliasOf !== null || m.endpoints > 0) continue;
+    const aliases = view.models.filter((a) => a.aliasOf === m.name).map((a) => a.name);
+    problems.push(
+      `model ${m.name}: no ready endpoint declares it${aliases.length === 0 ? '' : `; ${aliases.length === 1 ? 'alias' : 'aliases'} ${aliases.join(', ')} point${aliases.length === 1 ? 's' : ''} at it`}`,
+    );
   }
   // status.drift lists at most 256 endpoints: the count may know of more.
   const drifted = view.endpoints?.drifted ?? 0;

@@ -985,3 +985,102 @@ describe('desiredSnapshot: tls of https backends', () => {
     });
   }
 });
+
+describe('desiredSnapshot: models, weights and aliases', () => {
+  const world = {
+    services: [service('vllm'), service('canary')],
+    slices: [
+      slice('vllm', [ready('10.0.0.7'), notReady('10.0.0.9')]),
+      slice('canary', [ready('10.0.1.2')]),
+    ],
+  };
+  const stable = { name: 'stable', service: { name: 'vllm', port: 8000 } };
+  const canary = { name: 'canary', service: { name: 'canary', port: 8000 } };
+
+  test('gives service endpoints their backend’s models and weight', () => {
+    const r = reconcile(
+      pool({
+        backends: [
+          { ...stable, models: ['llama', 'sql-lora'], weight: 95 },
+          { ...canary, models: ['llama'], weight: 5 },
+        ],
+        aliases: [{ name: 'gpt-4o-mini', model: 'llama' }],
+      }),
+      world,
+    );
+    assert.deepEqual(
+      r.snapshot?.endpoints.map((e) => [e.id, e.models, e.weight]),
+      [
+        ['stable/10.0.0.7:8000', ['llama', 'sql-lora'], 95],
+        ['canary/10.0.1.2:8000', ['llama'], 5],
+      ],
+    );
+    assert.deepEqual(r.snapshot?.policy.aliases, [{ name: 'gpt-4o-mini', model: 'llama' }]);
+    const parsed = parseSnapshot({ ...r.snapshot, version: 1 });
+    assert.ok(parsed.ok, JSON.stringify(parsed));
+    assert.deepEqual(r.models, [
+      { name: 'llama', endpoints: 2 },
+      { name: 'sql-lora', endpoints: 1 },
+      { name: 'gpt-4o-mini', endpoints: 2, aliasOf: 'llama' },
+    ]);
+    assert.equal(r.aliasesNotServed, undefined);
+  });
+
+  test('a pool without the new fields hashes as before they existed', () => {
+    // No new key in the policy or the endpoints, so the canonical JSON (and the hash) of such a
+    // pool is what it was before: an upgrade does not re-push every pool's snapshot.
+    const r = reconcile(pool({ backends: [stable, canary], aliases: [] }), world);
+    const plain = reconcile(pool({ backends: [stable, canary] }), world);
+    assert.equal(r.hash, plain.hash);
+    assert.ok(r.snapshot && !('aliases' in r.snapshot.policy));
+    for (const e of r.snapshot.endpoints) assert.ok(!('models' in e) && !('weight' in e));
+    assert.equal(r.models, undefined);
+  });
+
+  test('counts declared models with no ready endpoint as 0 and names the aliases they break', () => {
+    const r = reconcile(
+      pool({
+        backends: [
+          { ...stable, models: ['llama'] },
+          { name: 'gone', service: { name: 'missing', port: 8000 }, models: ['qwen'] },
+        ],
+        aliases: [
+          { name: 'gpt-4o', model: 'qwen' },
+          { name: 'gpt-4o-mini', model: 'llama' },
+        ],
+      }),
+      world,
+    );
+    assert.deepEqual(r.models, [
+      { name: 'llama', endpoints: 1 },
+      { name: 'qwen', endpoints: 0 },
+      { name: 'gpt-4o', endpoints: 0, aliasOf: 'qwen' },
+      { name: 'gpt-4o-mini', endpoints: 1, aliasOf: 'llama' },
+    ]);
+    assert.deepEqual(r.aliasesNotServed, [{ name: 'gpt-4o', model: 'qwen' }]);
+  });
+
+  test('calls no alias unserved while a backend leaves its models to discovery', () => {
+    const r = reconcile(
+      pool({
+        backends: [{ ...stable, models: ['llama'] }, canary],
+        aliases: [{ name: 'fast', model: 'qwen' }],
+      }),
+      world,
+    );
+    assert.deepEqual(r.models, [
+      { name: 'llama', endpoints: 1 },
+      { name: 'fast', endpoints: 0, aliasOf: 'qwen' },
+    ]);
+    assert.equal(r.aliasesNotServed, undefined);
+  });
+
+  test('lists the models even when no backend resolved', () => {
+    const r = reconcile(
+      pool({ backends: [{ ...stable, service: { name: 'missing', port: 8000 }, models: ['m'] }] }),
+      world,
+    );
+    assert.equal(r.snapshot, undefined);
+    assert.deepEqual(r.models, [{ name: 'm', endpoints: 0 }]);
+  });
+});

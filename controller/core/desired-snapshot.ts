@@ -10,7 +10,13 @@ import { API_VERSION, KIND, type InferencePool } from '../../crds/inference-pool
 import { joinPath } from '../../crds/path.ts';
 import { withDriftVerdict } from '../../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
-import { apiKeyFields, resolvePolicy, tlsFields, urlEndpoints } from '../../crds/resolve.ts';
+import {
+  apiKeyFields,
+  modelFields,
+  resolvePolicy,
+  tlsFields,
+  urlEndpoints,
+} from '../../crds/resolve.ts';
 import { validatePool } from '../../crds/validate.ts';
 import { readApiKey } from './api-key.ts';
 import { readCaBundle } from './ca-bundle.ts';
@@ -19,6 +25,7 @@ import { compareStrings, contentHash } from './hash.ts';
 import type { EndpointSlice, Secret, Service } from './objects.ts';
 import { Reason, clipUtf8, joinLimited, plural, type Problem } from './problems.ts';
 import type { BackendSummary, ReconcileCondition, ReconcileResult } from './reconcile-result.ts';
+import { type PoolModels, poolModels } from './pool-models.ts';
 import { serviceEndpoints } from './service-endpoints.ts';
 
 export interface ReconcileInput {
@@ -140,7 +147,7 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
         input.slicesByService,
       );
       if (found.ok) {
-        endpoints = found.endpoints;
+        endpoints = found.endpoints.map((e) => ({ ...e, ...modelFields(backend) }));
         total = found.total;
       } else {
         problems.unshift({ ...found.problem, message: prefix + found.problem.message });
@@ -216,6 +223,7 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
       ],
       endpoints: counts,
       backends,
+      ...modelsOf(poolModels(spec, endpoints)),
     });
   }
 
@@ -227,7 +235,19 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
     conditions: [accepted, resolvedRefs, readyCondition(outcomes, counts)],
     endpoints: counts,
     backends,
+    ...modelsOf(poolModels(spec, endpoints)),
   });
+}
+
+/** The result fields of `poolModels`, each left out when there is nothing to say. */
+function modelsOf({
+  models,
+  aliasesNotServed,
+}: PoolModels): Pick<ReconcileResult, 'models' | 'aliasesNotServed'> {
+  return {
+    ...(models === undefined ? {} : { models }),
+    ...(aliasesNotServed.length === 0 ? {} : { aliasesNotServed }),
+  };
 }
 
 type DriftRecord = NonNullable<NonNullable<InferencePool['status']>['drift']>['endpoints'][number];

@@ -163,3 +163,40 @@ describe('reconcile events', () => {
     assert.match(message, /^é+\.\.\.$/);
   });
 });
+
+describe('reconcile events: aliases', () => {
+  const aliasSpec = (models: string[]) => ({
+    backends: [{ name: 'in-cluster', service: { name: 'vllm', port: 8000 }, models }],
+    aliases: [{ name: 'gpt-4o-mini', model: 'llama' }],
+  });
+  const fine = () => world({ secrets: [] });
+  const warning = [
+    'Warning',
+    'AliasTargetNotServed',
+    "Alias gpt-4o-mini points at llama, which no ready endpoint declares in its backend's models: requests for gpt-4o-mini are answered 404 (model_not_found) until one does",
+  ];
+
+  test('warns once when an alias comes to point at a model no ready endpoint declares', () => {
+    const served = reconcile(pool(aliasSpec(['llama', 'qwen'])), fine());
+    assert.deepEqual(served.events, []);
+    const down = reconcile(
+      pool(aliasSpec(['llama', 'qwen'])),
+      world({ slices: [slice('vllm', [notReady('10.0.0.7')])], secrets: [] }),
+      served,
+    );
+    assert.deepEqual(
+      summary(down).filter(([, reason]) => reason === 'AliasTargetNotServed'),
+      [warning],
+    );
+    const still = reconcile(
+      pool(aliasSpec(['llama', 'qwen'])),
+      world({ slices: [slice('vllm', [notReady('10.0.0.7')])], secrets: [] }),
+      down,
+    );
+    assert.deepEqual(still.events, []);
+  });
+
+  test('warns on the first reconcile about an alias whose model no backend lists', () => {
+    assert.deepEqual(summary(reconcile(pool(aliasSpec(['qwen'])), fine())), [warning]);
+  });
+});

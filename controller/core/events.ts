@@ -1,7 +1,8 @@
 /**
  * Kubernetes Events for what changed between two reconciles of a pool: a condition that changed
- * its status or reason, and a snapshot whose policy, endpoints or API keys changed. A repeat of
- * the same result says nothing, so a resync emits no events.
+ * its status or reason, an alias whose model came to have no ready endpoint that declares it,
+ * and a snapshot whose policy, endpoints or API keys changed. A repeat of the same result says
+ * nothing, so a resync emits no events.
  */
 import type { EndpointSpec } from '../../crds/policy-types.ts';
 import { canonicalJson } from './hash.ts';
@@ -37,6 +38,21 @@ export function reconcileEvents(
       type: condition.status === 'True' ? 'Normal' : 'Warning',
       reason: condition.reason,
       message: condition.message,
+    });
+  }
+  // An alias that newly points at a model no ready endpoint declares (on the first reconcile
+  // since a start, every such alias: a broken pool should say so, like a False condition).
+  const before = new Set(
+    (previous?.aliasesNotServed ?? []).map((a) => `${a.name}\u0000${a.model}`),
+  );
+  for (const alias of next.aliasesNotServed ?? []) {
+    if (before.has(`${alias.name}\u0000${alias.model}`)) continue;
+    events.push({
+      type: 'Warning',
+      reason: Reason.AliasTargetNotServed,
+      message:
+        `Alias ${alias.name} points at ${alias.model}, which no ready endpoint declares in its ` +
+        `backend's models: requests for ${alias.name} are answered 404 (model_not_found) until one does`,
     });
   }
   if (previous?.snapshot !== undefined && next.snapshot !== undefined) {

@@ -27,6 +27,8 @@ export const Reason = {
   EndpointsChanged: 'EndpointsChanged',
   PolicyChanged: 'PolicyChanged',
   ApiKeyChanged: 'ApiKeyChanged',
+  // events about models
+  AliasTargetNotServed: 'AliasTargetNotServed',
 } as const;
 
 export type Reason = (typeof Reason)[keyof typeof Reason];

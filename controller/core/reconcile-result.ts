@@ -4,6 +4,7 @@
  * reading a result do not import the module computing it.
  */
 import type { PoolSnapshot } from '../../crds/snapshot.ts';
+import type { ModelSummary } from './pool-models.ts';
 import type { Problem, Reason } from './problems.ts';
 
 export type ConditionType = 'Accepted' | 'ResolvedRefs' | 'Ready';
@@ -58,6 +59,16 @@ export interface ReconcileResult {
   endpoints: { ready: number; total: number; drifted: number };
   /** Per backend, in spec order (empty when the spec was not valid). */
   backends: BackendSummary[];
+  /**
+   * The models the backends declare with their ready endpoints, then the aliases (status.models);
+   * undefined when no backend declares models or the spec was not accepted.
+   */
+  models?: ModelSummary[] | undefined;
+  /**
+   * Aliases whose model no ready endpoint declares, when every backend declares its models (an
+   * AliasTargetNotServed event when one joins); empty or undefined otherwise.
+   */
+  aliasesNotServed?: { name: string; model: string }[] | undefined;
   /** What changed since `previous`, worth a Kubernetes Event. */
   events: PoolEvent[];
 }

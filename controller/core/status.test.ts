@@ -327,3 +327,28 @@ describe('fleetHealth: rates, TTFT and drift mismatches', () => {
     assert.equal(twoDigits(NaN), 0);
   });
 });
+
+describe('poolStatus: models', () => {
+  test('lists the declared models and the aliases, valid against the schema', () => {
+    const withModels = reconcile(
+      pool({
+        backends: [
+          { name: 'in-cluster', service: { name: 'vllm', port: 8000 }, models: ['llama', 'lora'] },
+        ],
+        aliases: [{ name: 'gpt-4o-mini', model: 'llama' }],
+      }),
+      { services: [service('vllm')], slices: [slice('vllm', [ready('10.0.0.7')])] },
+    );
+    const status = poolStatus(input({ result: withModels }));
+    assert.deepEqual(status.models, [
+      { name: 'llama', endpoints: 1 },
+      { name: 'lora', endpoints: 1 },
+      { name: 'gpt-4o-mini', endpoints: 1, aliasOf: 'llama' },
+    ]);
+    assert.ok(Value.Check(InferencePoolStatusSchema, status));
+  });
+
+  test('leaves models out when no backend declares any', () => {
+    assert.ok(!('models' in poolStatus(input())));
+  });
+});

@@ -111,6 +111,7 @@ export function poolStatus(input: PoolStatusInput): InferencePoolStatus {
       inSync:
         snapshot === undefined ? 0 : live.filter((s) => s.appliedHash === snapshot.hash).length,
     },
+    ...(result.models === undefined ? {} : { models: result.models.map((m) => ({ ...m })) }),
     endpointHealth: fleetHealth(input.sidecars, {
       endpointIds:
         result.snapshot === undefined

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -79,7 +80,12 @@ func main() {
 		Name string                 `json:"name"`
 		Doc  map[string]interface{} `json:"doc"`
 	}
-	must(json.Unmarshal(casesRaw, &cases))
+	dec := json.NewDecoder(bytes.NewReader(casesRaw))
+	dec.UseNumber()
+	must(dec.Decode(&cases))
+	for _, c := range cases {
+		convertNumbers(c.Doc)
+	}
 	var out []result
 	for _, c := range cases {
 		obj := c.Doc
@@ -107,4 +113,31 @@ func main() {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", " ")
 	must(enc.Encode(out))
+}
+
+// convertNumbers turns the json.Numbers of a decoded object into int64 where they are whole and
+// float64 otherwise, as the API server decodes a request body (k8s.io/apimachinery's json
+// package): CEL then sees an integer field such as weight as an int, not a double.
+func convertNumbers(v interface{}) interface{} {
+	switch x := v.(type) {
+	case map[string]interface{}:
+		for k, item := range x {
+			x[k] = convertNumbers(item)
+		}
+		return x
+	case []interface{}:
+		for i, item := range x {
+			x[i] = convertNumbers(item)
+		}
+		return x
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, err := x.Float64()
+		must(err)
+		return f
+	default:
+		return v
+	}
 }

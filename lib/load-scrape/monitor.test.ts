@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it, type TestContext } from 'node:test';
 import type { Logger } from 'pino';
 import type { PoolLoad } from '../../crds/snapshot.ts';
+import type { ServerLoadReport } from '../../sidecar/policy/index.ts';
 import { LoadMonitor, type LoadMonitorOptions, type ScrapeResult } from './monitor.ts';
 import type { ScrapeOutcome } from './scrape-schedule.ts';
 
@@ -70,6 +71,30 @@ const url = (host: string) => `http://${host}:8000/v1`;
 const metrics = (host: string) => `http://${host}:8000/metrics`;
 
 describe('LoadMonitor', () => {
+  it("hands on the LoRA adapters a server has in use, as a balancer's load report", async (t) => {
+    const pools = new Map([['pool', [{ id: 'gpus/10.0.0.1:8000', url: url('10.0.0.1') }]]]);
+    const answers = new Map([
+      [
+        metrics('10.0.0.1'),
+        { kind: 'load', load: { running: 1, loadedAdapters: ['sql', 'law'] } } as const,
+      ],
+    ]);
+    // What a standalone sidecar's pool-file source does with each message.
+    const reports: [string, ServerLoadReport][] = [];
+    const h = harness(t, pools, answers, {
+      publish: (_key, load) => {
+        for (const e of load.endpoints) reports.push([e.id, e]);
+      },
+    });
+    h.monitor.start();
+    await h.advance(2_000);
+    h.monitor.stop();
+    const [id, report] = reports.at(-1) ?? [];
+    assert.equal(id, 'gpus/10.0.0.1:8000');
+    assert.deepEqual(report?.loadedAdapters, ['sql', 'law']);
+    assert.equal(report?.running, 1);
+  });
+
   it('scrapes each server once a period, shares it between pools, and sends each pool its ids', async (t) => {
     const pools = new Map([
       [

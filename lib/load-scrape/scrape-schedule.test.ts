@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
+import { parseLoad } from '../../crds/snapshot.ts';
 import { mulberry32 } from '../rng.ts';
 import {
   INTER_TOKEN_LATENCY_MAX_AGE_MS,
@@ -309,6 +310,34 @@ describe('ScrapeSchedule: the load message', () => {
         ],
       },
     );
+  });
+
+  test("passes on the LoRA adapters a server has in use, through the stream's check", () => {
+    const s = new ScrapeSchedule({ periodMs: 1000 }, constant(0));
+    s.setTargets([A, B], 0);
+    s.takeDue(0, 16);
+    const adapters = ['sql', 'law'];
+    s.record(A, { kind: 'load', load: { running: 1, loadedAdapters: adapters } }, 100);
+    s.record(B, { kind: 'load', load: { running: 0, loadedAdapters: [] } }, 100);
+    const load = s.poolLoad(
+      [
+        { id: 'a', target: A },
+        { id: 'b', target: B },
+      ],
+      300,
+    );
+    const expected = {
+      endpoints: [
+        { id: 'a', running: 1, loadedAdapters: ['sql', 'law'], ageMs: 200 },
+        { id: 'b', running: 0, loadedAdapters: [], ageMs: 200 },
+      ],
+    };
+    assert.deepEqual(load, expected);
+    // A copy: the message never shares the sample's list.
+    assert.notEqual(load.endpoints[0]!.loadedAdapters, adapters);
+    // What a sidecar receives from the controller: the check lets the field through as it is.
+    const received = parseLoad(JSON.parse(JSON.stringify(load)));
+    assert.deepEqual(received, { ok: true, value: expected });
   });
 
   test("sends a server's inter-token latency: the change of its histogram between scrapes", () => {

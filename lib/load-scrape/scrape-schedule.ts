@@ -26,7 +26,8 @@
  *
  * Pure: time comes in as `nowMs`, randomness as an `Rng`; nothing is scheduled here.
  */
-import type { PoolLoad } from '../../crds/snapshot.ts';
+import { MAX_LOADED_ADAPTERS } from '../../crds/snapshot.schema.ts';
+import type { EndpointLoad, PoolLoad } from '../../crds/snapshot.ts';
 import type { ModelServerLoad } from '../model-server-load.ts';
 import type { RandomFn } from '../rng.ts';
 
@@ -297,7 +298,7 @@ export class ScrapeSchedule {
    * younger than `staleAfterMs`, in the order given.
    */
   poolLoad(endpoints: readonly { id: string; target: string }[], nowMs: number): PoolLoad {
-    const entries: PoolLoad['endpoints'] = [];
+    const entries: EndpointLoad[] = [];
     for (const { id, target } of endpoints) {
       const known = this.#targets.get(target);
       const sample = known?.sample;
@@ -305,12 +306,16 @@ export class ScrapeSchedule {
       const ageMs = Math.max(0, Math.round(nowMs - sample.atMs));
       // A page scraped less often for its size (PAGE_BYTES_PER_PERIOD) stays fresh as much longer.
       if (ageMs > this.#staleAfterMs * known!.stretch) continue;
-      const { running, waiting, kvCacheUsage } = sample.load;
+      const { running, waiting, kvCacheUsage, loadedAdapters } = sample.load;
       entries.push({
         id,
         ...(running === undefined ? {} : { running }),
         ...(waiting === undefined ? {} : { waiting }),
         ...(kvCacheUsage === undefined ? {} : { kvCacheUsage }),
+        // More adapters than the stream's schema carries: say nothing of them rather than lose the load.
+        ...(loadedAdapters === undefined || loadedAdapters.length > MAX_LOADED_ADAPTERS
+          ? {}
+          : { loadedAdapters: [...loadedAdapters] }),
         ...this.#interTokenLatency(known?.generation, nowMs),
         ageMs,
       });

@@ -14,6 +14,11 @@ vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
 vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
 `;
 
+const LORA = `# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql",waiting_lora_adapters="law"} 1.79e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="old",waiting_lora_adapters=""} 1.78e+09
+`;
+
 describe('scrapeLoad (against a local server)', () => {
   let server: http.Server;
   let base: string;
@@ -29,6 +34,8 @@ describe('scrapeLoad (against a local server)', () => {
       switch (req.url) {
         case '/vllm/metrics':
           return text('text/plain; version=0.0.4; charset=utf-8', VLLM);
+        case '/lora/metrics':
+          return text('text/plain; version=0.0.4; charset=utf-8', VLLM + LORA);
         case '/untyped/metrics':
           res.end(VLLM);
           return;
@@ -66,6 +73,12 @@ describe('scrapeLoad (against a local server)', () => {
   });
 
   const scrape = (path: string, timeoutMs = 2000) => scrapeLoad(`${base}${path}`, { timeoutMs });
+
+  it('reads the LoRA adapters a vLLM server has in use', async () => {
+    const outcome = await scrape('/lora/metrics');
+    assert.equal(outcome.kind, 'load');
+    assert.deepEqual(outcome.kind === 'load' && outcome.load.loadedAdapters, ['sql', 'law']);
+  });
 
   it("reads vLLM's gauges, asks for the Prometheus text format and sends no credentials", async () => {
     assert.deepEqual(await scrape('/vllm/metrics'), {
