@@ -12,6 +12,7 @@ import { ActivePoolState, type ActivePool, type PoolConfig } from './config/acti
 import { ConfigError } from './config/config-error.ts';
 import type { ConfigSource, RunningConfigSource } from './config/config-source.ts';
 import { startControllerSource } from './config/controller-source.ts';
+import { startModelDiscovery } from './config/model-discovery.ts';
 import type { Clock, Picker, Rng } from './policy/index.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy, type PoolSlot } from './proxy/proxy-server.ts';
@@ -126,19 +127,19 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   // A standalone sidecar does not start on an invalid pool file (ConfigError lists every problem).
   const firsts: PoolConfig[] = [];
   for (const file of files) firsts.push(await poolFile!.readPoolFile(file, options.env));
+  // A pool named twice to the controller counts once (as the injection counts
+  // `switchyard.dev/pools`); two pool files of one pool are a mistake (below).
   const poolNames =
     source.kind === 'file'
       ? firsts.map((f) => f.name)
       : typeof source.pool === 'string'
         ? [source.pool]
-        : [...source.pool];
+        : [...new Set(source.pool)];
   if (poolNames.length === 0) throw new ConfigError('no pool to follow');
   const repeated = duplicates(poolNames);
   if (repeated.length > 0) {
     throw new ConfigError(
-      source.kind === 'file'
-        ? `pool ${repeated.join(', ')} is named by more than one pool file (${files.join(', ')}): each pool once`
-        : `--pool ${repeated.join(', ')} given more than once: each pool once`,
+      `pool ${repeated.join(', ')} is named by more than one pool file (${files.join(', ')}): give each pool once`,
     );
   }
   const poolName = poolNames[0]!;
@@ -211,10 +212,13 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     });
   const slots = (): readonly PoolSlot[] =>
     poolNames.map((name, i) => ({ name, current: actives[i]!.current(), metrics: metrics[i]! }));
+  // What endpoints whose backend declares no `models` serve, asked of each endpoint (its
+  // /v1/models) and told to its pool's balancer; follows the pools in force as they change.
+  const discovery = startModelDiscovery({ pools: inForce, logger });
   const config: RunningConfigSource = {
     reload: async () => (await Promise.all(configs.map((c) => c.reload()))).every(Boolean),
     close: async () => {
-      await Promise.all(configs.map((c) => c.close()));
+      await Promise.all([...configs.map((c) => c.close()), discovery.close()]);
     },
   };
 

@@ -83,7 +83,7 @@ describe('choosePool', () => {
 
   test('a pool with a declared list, or with every list known, does not take other models', () => {
     const choice = choosePool('other', [chat, embed]);
-    assert.deepEqual(choice, { kind: 'not-found', served: ['llama', 'gpt-4o', 'bge'] });
+    assert.deepEqual(choice, { kind: 'not-found', served: ['bge', 'gpt-4o', 'llama'] });
   });
 
   test('one pool, nothing declared or discovered: everything goes to it (as before)', () => {

@@ -34,7 +34,7 @@ export type PoolChoice =
     }
   /** The pool the request needs has no configuration yet (503, as for a single pool). */
   | { readonly kind: 'not-configured'; readonly index: number }
-  /** No pool serves the model: 404 `model_not_found`, listing `served`. */
+  /** No pool serves the model: 404 `model_not_found`, listing `served` (sorted). */
   | { readonly kind: 'not-found'; readonly served: readonly string[] };
 
 /** Whether `pool` knows `model`: an alias name of it, declared by it, or served by an endpoint. */
@@ -76,7 +76,13 @@ export function choosePool(
   if (waiting !== -1) return { kind: 'not-configured', index: waiting };
   const open = pools.findIndex((p) => p !== undefined && mayServe(p));
   if (open !== -1) return inPool(open, pools[open]!, model);
-  return { kind: 'not-found', served: servedModels(pools).map((m) => m.id) };
+  // Sorted: a person reads it for a name (docs/models.md).
+  return {
+    kind: 'not-found',
+    served: servedModels(pools)
+      .map((m) => m.id)
+      .sort(),
+  };
 }
 
 function inPool(index: number, pool: PoolModels, model: string): PoolChoice {

@@ -117,7 +117,10 @@ export class SidecarProxy {
       metrics: options.metrics,
       logger: options.logger,
       nowMs: options.nowMs,
-      servedModels: () => servedModels(this.#slots().map(poolModels)).map((m) => m.id),
+      servedModels: () =>
+        servedModels(this.#slots().map(poolModels))
+          .map((m) => m.id)
+          .sort(),
     };
     this.modelsUnionDeps = {
       upstream: this.upstream,

@@ -145,6 +145,62 @@ describe('several pool files: routing by model through the sidecar command', () 
   });
 });
 
+describe('aliases and declared models in pool files, through the sidecar command', () => {
+  const processes: RunningProcess[] = [];
+  let client: OpenAI;
+  let cleanup: () => Promise<void>;
+
+  before(async () => {
+    const scratch = await scratchDir();
+    cleanup = scratch.cleanup;
+    const sim = await startSim('chat-sim');
+    processes.push(sim);
+    const chat = join(scratch.dir, 'chat.yaml');
+    await writeFile(
+      chat,
+      [
+        'apiVersion: switchyard.dev/v1alpha1',
+        'kind: InferencePool',
+        'metadata: {name: chat}',
+        'spec:',
+        '  mode: Balance',
+        '  aliases: [{name: gpt-4o-mini, model: llama-3.1-8b-instruct}]',
+        '  backends:',
+        `  - {name: chatty, url: ${sim.url}/v1, models: [llama-3.1-8b-instruct]}`,
+        '',
+      ].join('\n'),
+    );
+    const embed = join(scratch.dir, 'embed.yaml');
+    await writeFile(embed, poolYaml('embed', [sim.url], '  models: [bge-small]', ['embedder']));
+    const sidecar = await startSidecar(chat, ['--pool-file', embed]);
+    processes.push(sidecar);
+    client = new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'k', maxRetries: 0 });
+  });
+  after(async () => {
+    await stopAll(processes);
+    await cleanup();
+  });
+
+  test('an alias from spec.aliases is sent as its model, and the header says so', async () => {
+    const { data, response } = await client.chat.completions
+      .create({ model: 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] })
+      .withResponse();
+    assert.equal(data.model, 'llama-3.1-8b-instruct');
+    assert.match(
+      response.headers.get('x-switchyard-backend') ?? '',
+      /^chatty\/127\.0\.0\.1:\d+; model=llama-3\.1-8b-instruct$/,
+    );
+  });
+
+  test('the second pool file takes its declared model; /v1/models lists both pools', async () => {
+    const embed = await client.embeddings.create({ model: 'bge-small', input: 'x' }).withResponse();
+    assert.match(embed.response.headers.get('x-switchyard-backend') ?? '', /^embedder\//);
+    const models = await client.models.list();
+    const ids = models.data.map((m) => m.id);
+    assert.ok(ids.includes('gpt-4o-mini') && ids.includes('bge-small'), ids.join(', '));
+  });
+});
+
 /** What an echo server was sent: the model of each request, as it arrived. */
 interface EchoServer {
   url: string;
@@ -393,7 +449,7 @@ describe('several pools in process: aliases, the default pool, uploads', () => {
       assert.equal(body.error.param, 'model');
       assert.equal(
         body.error.message,
-        'The model `text-embedding-3-small` is not served here. Served models: gpt-4o-mini, whisper-alias, bge-small, text-embedding-3-small.',
+        'The model `text-embedding-3-small` is not served here. Served models: bge-small, gpt-4o-mini, text-embedding-3-small, whisper-alias.',
       );
     } finally {
       slots[1] = { ...slots[1], current: real };
