@@ -58,7 +58,10 @@ async function sidecarOf(cacheFile: string): Promise<RunningSidecar> {
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'switchyard-pools-'));
-  sims = [await startSim('chat-sim'), await startSim('embed-sim')];
+  sims = [
+    await startSim('chat-sim', ['--model', 'chat-model']),
+    await startSim('embed-sim', ['--model', 'embed-model']),
+  ];
 });
 after(async () => {
   await stopAll(sims);

@@ -38,9 +38,10 @@ describe('several pool files: routing by model through the sidecar command', () 
   before(async () => {
     const scratch = await scratchDir();
     cleanup = scratch.cleanup;
-    const chatSim = await startSim('chat-sim');
+    // Each serves only its model, which is what model discovery reads from its /v1/models.
+    const chatSim = await startSim('chat-sim', ['--model', 'chat-model']);
     processes.push(chatSim);
-    const embedSim = await startSim('embed-sim');
+    const embedSim = await startSim('embed-sim', ['--model', 'embed-model']);
     processes.push(embedSim);
     // A directory of pool files: read in name order, so `1-chat` is the first (default) pool.
     const pools = join(scratch.dir, 'pools');
@@ -153,8 +154,10 @@ describe('aliases and declared models in pool files, through the sidecar command
   before(async () => {
     const scratch = await scratchDir();
     cleanup = scratch.cleanup;
-    const sim = await startSim('chat-sim');
+    const sim = await startSim('chat-sim', ['--model', 'llama-3.1-8b-instruct']);
     processes.push(sim);
+    const embedSim = await startSim('embed-sim', ['--model', 'bge-small']);
+    processes.push(embedSim);
     const chat = join(scratch.dir, 'chat.yaml');
     await writeFile(
       chat,
@@ -171,7 +174,10 @@ describe('aliases and declared models in pool files, through the sidecar command
       ].join('\n'),
     );
     const embed = join(scratch.dir, 'embed.yaml');
-    await writeFile(embed, poolYaml('embed', [sim.url], '  models: [bge-small]', ['embedder']));
+    await writeFile(
+      embed,
+      poolYaml('embed', [embedSim.url], '  models: [bge-small]', ['embedder']),
+    );
     const sidecar = await startSidecar(chat, ['--pool-file', embed]);
     processes.push(sidecar);
     client = new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'k', maxRetries: 0 });
