@@ -226,14 +226,16 @@ export class Exchange {
     });
     if (pick.kind === 'shed' && pick.reason === 'model-not-served') {
       // No endpoint of the pool serves the model at all, whatever its health: not a 503 to retry.
-      sendModelNotFound(
-        this.res,
-        modelNotFoundMessage(
-          this.requestedModel ?? this.model ?? '',
-          this.deps.servedModels?.() ?? [],
-        ),
-        { 'x-switchyard-attempts': '0' },
-      );
+      const model = this.requestedModel ?? this.model ?? '';
+      const served = this.deps.servedModels?.() ?? [];
+      // A name the pool declares (or an alias of one) that none of its endpoints lists now: say
+      // so, or the list below would name the very model refused.
+      const why = served.includes(model)
+        ? ` Pool ${this.pool.name} knows it, but none of its endpoints serves ${this.model ?? model} now (their /v1/models lists lack it).`
+        : '';
+      sendModelNotFound(this.res, modelNotFoundMessage(model, served) + why, {
+        'x-switchyard-attempts': '0',
+      });
       return;
     }
     if (pick.kind === 'shed') {

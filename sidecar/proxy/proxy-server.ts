@@ -519,11 +519,17 @@ export class SidecarProxy {
 
   /**
    * `GET /v1/models`: every model the pools know (declared, served by their endpoints, alias
-   * names), each once; when no pool knows any, as a single pool always did: the union of the
-   * first pool's backends' own lists (models-union.ts).
+   * names), each once. A single pool that declares no aliases and no backend's `models` answers
+   * as it always did: its `spec.models`, else the union of its backends' own lists, entries as
+   * the servers wrote them (models-union.ts); so does the first pool when no pool knows a model.
    */
   private serveModels(routed: Routed, slots: readonly PoolSlot[]): void {
     const { res } = routed;
+    const only = slots.length === 1 ? slots[0]!.current : undefined;
+    if (only !== undefined && !declaresModelRouting(only)) {
+      this.serveModelsOfOnePool(routed, only);
+      return;
+    }
     const known = servedModels(slots.map(poolModels));
     if (known.length > 0) {
       const body = JSON.stringify({
@@ -548,7 +554,31 @@ export class SidecarProxy {
       noConfiguration(res, slots[0]?.name);
       return;
     }
-    serveModelsUnion(this.modelsUnionDeps, routed.req, res, first).catch((err: unknown) =>
+    this.serveModelsOfOnePool(routed, first);
+  }
+
+  /** `/v1/models` of one pool as before several: its declared list, else its backends' union. */
+  private serveModelsOfOnePool(routed: Routed, pool: ActivePool): void {
+    const { res } = routed;
+    const models = pool.policy.models;
+    if (models.length > 0) {
+      const body = JSON.stringify({
+        object: 'list',
+        data: models.map((id) => ({
+          id,
+          object: 'model',
+          created: 0,
+          owned_by: `switchyard:${pool.name}`,
+        })),
+      });
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+      });
+      res.end(body);
+      return;
+    }
+    serveModelsUnion(this.modelsUnionDeps, routed.req, res, pool).catch((err: unknown) =>
       this.internalError(res, err),
     );
   }
@@ -771,6 +801,13 @@ function poolModels(slot: PoolSlot): PoolModels | undefined {
       return (served ??= pool.balancer.modelsServed());
     },
   };
+}
+
+/** Whether a pool declares aliases or any backend's `models` (issue 42's fields). */
+function declaresModelRouting(pool: ActivePool): boolean {
+  return (
+    (pool.policy.aliases?.length ?? 0) > 0 || pool.endpoints.some((e) => e.models !== undefined)
+  );
 }
 
 /**

@@ -455,7 +455,8 @@ describe('several pools in process: aliases, the default pool, uploads', () => {
       assert.equal(body.error.param, 'model');
       assert.equal(
         body.error.message,
-        'The model `text-embedding-3-small` is not served here. Served models: bge-small, gpt-4o-mini, text-embedding-3-small, whisper-alias.',
+        'The model `text-embedding-3-small` is not served here. Served models: bge-small, gpt-4o-mini, text-embedding-3-small, whisper-alias.' +
+          ' Pool embed knows it, but none of its endpoints serves bge-small now (their /v1/models lists lack it).',
       );
     } finally {
       slots[1] = { ...slots[1], current: real };
