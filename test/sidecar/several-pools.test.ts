@@ -11,6 +11,11 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI, { toFile } from 'openai';
 import pino from 'pino';
+import {
+  SPAN_KIND_SERVER,
+  startOtlpReceiver,
+  type OtlpReceiver,
+} from '../../harness/otlp-receiver.ts';
 import { balancePool, scratchDir } from '../../harness/pool-file.ts';
 import { startSidecar, startSim, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { listen } from '../../lib/listen.ts';
@@ -150,8 +155,10 @@ describe('aliases and declared models in pool files, through the sidecar command
   const processes: RunningProcess[] = [];
   let client: OpenAI;
   let cleanup: () => Promise<void>;
+  let receiver: OtlpReceiver;
 
   before(async () => {
+    receiver = await startOtlpReceiver();
     const scratch = await scratchDir();
     cleanup = scratch.cleanup;
     const sim = await startSim('chat-sim', ['--model', 'llama-3.1-8b-instruct']);
@@ -178,19 +185,34 @@ describe('aliases and declared models in pool files, through the sidecar command
       embed,
       poolYaml('embed', [embedSim.url], '  models: [bge-small]', ['embedder']),
     );
-    const sidecar = await startSidecar(chat, ['--pool-file', embed]);
+    const sidecar = await startSidecar(chat, ['--pool-file', embed], {
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_BSP_SCHEDULE_DELAY: '50',
+    });
     processes.push(sidecar);
     client = new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'k', maxRetries: 0 });
   });
   after(async () => {
     await stopAll(processes);
+    await receiver.close();
     await cleanup();
   });
 
-  test('an alias from spec.aliases is sent as its model, and the header says so', async () => {
+  test('an alias from spec.aliases is sent as its model; the header and the span say so', async () => {
+    const traceId = '4bf92f3577b34da6a3ce929d0e0e4242';
     const { data, response } = await client.chat.completions
-      .create({ model: 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] })
+      .create(
+        { model: 'gpt-4o-mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] },
+        { headers: { traceparent: `00-${traceId}-00f067aa0ba902b7-01` } },
+      )
       .withResponse();
+    const spans = await receiver.waitForTrace(traceId, (all) =>
+      all.some((s) => s.kind === SPAN_KIND_SERVER),
+    );
+    const server = spans.find((s) => s.kind === SPAN_KIND_SERVER)!;
+    assert.equal(server.attributes['switchyard.pool'], 'chat');
+    assert.equal(server.attributes['switchyard.model.requested'], 'gpt-4o-mini');
+    assert.equal(server.attributes['switchyard.model.resolved'], 'llama-3.1-8b-instruct');
     assert.equal(data.model, 'llama-3.1-8b-instruct');
     assert.match(
       response.headers.get('x-switchyard-backend') ?? '',
