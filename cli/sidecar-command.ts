@@ -13,7 +13,10 @@ import {
   loadScrapePeriodProblem,
 } from '../lib/load-scrape/period.ts';
 import { PICKERS, type Picker } from '../sidecar/policy/baseline-pickers.ts';
-import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
+import type { ConfigSource, HostPort, ModelDiscoveryMode } from '../sidecar/sidecar.ts';
+
+/** `--model-discovery` (sidecar.ts, `ModelDiscoveryMode`, says what each does). */
+const MODEL_DISCOVERY_MODES: readonly ModelDiscoveryMode[] = ['auto', 'on', 'off'];
 
 interface SidecarFlags {
   poolFile?: string[];
@@ -32,6 +35,7 @@ interface SidecarFlags {
   logLevel: (typeof LOG_LEVELS)[number];
   picker: Picker;
   loadScrapeEvery: number;
+  modelDiscovery: ModelDiscoveryMode;
 }
 
 function configSource(flags: SidecarFlags): ConfigSource | string {
@@ -146,6 +150,14 @@ export function addSidecarCommand(program: Command): void {
         .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, `${DEFAULT_LOAD_SCRAPE_EVERY_MS}ms`)
         .argParser(parseDurationMs),
     )
+    .addOption(
+      new Option(
+        '--model-discovery <mode>',
+        "ask endpoints whose backend declares no models for their /v1/models (every 5 s): auto = when routing by model is in use (several pools, aliases, or a backend's models), on, off",
+      )
+        .choices(MODEL_DISCOVERY_MODES)
+        .default('auto'),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
     .addOption(
       new Option(
@@ -186,6 +198,7 @@ export function addSidecarCommand(program: Command): void {
           startupGraceMs: flags.startupGrace,
           env: process.env,
           picker: flags.picker,
+          modelDiscovery: flags.modelDiscovery,
         });
         const stop = (signal: string): void => {
           logger.info({ signal }, 'shutdown requested');

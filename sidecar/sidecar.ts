@@ -8,7 +8,12 @@ import { basename, dirname, extname, join } from 'node:path';
 import type { Logger } from 'pino';
 import { listen, type HostPort } from '../lib/listen.ts';
 import { createAdminServer } from './admin/admin-server.ts';
-import { ActivePoolState, type ActivePool, type PoolConfig } from './config/active-pool.ts';
+import {
+  ActivePoolState,
+  declaresModelRouting,
+  type ActivePool,
+  type PoolConfig,
+} from './config/active-pool.ts';
 import { ConfigError } from './config/config-error.ts';
 import type { ConfigSource, RunningConfigSource } from './config/config-source.ts';
 import { startControllerSource } from './config/controller-source.ts';
@@ -39,7 +44,20 @@ export interface SidecarOptions {
   rng?: Rng;
   /** A baseline picker instead of affinity + P2C (the routing benchmark's baselines). */
   picker?: Picker | undefined;
+  /**
+   * Model discovery (asking endpoints without declared `models` for their /v1/models): `auto`
+   * (the default) while routing by model is in use, `on` always, `off` never (`ModelDiscoveryMode`).
+   */
+  modelDiscovery?: ModelDiscoveryMode | undefined;
 }
+
+/**
+ * When the sidecar asks its endpoints what they serve. `auto`: when it follows several pools, or
+ * a pool in force declares aliases or a backend's `models`; a single pool that declares neither
+ * routes exactly as before (any model may go to any endpoint, `spec.models` refusing others), so
+ * its endpoints are not asked. `on`: always (a single pool of LoRA servers that declare nothing).
+ */
+export type ModelDiscoveryMode = 'auto' | 'on' | 'off';
 
 /** One pool a running sidecar follows: its name and the configuration in force, if any. */
 export interface FollowedPool {
@@ -213,12 +231,20 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const slots = (): readonly PoolSlot[] =>
     poolNames.map((name, i) => ({ name, current: actives[i]!.current(), metrics: metrics[i]! }));
   // What endpoints whose backend declares no `models` serve, asked of each endpoint (its
-  // /v1/models) and told to its pool's balancer; follows the pools in force as they change.
-  const discovery = startModelDiscovery({ pools: inForce, logger });
+  // /v1/models) and told to its pool's balancer; follows the pools in force as they change (and,
+  // in `auto`, whether routing by model is in use: none asked while it is not).
+  const discoveryMode = options.modelDiscovery ?? 'auto';
+  const discovered = (): readonly ActivePool[] => {
+    const pools = inForce();
+    if (discoveryMode === 'on' || poolNames.length > 1) return pools;
+    return pools.some(declaresModelRouting) ? pools : [];
+  };
+  const discovery =
+    discoveryMode === 'off' ? undefined : startModelDiscovery({ pools: discovered, logger });
   const config: RunningConfigSource = {
     reload: async () => (await Promise.all(configs.map((c) => c.reload()))).every(Boolean),
     close: async () => {
-      await Promise.all([...configs.map((c) => c.close()), discovery.close()]);
+      await Promise.all([...configs.map((c) => c.close()), discovery?.close()]);
     },
   };
 

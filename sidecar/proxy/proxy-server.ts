@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import type { ActivePool } from '../config/active-pool.ts';
+import { declaresModelRouting, type ActivePool } from '../config/active-pool.ts';
 import { affinityFor, type ModelsServed } from '../policy/index.ts';
 import { drainRest, readBody, type BodyResult } from './body.ts';
 import {
@@ -801,13 +801,6 @@ function poolModels(slot: PoolSlot): PoolModels | undefined {
       return (served ??= pool.balancer.modelsServed());
     },
   };
-}
-
-/** Whether a pool declares aliases or any backend's `models` (issue 42's fields). */
-function declaresModelRouting(pool: ActivePool): boolean {
-  return (
-    (pool.policy.aliases?.length ?? 0) > 0 || pool.endpoints.some((e) => e.models !== undefined)
-  );
 }
 
 /**
