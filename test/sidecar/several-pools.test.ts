@@ -17,7 +17,13 @@ import {
   type OtlpReceiver,
 } from '../../harness/otlp-receiver.ts';
 import { balancePool, scratchDir } from '../../harness/pool-file.ts';
-import { startSidecar, startSim, stopAll, type RunningProcess } from '../../harness/processes.ts';
+import {
+  startSidecar,
+  startSim,
+  startSwitchyard,
+  stopAll,
+  type RunningProcess,
+} from '../../harness/processes.ts';
 import { listen } from '../../lib/listen.ts';
 import { ActivePoolState, type ActivePool } from '../../sidecar/config/active-pool.ts';
 import { loadPoolText } from '../../sidecar/config/pool-file.ts';
@@ -227,6 +233,40 @@ describe('aliases and declared models in pool files, through the sidecar command
     const ids = models.data.map((m) => m.id);
     assert.ok(ids.includes('gpt-4o-mini') && ids.includes('bge-small'), ids.join(', '));
   });
+});
+
+test('two pool files of one pool, or --pool with pool files, are refused at start', async () => {
+  const { dir, cleanup } = await scratchDir();
+  try {
+    const a = join(dir, 'a.yaml');
+    const b = join(dir, 'b.yaml');
+    await writeFile(a, poolYaml('chat', ['http://127.0.0.1:9'], '', ['x']));
+    await writeFile(b, poolYaml('chat', ['http://127.0.0.1:9'], '', ['y']));
+    const base = ['sidecar', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'];
+    await assert.rejects(
+      startSwitchyard([...base, '--pool-file', a, '--pool-file', b]),
+      (err: Error) => {
+        assert.match(err.message, /exited \(2\)/);
+        assert.match(err.message, /pool chat is named by more than one pool file/);
+        return true;
+      },
+    );
+    await assert.rejects(
+      startSwitchyard([...base, '--pool-file', a, '--pool', 'chat']),
+      (err: Error) => {
+        assert.match(err.message, /--pool is for --controller/);
+        return true;
+      },
+    );
+    const empty = join(dir, 'empty');
+    await mkdir(empty);
+    await assert.rejects(startSwitchyard([...base, '--pool-file', empty]), (err: Error) => {
+      assert.match(err.message, /a pool-file directory with no \*\.yaml/);
+      return true;
+    });
+  } finally {
+    await cleanup();
+  }
 });
 
 /** What an echo server was sent: the model of each request, as it arrived. */
