@@ -35,4 +35,9 @@ export function parseDurationMs(value: string): number {
   return ms;
 }
 
+/** A repeatable option's parser: each use adds its value, in order. */
+export function collectRepeated(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), value];
+}
+
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;

@@ -1,19 +1,28 @@
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, parseDurationMs, parseHostPort, parsePositiveInt } from './args.ts';
+import {
+  LOG_LEVELS,
+  collectRepeated,
+  parseDurationMs,
+  parseHostPort,
+  parsePositiveInt,
+} from './args.ts';
 import {
   DEFAULT_LOAD_SCRAPE_EVERY_MS,
   loadScrapePeriodProblem,
 } from '../lib/load-scrape/period.ts';
 import { PICKERS, type Picker } from '../sidecar/policy/baseline-pickers.ts';
-import type { ConfigSource, HostPort } from '../sidecar/sidecar.ts';
+import type { ConfigSource, HostPort, ModelDiscoveryMode } from '../sidecar/sidecar.ts';
+
+/** `--model-discovery` (sidecar.ts, `ModelDiscoveryMode`, says what each does). */
+const MODEL_DISCOVERY_MODES: readonly ModelDiscoveryMode[] = ['auto', 'on', 'off'];
 
 interface SidecarFlags {
-  poolFile?: string;
+  poolFile?: string[];
   controller?: string;
   namespace?: string;
-  pool?: string;
+  pool?: string[];
   tokenFile: string;
   caFile?: string;
   cacheFile?: string;
@@ -26,13 +35,21 @@ interface SidecarFlags {
   logLevel: (typeof LOG_LEVELS)[number];
   picker: Picker;
   loadScrapeEvery: number;
+  modelDiscovery: ModelDiscoveryMode;
 }
 
 function configSource(flags: SidecarFlags): ConfigSource | string {
   if (flags.poolFile !== undefined && flags.controller !== undefined)
     return 'give either --pool-file or --controller, not both';
-  if (flags.poolFile !== undefined)
-    return { kind: 'file', poolFile: flags.poolFile, loadScrapeEveryMs: flags.loadScrapeEvery };
+  if (flags.poolFile !== undefined) {
+    if (flags.pool !== undefined)
+      return '--pool is for --controller; a pool file names its pool (metadata.name)';
+    return {
+      kind: 'file',
+      poolFile: flags.poolFile.length === 1 ? flags.poolFile[0]! : flags.poolFile,
+      loadScrapeEveryMs: flags.loadScrapeEvery,
+    };
+  }
   if (flags.controller === undefined)
     return 'give --pool-file (standalone) or --controller with --pool (in Kubernetes)';
   if (flags.pool === undefined) return '--controller needs --pool <name>';
@@ -40,7 +57,7 @@ function configSource(flags: SidecarFlags): ConfigSource | string {
     kind: 'controller',
     controllerUrl: flags.controller,
     namespace: flags.namespace ?? process.env.POD_NAMESPACE ?? 'default',
-    pool: flags.pool,
+    pool: flags.pool.length === 1 ? flags.pool[0]! : flags.pool,
     tokenFile: flags.tokenFile,
     caFile: flags.caFile,
     cacheFile: flags.cacheFile,
@@ -53,17 +70,22 @@ export function addSidecarCommand(program: Command): void {
   program
     .command('sidecar')
     .description(
-      'Run the routing proxy for one pool: standalone from a pool file, or fed by the controller.',
+      'Run the routing proxy for one pool or several: standalone from pool files, or fed by the controller.',
     )
     .option(
       '--pool-file <path>',
-      'standalone: an InferencePool manifest whose backends are URLs; watched, a valid change applies live',
+      'standalone: an InferencePool manifest whose backends are URLs, or a directory of them (*.yaml, *.yml, *.json, by name); repeatable, the first pool is the default; watched, a valid change applies live',
+      collectRepeated,
     )
     .option(
       '--controller <url>',
       'in Kubernetes: the controller’s snapshot stream, e.g. https://switchyard-controller.switchyard.svc:8443',
     )
-    .option('--pool <name>', 'with --controller: the InferencePool to route for')
+    .option(
+      '--pool <name>',
+      'with --controller: the InferencePool to route for; repeatable (one stream each), the first is the default',
+      collectRepeated,
+    )
     .addOption(
       new Option('--namespace <ns>', 'with --controller: the pool’s namespace').default(
         undefined,
@@ -78,7 +100,7 @@ export function addSidecarCommand(program: Command): void {
     .option('--ca-file <path>', 'with --controller: CA bundle of the controller’s certificate')
     .option(
       '--cache-file <path>',
-      'with --controller: keep the last snapshot here and serve from it after a restart',
+      'with --controller: keep the last snapshot here and serve from it after a restart (several pools: one file each beside it, snapshot.<pool>.json)',
     )
     .addOption(
       new Option('--sidecar-id <id>', 'with --controller: this sidecar in reports').default(
@@ -128,6 +150,14 @@ export function addSidecarCommand(program: Command): void {
         .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, `${DEFAULT_LOAD_SCRAPE_EVERY_MS}ms`)
         .argParser(parseDurationMs),
     )
+    .addOption(
+      new Option(
+        '--model-discovery <mode>',
+        "ask endpoints whose backend declares no models for their /v1/models (every 5 s): auto = when routing by model is in use (several pools, aliases, or a backend's models), on, off",
+      )
+        .choices(MODEL_DISCOVERY_MODES)
+        .default('auto'),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
     .addOption(
       new Option(
@@ -140,6 +170,7 @@ export function addSidecarCommand(program: Command): void {
     .addHelpText(
       'after',
       '\nExamples:\n  switchyard sidecar --pool-file pool.yaml\n' +
+        '  switchyard sidecar --pool-file chat.yaml --pool-file embed.yaml   (routed by the request model)\n' +
         `  switchyard sidecar --controller https://switchyard-controller.switchyard.svc:8443 --pool chat --ca-file /var/run/secrets/switchyard/ca.crt\n` +
         '  curl http://127.0.0.1:8080/v1/chat/completions -d \'{"model":"m","messages":[{"role":"user","content":"hi"}]}\'',
     )
@@ -167,6 +198,7 @@ export function addSidecarCommand(program: Command): void {
           startupGraceMs: flags.startupGrace,
           env: process.env,
           picker: flags.picker,
+          modelDiscovery: flags.modelDiscovery,
         });
         const stop = (signal: string): void => {
           logger.info({ signal }, 'shutdown requested');

@@ -15,8 +15,20 @@ export const METRICS_TTL_MS = 1_000;
 /** Endpoints per slice of `/debug/backends`: about a millisecond of work each. */
 const DEBUG_ENDPOINTS_PER_SLICE = 64;
 
+/** One pool of a sidecar that follows several, as the admin port shows it. */
+export interface AdminPool {
+  readonly name: string;
+  readonly current: ActivePool | undefined;
+}
+
 export interface AdminOptions {
+  /** The pool of a sidecar that follows one; see `pools`. */
   pool: () => ActivePool | undefined;
+  /**
+   * Every pool, in order, when the sidecar follows several: `/readyz` then waits for all of them,
+   * and `/debug/backends?pool=<name>` shows one (the first by default). `pool` is not read.
+   */
+  pools?: (() => readonly AdminPool[]) | undefined;
   metrics: SidecarMetrics;
   isDraining: () => boolean;
   /** Why the sidecar counts as started (`/startupz`), or undefined while it does not yet. */
@@ -124,6 +136,9 @@ export function createAdminServer(options: AdminOptions): Server {
   const metricsText = new SharedRender(() => options.metrics.exposition(), METRICS_TTL_MS);
   // Not reused, but concurrent requests share one render, so pollers cannot pile renders up.
   const backendsText = new SharedRender(() => describeBackends(options.pool()), 0);
+  // One per pool of a sidecar that follows several, made on first use.
+  const backendsByPool = new Map<string, SharedRender>();
+  const pools = options.pools;
   const send = (
     res: ServerResponse,
     contentType: string,
@@ -138,7 +153,7 @@ export function createAdminServer(options: AdminOptions): Server {
     );
   };
   return http.createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const [path, query] = (req.url ?? '/').split('?');
     if (req.method !== 'GET') {
       json(res, 405, {
         error: {
@@ -161,15 +176,44 @@ export function createAdminServer(options: AdminOptions): Server {
         return;
       }
       case '/readyz': {
+        if (pools !== undefined) {
+          readyzOfPools(res, pools(), options.isDraining());
+          return;
+        }
         const pool = options.pool();
         if (options.isDraining()) json(res, 503, { status: 'draining' });
         else if (pool === undefined) json(res, 503, { status: 'no configuration applied yet' });
         else json(res, 200, { status: 'ready', pool: pool.name, snapshotVersion: pool.version });
         return;
       }
-      case '/debug/backends':
-        send(res, 'application/json', backendsText.get(), 'backends_failed');
+      case '/debug/backends': {
+        if (pools === undefined) {
+          send(res, 'application/json', backendsText.get(), 'backends_failed');
+          return;
+        }
+        const all = pools();
+        const wanted = new URLSearchParams(query ?? '').get('pool') ?? all[0]?.name ?? '';
+        if (!all.some((p) => p.name === wanted)) {
+          json(res, 404, {
+            error: {
+              message: `No pool ${JSON.stringify(wanted.slice(0, 200))} here; this sidecar follows ${all.map((p) => p.name).join(', ')} (?pool=<name>).`,
+              type: 'invalid_request_error',
+              code: 'unknown_pool',
+            },
+          });
+          return;
+        }
+        let render = backendsByPool.get(wanted);
+        if (render === undefined) {
+          render = new SharedRender(
+            () => describeBackends(pools().find((p) => p.name === wanted)?.current),
+            0,
+          );
+          backendsByPool.set(wanted, render);
+        }
+        send(res, 'application/json', render.get(), 'backends_failed');
         return;
+      }
       case '/metrics': {
         const type = options.metrics.registry.contentType;
         if (acceptsGzip(req.headers['accept-encoding']))
@@ -190,5 +234,32 @@ export function createAdminServer(options: AdminOptions): Server {
           },
         });
     }
+  });
+}
+
+/**
+ * `/readyz` of a sidecar that follows several pools: ready once every pool has a configuration
+ * (a request for any of its models can be routed), not while draining.
+ */
+function readyzOfPools(res: ServerResponse, pools: readonly AdminPool[], draining: boolean): void {
+  if (draining) {
+    json(res, 503, { status: 'draining' });
+    return;
+  }
+  const waiting = pools.filter((p) => p.current === undefined).map((p) => p.name);
+  const states = pools.map((p) => ({
+    pool: p.name,
+    snapshotVersion: p.current?.version ?? null,
+  }));
+  if (waiting.length > 0) {
+    json(res, 503, { status: 'no configuration applied yet', waiting, pools: states });
+    return;
+  }
+  const first = pools[0]?.current;
+  json(res, 200, {
+    status: 'ready',
+    pool: first?.name,
+    snapshotVersion: first?.version,
+    pools: states,
   });
 }

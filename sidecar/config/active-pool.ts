@@ -34,6 +34,16 @@ export interface ActivePool {
   balancer: PoolBalancer;
 }
 
+/**
+ * Whether a pool names models for routing beyond `spec.models` (issue 42): aliases, or a backend's
+ * `models`. A single pool that does neither routes exactly as before several pools existed.
+ */
+export function declaresModelRouting(pool: ActivePool): boolean {
+  return (
+    (pool.policy.aliases?.length ?? 0) > 0 || pool.endpoints.some((e) => e.models !== undefined)
+  );
+}
+
 export interface ActivePoolStateOptions {
   clock: Clock;
   rng: Rng;

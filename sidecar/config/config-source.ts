@@ -6,10 +6,18 @@ export type ControllerSourceOptions = Omit<
   'logger' | 'onSnapshot' | 'currentEndpoints'
 >;
 
-/** Where the pool configuration comes from. */
+/**
+ * Where the pool configurations come from. Either names one pool or several, in order (the first
+ * is the default pool: docs/sidecar.md, "Several pools"): pool files (a directory stands for its
+ * `*.yaml`, `*.yml` and `*.json` files, sorted by name), or pools the controller streams (one
+ * stream each; with several, each keeps its cache file beside `cacheFile`: `snapshot.json` →
+ * `snapshot.<pool>.json`).
+ */
 export type ConfigSource =
-  | { kind: 'file'; poolFile: string; loadScrapeEveryMs?: number | undefined }
-  | ({ kind: 'controller' } & ControllerSourceOptions);
+  | { kind: 'file'; poolFile: string | readonly string[]; loadScrapeEveryMs?: number | undefined }
+  | ({ kind: 'controller' } & Omit<ControllerSourceOptions, 'pool'> & {
+        pool: string | readonly string[];
+      });
 
 /** A configuration source once started: it writes into the `ActivePoolState` until closed. */
 export interface RunningConfigSource {

@@ -40,9 +40,14 @@ const TYPE_BY_STATUS: Record<number, string> = {
   504: 'upstream_error',
 };
 
-export function errorBody(status: number, code: SidecarErrorCode, message: string): string {
+export function errorBody(
+  status: number,
+  code: SidecarErrorCode,
+  message: string,
+  param: string | null = null,
+): string {
   return JSON.stringify({
-    error: { message, type: TYPE_BY_STATUS[status] ?? 'server_error', code, param: null },
+    error: { message, type: TYPE_BY_STATUS[status] ?? 'server_error', code, param },
   });
 }
 
@@ -59,6 +64,28 @@ export function sendError(
   }
   const body = errorBody(status, code, message);
   res.writeHead(status, {
+    ...headers,
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+/**
+ * 404 `model_not_found` with `param: "model"`, as OpenAI answers a model it does not serve: the
+ * request names a model no pool of this sidecar serves (docs/sidecar.md, "Several pools").
+ */
+export function sendModelNotFound(
+  res: ServerResponse,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = errorBody(404, 'model_not_found', message, 'model');
+  res.writeHead(404, {
     ...headers,
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),

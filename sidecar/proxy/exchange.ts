@@ -40,9 +40,10 @@ import {
 import { forwardedHeaders } from './client-request.ts';
 import { applyBackendKey } from './backend-key.ts';
 import { PassiveDriftCheck } from './drift-check.ts';
-import { sendError } from './errors.ts';
+import { sendError, sendModelNotFound } from './errors.ts';
 import { upstreamUrl } from './inference-routes.ts';
 import type { EndpointMetrics, SidecarMetrics } from './metrics.ts';
+import { backendHeader, modelNotFoundMessage } from './model-routing.ts';
 import { parseRetryAfterMs } from './retry-after.ts';
 import {
   cachedUpstreamTarget,
@@ -82,6 +83,8 @@ export interface ExchangeDeps {
   readonly logger: Logger;
   /** Monotonic ms, for TTFT metrics (the balancer has its own clock for decisions). */
   readonly nowMs: () => number;
+  /** Every model the sidecar's pools serve: the list in a 404 for a model none serves. */
+  readonly servedModels?: (() => readonly string[]) | undefined;
 }
 
 /** A client request, read and parsed by the proxy server. */
@@ -107,6 +110,15 @@ export interface ExchangeInit {
   bodyStream?: Readable | undefined;
   /** Sees the first bytes of a successful answer (the stored-response id, for instance). */
   tap?: ResponseTap | undefined;
+  /** The metrics of the request's pool; `deps.metrics` when not given. */
+  metrics?: SidecarMetrics | undefined;
+  /**
+   * The model the request is sent with, an alias resolved (undefined: it names none): only
+   * endpoints that serve it are candidates (`PickRequest.model`).
+   */
+  model?: string | undefined;
+  /** The model the client named, before an alias was resolved (`x-switchyard-backend`). */
+  requestedModel?: string | undefined;
   /**
    * The client's `Content-Encoding` of a body passed on undecoded (a streamed upload, an opaque
    * body), which goes with it; forwardedHeaders drops it for the JSON bodies the proxy decodes.
@@ -134,6 +146,10 @@ export class Exchange {
   readonly pool: ActivePool;
   readonly streamed: boolean;
   readonly trace: RequestTrace | undefined;
+  /** The metrics of the request's pool. */
+  readonly metrics: SidecarMetrics;
+  readonly model: string | undefined;
+  readonly requestedModel: string | undefined;
   /** Attempts sent so far (the `x-switchyard-attempts` header). */
   attempts = 0;
   readonly #path: string;
@@ -164,6 +180,9 @@ export class Exchange {
     this.pool = init.pool;
     this.streamed = init.streamed;
     this.trace = init.trace;
+    this.metrics = init.metrics ?? deps.metrics;
+    this.model = init.model;
+    this.requestedModel = init.requestedModel;
     this.#path = init.path;
     this.#query = init.query;
     this.#raw = init.raw;
@@ -198,12 +217,27 @@ export class Exchange {
 
   /** The first attempt: pick (or shed at once) and send. */
   #first(): void {
-    const { metrics } = this.deps;
+    const { metrics } = this;
     const pick = this.pool.balancer.pick({
       ...this.#affinity,
       exclude: this.#tried,
       requestBytes: this.#raw.length,
+      model: this.model,
     });
+    if (pick.kind === 'shed' && pick.reason === 'model-not-served') {
+      // No endpoint of the pool serves the model at all, whatever its health: not a 503 to retry.
+      const model = this.requestedModel ?? this.model ?? '';
+      const served = this.deps.servedModels?.() ?? [];
+      // A name the pool declares (or an alias of one) that none of its endpoints lists now: say
+      // so, or the list below would name the very model refused.
+      const why = served.includes(model)
+        ? ` Pool ${this.pool.name} knows it, but none of its endpoints serves ${this.model ?? model} now (their /v1/models lists lack it).`
+        : '';
+      sendModelNotFound(this.res, modelNotFoundMessage(model, served) + why, {
+        'x-switchyard-attempts': '0',
+      });
+      return;
+    }
     if (pick.kind === 'shed') {
       metrics.shed.inc();
       this.trace?.shed();
@@ -232,7 +266,8 @@ export class Exchange {
     if (this.#clientGone || this.res.headersSent) return false;
     // A passed-through body went to the first attempt and is gone.
     if (this.#bodyStream !== undefined) return false;
-    const { metrics, logger } = this.deps;
+    const { logger } = this.deps;
+    const { metrics } = this;
     const decision = this.pool.balancer.tryRetry(this.attempts);
     if (decision.kind !== 'retry') {
       this.trace?.retryVerdict(decision.kind);
@@ -243,6 +278,7 @@ export class Exchange {
       ...this.#affinity,
       exclude: this.#tried,
       requestBytes: this.#raw.length,
+      model: this.model,
     });
     if (pick.kind === 'shed') {
       this.trace?.retryVerdict('no-endpoint');
@@ -341,6 +377,20 @@ export class Exchange {
   }
 
   /**
+   * The model the request went to `endpoint` with: the backend's `model:` when the body was
+   * rewritten for it (a JSON body), else the pool's resolved name (undefined: none named).
+   */
+  sentModel(endpoint: EndpointSpec): string | undefined {
+    if (
+      endpoint.model !== undefined &&
+      this.#bodyStream === undefined &&
+      this.#fields !== undefined
+    )
+      return endpoint.model;
+    return this.model;
+  }
+
+  /**
    * The request body for this endpoint: the client's bytes, or re-serialised with the backend's
    * model name; undefined when the body cannot be re-serialised.
    */
@@ -407,7 +457,7 @@ class ExchangeAttempt implements UpstreamHandler {
     this.#exchange = exchange;
     this.attempt = attempt;
     this.#affinity = affinity;
-    this.#metrics = deps.metrics.forEndpoint(attempt.endpoint);
+    this.#metrics = exchange.metrics.forEndpoint(attempt.endpoint);
     this.#sentAtMs = deps.nowMs();
     this.#upstream = deps.upstream.request(
       {
@@ -557,7 +607,7 @@ class ExchangeAttempt implements UpstreamHandler {
   #disconnectStalledClient(stalledMs: number): void {
     const { res, deps, pool } = this.#exchange;
     if (res.destroyed) return;
-    deps.metrics.clientStalled.inc();
+    this.#exchange.metrics.clientStalled.inc();
     deps.logger.warn(
       { pool: pool.name, endpoint: this.attempt.endpoint.id, stalledMs: Math.round(stalledMs) },
       'client stopped reading; connection closed',
@@ -660,7 +710,14 @@ class ExchangeAttempt implements UpstreamHandler {
       if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) headers[name] = value;
     }
     if (!exchange.clientAskedForLoad) delete headers[ORCA_RESPONSE_HEADER];
-    headers['x-switchyard-backend'] = this.attempt.endpoint.id;
+    const endpoint = this.attempt.endpoint;
+    // The model the request went with, when not the name the client asked for: a backend's
+    // `model:` (exchange.#bodyFor), else the pool's alias.
+    headers['x-switchyard-backend'] = backendHeader(
+      endpoint.id,
+      exchange.requestedModel,
+      exchange.sentModel(endpoint),
+    );
     headers['x-switchyard-attempts'] = String(exchange.attempts);
     headers['x-switchyard-affinity'] = this.#affinity;
     exchange.res.writeHead(this.#status, headers);

@@ -69,27 +69,14 @@ export const ENDPOINT_FAMILY_HELP = {
  * are the sidecar's own (exposition.ts), so that `exposition()` can write them in slices.
  */
 export class SidecarMetrics {
-  readonly registry = new Registry();
-  private readonly requests = new CounterFamily(
-    'switchyard_requests_total',
-    ENDPOINT_FAMILY_HELP.requests,
-  );
-  private readonly ttft = new HistogramFamily(
-    'switchyard_ttft_seconds',
-    ENDPOINT_FAMILY_HELP.ttft,
-    TTFT_BUCKETS_S,
-  );
-  private readonly driftMismatches = new CounterFamily(
-    'switchyard_drift_mismatches_total',
-    ENDPOINT_FAMILY_HELP.driftMismatches,
-  );
+  readonly registry: Registry;
+  readonly #shared: SharedFamilies;
   private readonly byEndpoint = new Map<string, EndpointMetrics>();
   private readonly affinity: Record<AffinityResult, { inc(): void }>;
   readonly retries: { inc(): void };
   readonly retryBudgetExhausted: { inc(): void };
   readonly shed: { inc(): void };
   readonly clientStalled: { inc(): void };
-  private readonly responses: Counter<'pool' | 'code'>;
   private readonly responsesByCode = new Map<number, { inc(): void }>();
   readonly configApplied: { inc(): void };
   readonly configRejected: { inc(): void };
@@ -98,103 +85,44 @@ export class SidecarMetrics {
 
   private readonly pool: string;
 
-  constructor(pool: string) {
+  /**
+   * The metrics of one pool. A sidecar that follows several pools makes one per pool, each after
+   * the first given the first (`sameRegistry`): they share one registry and one set of families,
+   * each writing its series under its own `pool` label.
+   */
+  constructor(pool: string, sameRegistry?: SidecarMetrics) {
     this.pool = pool;
-    const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_process_' });
-    const retries = new Counter({
-      name: 'switchyard_retries_total',
-      help: 'Retries sent to another endpoint after a failure that reached no client byte.',
-      labelNames: ['pool'],
-      registers,
-    });
-    this.retries = retries.labels({ pool });
-    const exhausted = new Counter({
-      name: 'switchyard_retry_budget_exhausted_total',
-      help: 'Failures that were not retried because the retry budget was spent.',
-      labelNames: ['pool'],
-      registers,
-    });
-    this.retryBudgetExhausted = exhausted.labels({ pool });
-    const shed = new Counter({
-      name: 'switchyard_shed_total',
-      help: 'Requests answered 503 at once because no endpoint was live.',
-      labelNames: ['pool'],
-      registers,
-    });
-    this.shed = shed.labels({ pool });
-    const stalled = new Counter({
-      name: 'switchyard_client_stalled_total',
-      help: 'Client connections closed because the client read nothing of its response for timeouts.clientStall; the upstream request was cancelled, and the endpoint not blamed.',
-      labelNames: ['pool'],
-      registers,
-    });
-    this.clientStalled = stalled.labels({ pool });
-    const affinity = new Counter({
-      name: 'switchyard_affinity_total',
-      help: "Affinity decisions: hit (the key's home, or the holder of the prompt's longest known prefix), spill (a later endpoint of the key's order), overloaded (no endpoint of the key had room: balanced), none (no key).",
-      labelNames: ['pool', 'result'],
-      registers,
-    });
+    const shared = sameRegistry === undefined ? new SharedFamilies() : sameRegistry.#shared;
+    this.#shared = shared;
+    this.registry = shared.registry;
+    shared.pools.push(this);
+    this.retries = shared.retries.labels({ pool });
+    this.retryBudgetExhausted = shared.exhausted.labels({ pool });
+    this.shed = shared.shed.labels({ pool });
+    this.clientStalled = shared.stalled.labels({ pool });
     this.affinity = Object.fromEntries(
-      AFFINITY_RESULTS.map((r) => [r, affinity.labels({ pool, result: r })]),
+      AFFINITY_RESULTS.map((r) => [r, shared.affinity.labels({ pool, result: r })]),
     ) as Record<AffinityResult, { inc(): void }>;
-    this.responses = new Counter({
-      name: 'switchyard_responses_total',
-      help: 'Responses the client saw, by status code (sidecar errors included).',
-      labelNames: ['pool', 'code'],
-      registers,
-    });
-    const applied = new Counter({
-      name: 'switchyard_config_applied_total',
-      help: 'Pool configurations (file changes or snapshots) applied.',
-      labelNames: ['pool'],
-      registers,
-    });
-    this.configApplied = applied.labels({ pool });
-    const rejected = new Counter({
-      name: 'switchyard_config_rejected_total',
-      help: 'Pool configurations rejected as invalid; the last good one stays in force.',
-      labelNames: ['pool'],
-      registers,
-    });
-    this.configRejected = rejected.labels({ pool });
-    // The prefill exchange's two rates, read at scrape time; absent until measured.
-    const exchangeGauge = (
-      name: string,
-      help: string,
-      field: keyof PrefillExchangeReading,
-    ): void => {
-      const read = (): number | undefined => this.exchangeSource()?.[field];
-      new Gauge({
-        name,
-        help,
-        labelNames: ['pool'],
-        registers,
-        collect() {
-          const ms = read();
-          if (ms === undefined || !Number.isFinite(ms)) this.reset();
-          else this.set({ pool }, ms / 1000);
-        },
-      });
-    };
-    exchangeGauge(
-      'switchyard_prefill_seconds_per_kib',
-      'Time to first token per KiB of request on servers with a free slot, as the pool measured it: with switchyard_slot_hold_seconds, what a cached prefix is worth in queue positions.',
-      'prefillMsPerKiB',
-    );
-    exchangeGauge(
-      'switchyard_slot_hold_seconds',
-      'How long a request holds its server slot, start to end, as the pool measured it; over the server batch, the cost of one queue position.',
-      'holdMs',
-    );
+    this.configApplied = shared.applied.labels({ pool });
+    this.configRejected = shared.rejected.labels({ pool });
+  }
+
+  /** The prefill exchange's rate `field` of this pool, in seconds; undefined until measured. */
+  exchangeSeconds(field: keyof PrefillExchangeReading): number | undefined {
+    const ms = this.exchangeSource()?.[field];
+    return ms === undefined || !Number.isFinite(ms) ? undefined : ms / 1000;
+  }
+
+  /** This pool's `pool` label value. */
+  get poolName(): string {
+    return this.pool;
   }
 
   /** Counts a response the client saw; children are bound once per status code. */
   response(status: number): void {
     let child = this.responsesByCode.get(status);
     if (child === undefined) {
-      child = this.responses.labels({ pool: this.pool, code: String(status) });
+      child = this.#shared.responses.labels({ pool: this.pool, code: String(status) });
       this.responsesByCode.set(status, child);
     }
     child.inc();
@@ -222,10 +150,10 @@ export class SidecarMetrics {
       m = {
         labels,
         requests: Object.fromEntries(
-          CODE_CLASSES.map((code) => [code, this.requests.child(`${text},code="${code}"`)]),
+          CODE_CLASSES.map((code) => [code, this.#shared.requests.child(`${text},code="${code}"`)]),
         ) as Record<CodeClass, { inc(): void }>,
-        ttft: this.ttft.child(text),
-        driftMismatches: this.driftMismatches.child(text),
+        ttft: this.#shared.ttft.child(text),
+        driftMismatches: this.#shared.driftMismatches.child(text),
       };
       this.byEndpoint.set(endpoint.id, m);
     }
@@ -239,9 +167,9 @@ export class SidecarMetrics {
       if (keep.has(id)) continue;
       this.byEndpoint.delete(id);
       const text = labelText(m.labels);
-      for (const code of CODE_CLASSES) this.requests.remove(`${text},code="${code}"`);
-      this.ttft.remove(text);
-      this.driftMismatches.remove(text);
+      for (const code of CODE_CLASSES) this.#shared.requests.remove(`${text},code="${code}"`);
+      this.#shared.ttft.remove(text);
+      this.#shared.driftMismatches.remove(text);
     }
   }
 
@@ -261,25 +189,149 @@ export class SidecarMetrics {
    * read the balancer once, when the first of them is written, so they agree with each other.
    */
   endpointFamilies(): Family[] {
-    const pool = labelValue(this.pool);
-    let rows: readonly EndpointGauges[] | undefined;
-    const read = (): readonly EndpointGauges[] => (rows ??= this.gaugeSource());
+    // Every pool's rows, in pool order, each with its pool's label text.
+    const pools = this.#shared.pools;
+    let rows: readonly PoolRow[] | undefined;
+    const read = (): readonly PoolRow[] =>
+      (rows ??= pools.flatMap((m) => {
+        const pool = labelValue(m.pool);
+        return m.gaugeSource().map((gauges) => ({ pool, gauges }));
+      }));
     // Each endpoint's label text, made by the first gauge and reused by the other three.
     const labels: string[] = [];
-    const labelsOf = (s: EndpointGauges, i: number): string =>
+    const labelsOf = (r: PoolRow, i: number): string =>
       (labels[i] ??=
-        `pool="${pool}",backend="${labelValue(s.backend)}",endpoint="${labelValue(s.id)}"`);
+        `pool="${r.pool}",backend="${labelValue(r.gauges.backend)}",endpoint="${labelValue(r.gauges.id)}"`);
     const gauge = (name: string, help: string, value: (s: EndpointGauges) => number): Family =>
-      gaugeFamily(name, help, read, labelsOf, value);
+      gaugeFamily(name, help, read, labelsOf, (r) => value(r.gauges));
     const help = ENDPOINT_FAMILY_HELP;
+    const shared = this.#shared;
     return [
-      this.requests,
-      this.ttft,
-      this.driftMismatches,
+      shared.requests,
+      shared.ttft,
+      shared.driftMismatches,
       gauge('switchyard_inflight', help.inflight, (s) => s.inFlight),
       gauge('switchyard_breaker_state', help.breaker, (s) => BREAKER_VALUE[s.breaker]),
       gauge('switchyard_ewma_ttft_seconds', help.ewmaTtft, (s) => s.ewmaTtftMs / 1000),
       gauge('switchyard_endpoint_drifted', help.drifted, (s) => (s.drifted ? 1 : 0)),
     ];
+  }
+}
+
+/** One endpoint's gauges and its pool's label value, as the gauge families write them. */
+interface PoolRow {
+  readonly pool: string;
+  readonly gauges: EndpointGauges;
+}
+
+/**
+ * The registry and the families every pool of one sidecar writes into: prom-client's (each
+ * registered once), and the per-endpoint families the sidecar writes itself.
+ */
+class SharedFamilies {
+  readonly registry = new Registry();
+  /** Every pool's metrics, in pool order. */
+  readonly pools: SidecarMetrics[] = [];
+  readonly requests = new CounterFamily('switchyard_requests_total', ENDPOINT_FAMILY_HELP.requests);
+  readonly ttft = new HistogramFamily(
+    'switchyard_ttft_seconds',
+    ENDPOINT_FAMILY_HELP.ttft,
+    TTFT_BUCKETS_S,
+  );
+  readonly driftMismatches = new CounterFamily(
+    'switchyard_drift_mismatches_total',
+    ENDPOINT_FAMILY_HELP.driftMismatches,
+  );
+  readonly retries: Counter<'pool'>;
+  readonly exhausted: Counter<'pool'>;
+  readonly shed: Counter<'pool'>;
+  readonly stalled: Counter<'pool'>;
+  readonly affinity: Counter<'pool' | 'result'>;
+  readonly responses: Counter<'pool' | 'code'>;
+  readonly applied: Counter<'pool'>;
+  readonly rejected: Counter<'pool'>;
+
+  constructor() {
+    const registers = [this.registry];
+    const pools = this.pools;
+    collectDefaultMetrics({ register: this.registry, prefix: 'switchyard_process_' });
+    this.retries = new Counter({
+      name: 'switchyard_retries_total',
+      help: 'Retries sent to another endpoint after a failure that reached no client byte.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.exhausted = new Counter({
+      name: 'switchyard_retry_budget_exhausted_total',
+      help: 'Failures that were not retried because the retry budget was spent.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.shed = new Counter({
+      name: 'switchyard_shed_total',
+      help: 'Requests answered 503 at once because no endpoint was live.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.stalled = new Counter({
+      name: 'switchyard_client_stalled_total',
+      help: 'Client connections closed because the client read nothing of its response for timeouts.clientStall; the upstream request was cancelled, and the endpoint not blamed.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.affinity = new Counter({
+      name: 'switchyard_affinity_total',
+      help: "Affinity decisions: hit (the key's home, or the holder of the prompt's longest known prefix), spill (a later endpoint of the key's order), overloaded (no endpoint of the key had room: balanced), none (no key).",
+      labelNames: ['pool', 'result'],
+      registers,
+    });
+    this.responses = new Counter({
+      name: 'switchyard_responses_total',
+      help: 'Responses the client saw, by status code (sidecar errors included).',
+      labelNames: ['pool', 'code'],
+      registers,
+    });
+    this.applied = new Counter({
+      name: 'switchyard_config_applied_total',
+      help: 'Pool configurations (file changes or snapshots) applied.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.rejected = new Counter({
+      name: 'switchyard_config_rejected_total',
+      help: 'Pool configurations rejected as invalid; the last good one stays in force.',
+      labelNames: ['pool'],
+      registers,
+    });
+    // The prefill exchange's two rates of every pool, read at scrape time; absent until measured.
+    const exchangeGauge = (
+      name: string,
+      help: string,
+      field: keyof PrefillExchangeReading,
+    ): void => {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['pool'],
+        registers,
+        collect() {
+          this.reset();
+          for (const m of pools) {
+            const seconds = m.exchangeSeconds(field);
+            if (seconds !== undefined) this.set({ pool: m.poolName }, seconds);
+          }
+        },
+      });
+    };
+    exchangeGauge(
+      'switchyard_prefill_seconds_per_kib',
+      'Time to first token per KiB of request on servers with a free slot, as the pool measured it: with switchyard_slot_hold_seconds, what a cached prefix is worth in queue positions.',
+      'prefillMsPerKiB',
+    );
+    exchangeGauge(
+      'switchyard_slot_hold_seconds',
+      'How long a request holds its server slot, start to end, as the pool measured it; over the server batch, the cost of one queue position.',
+      'holdMs',
+    );
   }
 }

@@ -2,8 +2,8 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import type { ActivePool } from '../config/active-pool.ts';
-import { affinityFor } from '../policy/index.ts';
+import { declaresModelRouting, type ActivePool } from '../config/active-pool.ts';
+import { affinityFor, type ModelsServed } from '../policy/index.ts';
 import { drainRest, readBody, type BodyResult } from './body.ts';
 import {
   ConnectionQueue,
@@ -12,11 +12,22 @@ import {
   SUPPORTED_ENCODINGS,
   withoutBom,
 } from './client-request.ts';
-import { sendError, sendRawError } from './errors.ts';
+import { sendError, sendModelNotFound, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps, type ExchangeInit, type ResponseTap } from './exchange.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
 import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
+import {
+  choosePool,
+  findMultipartField,
+  modelNotFoundMessage,
+  multipartBoundary,
+  replaceField,
+  requestedModel,
+  servedModels,
+  type PoolChoice,
+  type PoolModels,
+} from './model-routing.ts';
 import { serveModelsUnion, type ModelsUnionDeps } from './models-union.ts';
 import { StoredResponses } from './stored-responses.ts';
 import type { ProxyTracer } from '../telemetry/types.ts';
@@ -25,11 +36,24 @@ import { Upstream, type UpstreamClient } from './upstream.ts';
 /** A matched route and what its path says about stored responses (inference-routes.ts). */
 type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
 
-/** A client request once its route and pool are known: what every exchange of it starts from. */
-type Routed = Pick<ExchangeInit, 'req' | 'res' | 'pool' | 'path' | 'query' | 'trace'>;
+/**
+ * A client request once its route is known: what every exchange of it starts from. `pool` is the
+ * first pool until the request's model chose another (`#routeTo`); `account` says which pool's
+ * metrics count the response the client sees.
+ */
+type Routed = Pick<ExchangeInit, 'req' | 'res' | 'pool' | 'path' | 'query' | 'trace'> & {
+  readonly account: { metrics: SidecarMetrics };
+};
 
 /** What a route adds to an exchange; by default none of it (no body, fields or affinity). */
 type RouteParts = Partial<Omit<ExchangeInit, keyof Routed>>;
+
+/** One pool the proxy routes for: its name, its configuration in force (if any) and its metrics. */
+export interface PoolSlot {
+  readonly name: string;
+  readonly current: ActivePool | undefined;
+  readonly metrics: SidecarMetrics;
+}
 
 /**
  * Slow clients (slow-loris). The app is on the same pod and sends a request in microseconds, so
@@ -45,8 +69,14 @@ const CLIENT_TIMEOUT_CHECK_EVERY_MS = 1_000;
 const CLIENT_KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 export interface ProxyOptions {
+  /** The pool of a sidecar that follows one (and its metrics: `metrics`); see `pools`. */
   pool: () => ActivePool | undefined;
   metrics: SidecarMetrics;
+  /**
+   * Every pool the sidecar follows, in order (the first is the default), when it follows more
+   * than one: then `pool` is not read, and `metrics` counts what belongs to no pool.
+   */
+  pools?: (() => readonly PoolSlot[]) | undefined;
   logger: Logger;
   maxBodyBytes: number;
   /** Monotonic ms, for TTFT metrics (the balancer has its own clock for decisions). */
@@ -87,6 +117,10 @@ export class SidecarProxy {
       metrics: options.metrics,
       logger: options.logger,
       nowMs: options.nowMs,
+      servedModels: () =>
+        servedModels(this.#slots().map(poolModels))
+          .map((m) => m.id)
+          .sort(),
     };
     this.modelsUnionDeps = {
       upstream: this.upstream,
@@ -209,6 +243,12 @@ export class SidecarProxy {
     this.upstream.close();
   }
 
+  /** The pools routed for, in order: one unless the sidecar follows several. */
+  #slots(): readonly PoolSlot[] {
+    const { pools, pool, metrics } = this.options;
+    return pools?.() ?? [{ name: '', current: pool(), metrics }];
+  }
+
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const { metrics } = this.options;
     this.activeExchanges++;
@@ -223,10 +263,11 @@ export class SidecarProxy {
       spanRoute(match, path),
       req.headers,
     );
+    const account = { metrics };
     // One listener per response: in-progress accounting, and the status the client saw.
     res.once('close', () => {
       trace?.end(res.statusCode, res.writableFinished);
-      if (res.writableFinished) metrics.response(res.statusCode);
+      if (res.writableFinished) account.metrics.response(res.statusCode);
       this.activeExchanges--;
       if (this.activeExchanges === 0) {
         const waiters = this.idleWaiters;
@@ -266,31 +307,38 @@ export class SidecarProxy {
       );
       return;
     }
-    const pool = this.options.pool();
-    if (pool === undefined) {
+    const slots = this.#slots();
+    // Until the request's model says otherwise, the first pool; the first configured one when a
+    // later pool's configuration came first (a model may route there).
+    const first = slots.find((slot) => slot.current !== undefined);
+    if (first === undefined) {
       // Only a sidecar fed by the controller can be here: a pool file must be valid to start.
-      sendError(
-        res,
-        503,
-        'no_configuration',
-        'No pool configuration has been applied yet: this sidecar is waiting for its first snapshot from the switchyard controller (its log says why none has come). Retry shortly.',
-        { 'retry-after': '1' },
-      );
+      noConfiguration(res, slots[0]?.name);
       return;
     }
-    const routed: Routed = { req, res, pool, path, query: rawUrl.slice(path.length), trace };
+    if (slots.length === 1) account.metrics = first.metrics;
+    const routed: Routed = {
+      req,
+      res,
+      pool: first.current!,
+      path,
+      query: rawUrl.slice(path.length),
+      trace,
+      account,
+    };
     if (match.route.body === 'models') {
-      this.serveModels(routed);
+      this.serveModels(routed, slots);
       return;
     }
     if (match.route.body === 'stream' && !this.declaredTooLarge(req)) {
-      this.streamThrough(routed);
+      if (needsModel(slots)) this.readUpload(routed, slots);
+      else this.streamThrough(routed);
       return;
     }
     readBody(req, this.options.maxBodyBytes).then(
       (result) => {
         try {
-          this.onBody(routed, match, result);
+          this.onBody(routed, match, result, slots);
         } catch (err) {
           this.internalError(res, err);
         }
@@ -299,7 +347,12 @@ export class SidecarProxy {
     );
   }
 
-  private onBody(routed: Routed, match: Matched, result: BodyResult): void {
+  private onBody(
+    routed: Routed,
+    match: Matched,
+    result: BodyResult,
+    slots: readonly PoolSlot[],
+  ): void {
     const { res } = routed;
     if (result.kind === 'aborted') return;
     if (result.kind === 'too-large') {
@@ -319,28 +372,33 @@ export class SidecarProxy {
       return;
     }
     if (match.route.body === 'json') {
-      this.serveDecoded(routed, match.route, result.body);
+      this.serveDecoded(routed, match.route, result.body, slots);
       return;
     }
-    this.serveStoredResponse(routed, match, result.body);
+    this.serveStoredResponse(routed, match, result.body, slots);
   }
 
   /**
    * A JSON body as sent, or decoded first when the client compressed it (gzip, deflate; the body
    * limit applies to the decoded size); a leading UTF-8 byte-order mark is dropped.
    */
-  private serveDecoded(routed: Routed, route: InferenceRoute, body: Buffer): void {
+  private serveDecoded(
+    routed: Routed,
+    route: InferenceRoute,
+    body: Buffer,
+    slots: readonly PoolSlot[],
+  ): void {
     const { req, res } = routed;
     const encoding = req.headers['content-encoding'];
     if (encoding === undefined) {
-      this.serveGeneration(routed, route, withoutBom(body));
+      this.serveGeneration(routed, route, withoutBom(body), slots);
       return;
     }
     const limit = this.options.maxBodyBytes;
     void decodeBody(body, encoding, limit).then((decoded) => {
       try {
         if (decoded.kind === 'ok') {
-          this.serveGeneration(routed, route, decoded.body);
+          this.serveGeneration(routed, route, decoded.body, slots);
         } else if (decoded.kind === 'too-large') {
           sendError(
             res,
@@ -414,8 +472,22 @@ export class SidecarProxy {
   }
 
   /** `GET/DELETE /v1/responses/{id}`, `POST …/cancel`: to the endpoint that stores the response. */
-  private serveStoredResponse(routed: Routed, match: Matched, raw: Buffer): void {
+  private serveStoredResponse(
+    routed: Routed,
+    match: Matched,
+    raw: Buffer,
+    slots: readonly PoolSlot[],
+  ): void {
     const responseId = match.responseId as string;
+    // Several pools: the one whose endpoint stores the response (else the first pool).
+    if (slots.length > 1) {
+      const home = slots.find(
+        (slot) =>
+          slot.current !== undefined &&
+          this.storedResponses.routing(slot.current, responseId).kind === 'pinned',
+      );
+      if (home !== undefined) routed = this.#routeTo(routed, home);
+    }
     const pinned = this.pinnedFor(routed.res, routed.pool, responseId);
     if (pinned === false) return;
     const tap =
@@ -445,8 +517,49 @@ export class SidecarProxy {
     return false;
   }
 
-  private serveModels(routed: Routed): void {
-    const { res, pool } = routed;
+  /**
+   * `GET /v1/models`: every model the pools know (declared, served by their endpoints, alias
+   * names), each once. A single pool that declares no aliases and no backend's `models` answers
+   * as it always did: its `spec.models`, else the union of its backends' own lists, entries as
+   * the servers wrote them (models-union.ts); so does the first pool when no pool knows a model.
+   */
+  private serveModels(routed: Routed, slots: readonly PoolSlot[]): void {
+    const { res } = routed;
+    const only = slots.length === 1 ? slots[0]!.current : undefined;
+    if (only !== undefined && !declaresModelRouting(only)) {
+      this.serveModelsOfOnePool(routed, only);
+      return;
+    }
+    const known = servedModels(slots.map(poolModels));
+    if (known.length > 0) {
+      const body = JSON.stringify({
+        object: 'list',
+        data: known.map((m) => ({
+          id: m.id,
+          object: 'model',
+          created: 0,
+          owned_by: `switchyard:${m.pool}`,
+          ...(m.parent === undefined ? {} : { parent: m.parent }),
+        })),
+      });
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+      });
+      res.end(body);
+      return;
+    }
+    const first = slots[0]?.current;
+    if (first === undefined) {
+      noConfiguration(res, slots[0]?.name);
+      return;
+    }
+    this.serveModelsOfOnePool(routed, first);
+  }
+
+  /** `/v1/models` of one pool as before several: its declared list, else its backends' union. */
+  private serveModelsOfOnePool(routed: Routed, pool: ActivePool): void {
+    const { res } = routed;
     const models = pool.policy.models;
     if (models.length > 0) {
       const body = JSON.stringify({
@@ -465,14 +578,116 @@ export class SidecarProxy {
       res.end(body);
       return;
     }
-    // No declared model list: the union of what the backends list (models-union.ts).
     serveModelsUnion(this.modelsUnionDeps, routed.req, res, pool).catch((err: unknown) =>
       this.internalError(res, err),
     );
   }
 
-  private serveGeneration(routed: Routed, route: InferenceRoute, raw: Buffer): void {
-    const { req, res, pool, trace } = routed;
+  /** The request goes to `slot`'s pool: its exchange, and the response's metrics. */
+  #routeTo(routed: Routed, slot: PoolSlot): Routed {
+    routed.account.metrics = slot.metrics;
+    return slot.current === routed.pool ? routed : { ...routed, pool: slot.current! };
+  }
+
+  /**
+   * Which pool takes a request naming `model` (rule 1 of docs/sidecar.md, "Several pools"), or
+   * undefined when it was answered here (404 for a model no pool serves, 503 while the pool it
+   * needs has no configuration). One pool takes every request, as before pools were several:
+   * the balancer refuses a model none of its endpoints serves (a 404 too, from the exchange).
+   */
+  #choose(
+    routed: Routed,
+    slots: readonly PoolSlot[],
+    model: string | undefined,
+  ): { routed: Routed; choice: Extract<PoolChoice, { kind: 'pool' }> } | undefined {
+    const { res } = routed;
+    if (slots.length === 1) {
+      // Only the aliases: what the endpoints serve is the balancer's to check (one pool).
+      const aliases = routed.pool.policy.aliases;
+      const alias = model === undefined ? undefined : aliases?.find((a) => a.name === model);
+      const resolved = alias?.model ?? model;
+      return {
+        routed: this.#routeTo(routed, slots[0]!),
+        choice: { kind: 'pool', index: 0, resolved, aliased: resolved !== model },
+      };
+    }
+    const choice = choosePool(model, slots.map(poolModels));
+    if (choice.kind === 'not-configured') {
+      noConfiguration(res, slots[choice.index]?.name);
+      return undefined;
+    }
+    if (choice.kind === 'not-found') {
+      sendModelNotFound(res, modelNotFoundMessage(model ?? '', choice.served));
+      return undefined;
+    }
+    return { routed: this.#routeTo(routed, slots[choice.index]!), choice };
+  }
+
+  /**
+   * A multipart upload (audio) when routing needs its `model` field: read whole (up to the
+   * limit), its field read and, for an alias, rewritten; then sent like any buffered body. A
+   * compressed or malformed body names no model (the first pool takes it, as it is).
+   */
+  private readUpload(routed: Routed, slots: readonly PoolSlot[]): void {
+    const { req, res } = routed;
+    readBody(req, this.options.maxBodyBytes).then(
+      (result) => {
+        try {
+          if (result.kind === 'aborted') return;
+          if (result.kind === 'too-large') {
+            sendError(
+              res,
+              413,
+              'body_too_large',
+              `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
+              result.drained ? {} : { connection: 'close' },
+            );
+            return;
+          }
+          const coding = req.headers['content-encoding'];
+          const boundary =
+            coding === undefined ? multipartBoundary(req.headers['content-type']) : undefined;
+          const field =
+            boundary === undefined ? undefined : findMultipartField(result.body, boundary, 'model');
+          const chosen = this.#choose(routed, slots, field?.value);
+          if (chosen === undefined) return;
+          const { choice } = chosen;
+          const raw =
+            choice.aliased && field !== undefined
+              ? replaceField(result.body, field, choice.resolved!)
+              : result.body;
+          chosen.routed.trace?.generation(field?.value, false);
+          this.#traceModel(chosen.routed, field?.value, choice);
+          this.startExchange(chosen.routed, {
+            raw,
+            bodyCoding: coding,
+            model: choice.resolved,
+            requestedModel: field?.value,
+          });
+        } catch (err) {
+          this.internalError(res, err);
+        }
+      },
+      () => sendError(res, 400, 'invalid_request', 'Could not read the request body.'),
+    );
+  }
+
+  /** The pool and the model names on the request's span. */
+  #traceModel(
+    routed: Routed,
+    requested: string | undefined,
+    choice: Extract<PoolChoice, { kind: 'pool' }>,
+  ): void {
+    routed.trace?.routed?.(routed.pool.name, requested, choice.resolved);
+  }
+
+  private serveGeneration(
+    routed: Routed,
+    route: InferenceRoute,
+    raw: Buffer,
+    slots: readonly PoolSlot[],
+  ): void {
+    const { req, res } = routed;
     let body: unknown;
     try {
       body = JSON.parse(raw.toString('utf8'));
@@ -484,16 +699,36 @@ export class SidecarProxy {
       sendError(res, 400, 'invalid_request', 'The request body must be a JSON object.');
       return;
     }
-    const fields = body as Record<string, unknown>;
+    let fields = body as Record<string, unknown>;
+    const requested = requestedModel(fields);
+    const chosen = this.#choose(routed, slots, requested);
+    if (chosen === undefined) return;
+    const { choice } = chosen;
+    routed = chosen.routed;
+    const { pool, trace } = routed;
     const models = pool.policy.models;
     if (models.length > 0 && !(route.modelOptional === true && fields.model === undefined)) {
-      const model = fields.model;
+      const model = choice.resolved ?? fields.model;
       if (typeof model !== 'string' || !models.includes(model)) {
+        sendModelNotFound(
+          res,
+          `The model ${JSON.stringify(typeof model === 'string' ? model.slice(0, 200) : (model ?? null))} is not served by pool ${pool.name}; it serves ${models.join(', ')}.`,
+        );
+        return;
+      }
+    }
+    if (choice.aliased) {
+      // Sent with the served name: the one body rewrite an alias makes (a backend's `model:`
+      // rewrites again per endpoint, exchange.ts).
+      fields = { ...fields, model: choice.resolved };
+      try {
+        raw = Buffer.from(JSON.stringify(fields));
+      } catch {
         sendError(
           res,
-          404,
-          'model_not_found',
-          `The model ${JSON.stringify(typeof model === 'string' ? model.slice(0, 200) : (model ?? null))} is not served by pool ${pool.name}; it serves ${models.join(', ')}.`,
+          400,
+          'invalid_request',
+          'The request body is nested too deeply to rewrite its model for this pool.',
         );
         return;
       }
@@ -511,19 +746,30 @@ export class SidecarProxy {
       }
     }
     const streamed = fields.stream === true;
-    trace?.generation(fields.model, streamed);
-    this.startExchange(routed, { raw, fields, streamed, affinity, tap });
+    trace?.generation(requested ?? fields.model, streamed);
+    this.#traceModel(routed, requested, choice);
+    this.startExchange(routed, {
+      raw,
+      fields,
+      streamed,
+      affinity,
+      tap,
+      model: choice.resolved,
+      requestedModel: requested,
+    });
   }
 
   /** Counts the request in the pool's load, then sends it upstream as an exchange. */
   private startExchange(routed: Routed, parts: RouteParts): Exchange {
     routed.pool.balancer.recordRequest();
+    const { account, ...init } = routed;
     const exchange = new Exchange(this.exchangeDeps, {
       raw: Buffer.alloc(0),
       fields: undefined,
       streamed: false,
       affinity: {},
-      ...routed,
+      metrics: account.metrics,
+      ...init,
       ...parts,
     });
     exchange.start();
@@ -538,4 +784,46 @@ export class SidecarProxy {
 function spanRoute(match: ReturnType<typeof matchRoute>, path: string): string | undefined {
   if (match.kind !== 'route') return undefined;
   return match.responseId === undefined ? path : path.replace(match.responseId, '{response_id}');
+}
+
+/** What a slot's pool says about models; undefined while it has no configuration. */
+function poolModels(slot: PoolSlot): PoolModels | undefined {
+  const pool = slot.current;
+  if (pool === undefined) return undefined;
+  let served: ModelsServed | undefined;
+  return {
+    name: pool.name,
+    declared: pool.policy.models,
+    aliases: pool.policy.aliases ?? [],
+    // Asked of the balancer only when routing gets to it (a pool that declares the model or an
+    // alias of it answers first).
+    get served() {
+      return (served ??= pool.balancer.modelsServed());
+    },
+  };
+}
+
+/**
+ * Whether an upload's `model` field must be read to route it: several pools, or aliases to
+ * apply. Otherwise it streams through as it arrives (one pool takes it, unchanged).
+ */
+function needsModel(slots: readonly PoolSlot[]): boolean {
+  if (slots.length > 1) return true;
+  const aliases = slots[0]?.current?.policy.aliases;
+  return aliases !== undefined && aliases.length > 0;
+}
+
+/** 503 while the pool a request needs has had no configuration applied. */
+function noConfiguration(res: ServerResponse, pool: string | undefined): void {
+  const which =
+    pool === undefined || pool === ''
+      ? 'No pool configuration'
+      : `No configuration of pool ${pool}`;
+  sendError(
+    res,
+    503,
+    'no_configuration',
+    `${which} has been applied yet: this sidecar is waiting for its first snapshot from the switchyard controller (its log says why none has come). Retry shortly.`,
+    { 'retry-after': '1' },
+  );
 }

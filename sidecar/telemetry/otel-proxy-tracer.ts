@@ -110,6 +110,16 @@ class OtelRequestTrace implements RequestTrace {
     this.#span.setAttributes(attributes);
   }
 
+  routed(pool: string, requested: string | undefined, resolved: string | undefined): void {
+    if (!this.#span.isRecording()) return;
+    const attributes: Attributes = { 'switchyard.pool': pool };
+    if (requested !== undefined)
+      attributes['switchyard.model.requested'] = requested.slice(0, MAX_MODEL_CHARS);
+    if (resolved !== undefined)
+      attributes['switchyard.model.resolved'] = resolved.slice(0, MAX_MODEL_CHARS);
+    this.#span.setAttributes(attributes);
+  }
+
   startAttempt(pick: AttemptPick, headers: OutgoingHttpHeaders): AttemptTrace | undefined {
     const { attempt } = pick;
     const endpoint = attempt.endpoint;

@@ -38,6 +38,11 @@ export interface RequestTrace {
    * Returns undefined when the span is not recorded (not sampled): nothing more to report.
    */
   startAttempt(pick: AttemptPick, headers: OutgoingHttpHeaders): AttemptTrace | undefined;
+  /**
+   * The pool the request's model chose, the model the client asked for and the one it is sent
+   * with (an alias resolved): `switchyard.pool`, `switchyard.model.requested`/`.resolved`.
+   */
+  routed?(pool: string, requested: string | undefined, resolved: string | undefined): void;
   /** The balancer's answer when a failed attempt asked for a retry. */
   retryVerdict(verdict: RetryVerdict): void;
   /** Every endpoint was unavailable: the client got a 503 at once. */
