@@ -81,6 +81,9 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
       MIN_LOAD_SCRAPE_EVERY_MS,
       Math.round(DEFAULT_LOAD_SCRAPE_EVERY_MS / ctx.speed),
     );
+    // One pool that declares no models: discovery is off by default (auto), and the lora
+    // scenario's sidecars learn the adapters from the servers' /v1/models, as a user would set it.
+    const discovery = ctx.adapters === undefined ? [] : ['--model-discovery', 'on'];
     if (ctx.loadSource === 'sidecar') {
       return startInstances(ctx.instances, () =>
         startSidecar(file, [
@@ -90,6 +93,7 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
           picker,
           '--load-scrape-every',
           `${scrapeEveryMs}ms`,
+          ...discovery,
         ]),
       );
     }
@@ -114,6 +118,7 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
           'warn',
           '--picker',
           picker,
+          ...discovery,
         ]);
         // It listens before the first snapshot arrives; /startupz passes once it has one.
         await untilStarted(sidecar).catch(async (err: unknown) => {

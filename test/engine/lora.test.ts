@@ -256,7 +256,10 @@ describe('vLLM with LoRA adapters', { skip: SKIP }, () => {
           '',
         ].join('\n'),
       );
-      const started = await startSidecar(file);
+      // One pool: discovery is off by default (auto) unless models are declared; the discovered
+      // case turns it on as a user of a LoRA fleet that declares nothing does.
+      const discover = modelsOfA === undefined && modelsOfB === undefined;
+      const started = await startSidecar(file, discover ? ['--model-discovery', 'on'] : []);
       sidecars.push(started);
       return started;
     };
