@@ -9,6 +9,7 @@ import {
   OPENAI_BASE_URL_ANNOTATION,
   POOL_LABEL,
   POOLS_ANNOTATION,
+  MODEL_DISCOVERY_ANNOTATION,
   SIDECAR_NAME,
   SKIPPED_ANNOTATION,
   decideInjection,
@@ -290,6 +291,26 @@ describe('decideInjection', () => {
     assert.deepEqual(decision.kind === 'injected' ? decision.warnings : [], [
       'switchyard: InferencePool apps/rerank does not exist yet; the sidecar answers 503 for its models until it does',
     ]);
+  });
+
+  it('passes the model-discovery annotation on as --model-discovery; a bad value warns', () => {
+    const args = (annotations: Record<string, string>) => {
+      const p = pod({ annotations });
+      const decision = decide(p);
+      const sidecar = (apply(p, decision) as Pod).spec.initContainers?.[0] as unknown as {
+        args: string[];
+      };
+      return {
+        args: sidecar.args,
+        warnings: decision.kind === 'injected' ? decision.warnings : [],
+      };
+    };
+    assert.ok(!args({}).args.includes('--model-discovery'), 'auto is the sidecar default');
+    const on = args({ [MODEL_DISCOVERY_ANNOTATION]: 'on' }).args;
+    assert.equal(on[on.indexOf('--model-discovery') + 1], 'on');
+    const bad = args({ [MODEL_DISCOVERY_ANNOTATION]: 'yes' });
+    assert.ok(!bad.args.includes('--model-discovery'));
+    assert.match(bad.warnings.join('\n'), /model-discovery is "yes"; it must be auto, on or off/);
   });
 
   it('skips a pod whose annotation names an invalid pool, and says which', () => {

@@ -19,6 +19,12 @@ export const SKIPPED_ANNOTATION = 'switchyard.dev/injection-skipped';
 export const CA_BUNDLE_ANNOTATION = 'switchyard.dev/ca-bundle';
 /** `"false"` keeps OPENAI_BASE_URL out of the app containers. */
 export const OPENAI_BASE_URL_ANNOTATION = 'switchyard.dev/inject-openai-base-url';
+/**
+ * The sidecar's `--model-discovery` (`auto`, `on`, `off`): `on` for a pod of one pool whose
+ * backends declare no models but whose servers differ in what they serve (LoRA adapters).
+ */
+export const MODEL_DISCOVERY_ANNOTATION = 'switchyard.dev/model-discovery';
+const MODEL_DISCOVERY_MODES: readonly string[] = ['auto', 'on', 'off'];
 
 export const SIDECAR_NAME = 'switchyard-sidecar';
 export const TOKEN_VOLUME = 'switchyard-token';
@@ -92,6 +98,7 @@ function probe(path: string, port: number, timing: ProbeTiming): Record<string, 
 export function sidecarContainer(
   config: InjectionConfig,
   pools: readonly string[],
+  modelDiscovery = 'auto',
 ): Record<string, unknown> {
   const { probes } = config;
   return {
@@ -117,6 +124,7 @@ export function sidecarContainer(
       `0.0.0.0:${config.adminPort}`,
       '--log-level',
       config.logLevel,
+      ...(modelDiscovery === 'auto' ? [] : ['--model-discovery', modelDiscovery]),
     ],
     env: [
       { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
@@ -253,7 +261,16 @@ export function decideInjection(input: InjectionInput): InjectionDecision {
     addAnnotations({ [INJECTED_ANNOTATION]: 'true', [CA_BUNDLE_ANNOTATION]: input.caBundle });
     if (pod.spec === undefined) patch.push({ op: 'add', path: '/spec', value: {} });
     // First among the init containers: the other init containers may use the proxy too.
-    const sidecar = sidecarContainer(config, followed.pools);
+    const discovery = annotations[MODEL_DISCOVERY_ANNOTATION] ?? 'auto';
+    if (!MODEL_DISCOVERY_MODES.includes(discovery))
+      warnings.push(
+        `switchyard: annotation ${MODEL_DISCOVERY_ANNOTATION} is ${JSON.stringify(discovery.slice(0, 40))}; it must be auto, on or off (auto used)`,
+      );
+    const sidecar = sidecarContainer(
+      config,
+      followed.pools,
+      MODEL_DISCOVERY_MODES.includes(discovery) ? discovery : 'auto',
+    );
     if (spec.initContainers === undefined)
       patch.push({ op: 'add', path: '/spec/initContainers', value: [sidecar] });
     else patch.push({ op: 'add', path: '/spec/initContainers/0', value: sidecar });
