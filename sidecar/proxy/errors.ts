@@ -57,12 +57,13 @@ export function sendError(
   code: SidecarErrorCode,
   message: string,
   headers: Record<string, string> = {},
+  param: string | null = null,
 ): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  const body = errorBody(status, code, message);
+  const body = errorBody(status, code, message, param);
   res.writeHead(status, {
     ...headers,
     'content-type': 'application/json',
@@ -80,17 +81,7 @@ export function sendModelNotFound(
   message: string,
   headers: Record<string, string> = {},
 ): void {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  const body = errorBody(404, 'model_not_found', message, 'model');
-  res.writeHead(404, {
-    ...headers,
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-  });
-  res.end(body);
+  sendError(res, 404, 'model_not_found', message, headers, 'model');
 }
 
 /** Reason phrases of the statuses `sendRawError` writes. */

@@ -356,13 +356,7 @@ export class SidecarProxy {
     const { res } = routed;
     if (result.kind === 'aborted') return;
     if (result.kind === 'too-large') {
-      sendError(
-        res,
-        413,
-        'body_too_large',
-        `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
-        result.drained ? {} : { connection: 'close' },
-      );
+      this.sendTooLarge(res, result.drained);
       return;
     }
     if (match.route.body === 'stream') {
@@ -623,6 +617,17 @@ export class SidecarProxy {
     return { routed: this.#routeTo(routed, slots[choice.index]!), choice };
   }
 
+  /** 413: the body is over `--max-body-bytes`; the connection closes unless it was drained. */
+  private sendTooLarge(res: ServerResponse, drained: boolean): void {
+    sendError(
+      res,
+      413,
+      'body_too_large',
+      `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
+      drained ? {} : { connection: 'close' },
+    );
+  }
+
   /**
    * A multipart upload (audio) when routing needs its `model` field: read whole (up to the
    * limit), its field read and, for an alias, rewritten; then sent like any buffered body. A
@@ -635,13 +640,7 @@ export class SidecarProxy {
         try {
           if (result.kind === 'aborted') return;
           if (result.kind === 'too-large') {
-            sendError(
-              res,
-              413,
-              'body_too_large',
-              `Request body is larger than the sidecar's limit of ${this.options.maxBodyBytes} bytes (--max-body-bytes).`,
-              result.drained ? {} : { connection: 'close' },
-            );
+            this.sendTooLarge(res, result.drained);
             return;
           }
           const coding = req.headers['content-encoding'];
