@@ -271,6 +271,7 @@ describe('switchyard status --pool on a real API server', { skip: !enabled }, ()
         'drift',
         'rows',
         'unlistedEndpoints',
+        'models',
         'exitCode',
         'problems',
       ],
