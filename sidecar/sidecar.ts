@@ -17,7 +17,7 @@ import {
 import { ConfigError } from './config/config-error.ts';
 import type { ConfigSource, RunningConfigSource } from './config/config-source.ts';
 import { startControllerSource } from './config/controller-source.ts';
-import { startModelDiscovery } from './config/model-discovery.ts';
+import { startModelDiscovery } from './proxy/model-discovery.ts';
 import type { Clock, Picker, Rng } from './policy/index.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
 import { SidecarProxy, type PoolSlot } from './proxy/proxy-server.ts';

@@ -121,6 +121,22 @@ export interface UpstreamOptions {
   logger?: Pick<Logger, 'warn'> | undefined;
 }
 
+/** The TLS options of an https request to an endpoint with the backend's `tls` settings. */
+export function tlsOptions(tls: EndpointTls): {
+  ca?: string;
+  servername?: string;
+  rejectUnauthorized?: boolean;
+} {
+  return {
+    // Replaces the system CAs, as caCertificates of an Istio DestinationRule does.
+    ...(tls.caBundle === undefined ? {} : { ca: tls.caBundle }),
+    // Both the SNI sent and the name the certificate is checked against (tls.connect verifies
+    // `servername` when it is given, the host otherwise).
+    ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
+    ...(tls.insecureSkipVerify === true ? { rejectUnauthorized: false } : {}),
+  };
+}
+
 /** The agents every attempt's request goes through; one per sidecar. */
 export class Upstream implements UpstreamClient {
   readonly #httpAgent = new http.Agent(KEEP_ALIVE);
@@ -161,15 +177,7 @@ export class Upstream implements UpstreamClient {
     const key = JSON.stringify([tls.caBundle, tls.serverName, tls.insecureSkipVerify === true]);
     agent = this.#tlsAgents.get(key);
     if (agent === undefined) {
-      agent = new https.Agent({
-        ...KEEP_ALIVE,
-        // Replaces the system CAs, as caCertificates of an Istio DestinationRule does.
-        ...(tls.caBundle === undefined ? {} : { ca: tls.caBundle }),
-        // Both the SNI sent and the name the certificate is checked against (tls.connect
-        // verifies `servername` when it is given, the host otherwise).
-        ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
-        ...(tls.insecureSkipVerify === true ? { rejectUnauthorized: false } : {}),
-      });
+      agent = new https.Agent({ ...KEEP_ALIVE, ...tlsOptions(tls) });
       if (this.#tlsAgents.size >= MAX_TLS_AGENTS) {
         const [oldestKey, oldest] = this.#tlsAgents.entries().next().value!;
         oldest.destroy();

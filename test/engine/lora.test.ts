@@ -226,7 +226,7 @@ describe('vLLM with LoRA adapters', { skip: SKIP }, () => {
 
   // Issue 42's routing by model, with vLLM's own adapter surface: needs the candidate filter
   // (sidecar/policy), the sidecar's model-aware shell and /v1/models, and discovery
-  // (sidecar/config/model-discovery.ts). Run alone after they are merged:
+  // (sidecar/proxy/model-discovery.ts). Run alone after they are merged:
   //   node --test --test-name-pattern='routing by model' test/engine/lora.test.ts
   describe('routing by model through a sidecar (issue 42)', () => {
     const sidecars: RunningProcess[] = [];

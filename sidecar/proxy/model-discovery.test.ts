@@ -9,14 +9,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { makeServingTls } from '../../harness/tls.ts';
 import type { EndpointSpec, ServedModel } from '../policy/index.ts';
-import type { ActivePool } from './active-pool.ts';
+import type { ActivePool } from '../config/active-pool.ts';
 import {
   fetchModelList,
   isDiscovered,
   MAX_MODEL_LIST_BYTES,
   MAX_MODELS_PER_ENDPOINT,
   modelsUrl,
-  parseModelList,
+  servedModels,
   startModelDiscovery,
   type ActivePoolLike,
   type FetchModels,
@@ -69,22 +69,22 @@ async function waitFor(what: string, cond: () => boolean, ms = 3000): Promise<vo
   }
 }
 
-describe('parseModelList', () => {
+describe('servedModels', () => {
   test("reads vLLM's list: the base model, and adapters with their parent", () => {
-    assert.deepEqual(parseModelList(VLLM_LIST), VLLM_MODELS);
+    assert.deepEqual(servedModels(VLLM_LIST), VLLM_MODELS);
   });
 
   test('reads any OpenAI list; a parent that is the model itself is none', () => {
     assert.deepEqual(
-      parseModelList('{"data":[{"id":"gpt-4o"},{"id":"a","parent":"a"},{"id":"b","parent":""}]}'),
+      servedModels('{"data":[{"id":"gpt-4o"},{"id":"a","parent":"a"},{"id":"b","parent":""}]}'),
       [{ id: 'gpt-4o' }, { id: 'a' }, { id: 'b' }],
     );
-    assert.deepEqual(parseModelList('{"object":"list","data":[]}'), []);
+    assert.deepEqual(servedModels('{"object":"list","data":[]}'), []);
   });
 
   test('skips entries without a string id, and counts a duplicate once', () => {
     assert.deepEqual(
-      parseModelList(
+      servedModels(
         '{"data":[null,1,{"id":5},{"id":""},{"name":"x"},{"id":"m"},{"id":"m","parent":"z"}]}',
       ),
       [{ id: 'm' }],
@@ -93,11 +93,11 @@ describe('parseModelList', () => {
 
   test('refuses what is not a model list', () => {
     for (const body of ['', 'not json', '[]', '{"data":{}}', '{"models":[]}', 'null', '"x"'])
-      assert.equal(parseModelList(body), undefined, body);
+      assert.equal(servedModels(body), undefined, body);
     const many = JSON.stringify({
       data: Array.from({ length: MAX_MODELS_PER_ENDPOINT + 1 }, (_, i) => ({ id: `m${i}` })),
     });
-    assert.equal(parseModelList(many), undefined);
+    assert.equal(servedModels(many), undefined);
   });
 });
 

@@ -15,10 +15,9 @@
  *   model may go there, as before discovery), and is logged once per failure streak, not every
  *   period; the endpoint answering again is logged once too.
  * - The request goes where a proxied `/v1/models` would (the endpoint's URL + `/models`, as
- *   `upstreamUrl` in proxy/inference-routes.ts builds it), with the backend's API key in the header
- *   it takes (as proxy/backend-key.ts puts it) and its certificate settings (as proxy/upstream.ts
- *   applies them). Written out here because config sits below proxy in the sidecar's layers
- *   (layers.test.ts); `fetchImpl` can replace it.
+ *   `upstreamUrl` in inference-routes.ts builds it), with the backend's API key
+ *   (`applyBackendKey`) and certificate settings (`tlsOptions`), and its answer is read as
+ *   models-union.ts reads one (`parseModelList`); `fetchImpl` can replace it.
  * - A backend that rewrites the model (`model:`) is not asked: every client name is sent there as
  *   its one model, so it takes any name, and its own list (a provider's internal names) would only
  *   turn away requests it serves today (proxy/models-union.ts leaves it out for the same reason).
@@ -30,6 +29,9 @@ import type { ClientRequest, OutgoingHttpHeaders, RequestOptions } from 'node:ht
 import type { Logger } from 'pino';
 import { http, https } from '../../lib/node-http.ts';
 import type { EndpointSpec, PoolBalancer, ServedModel } from '../policy/index.ts';
+import { applyBackendKey } from './backend-key.ts';
+import { parseModelList } from './models-union.ts';
+import { tlsOptions } from './upstream.ts';
 
 /** What discovery needs of a pool in force (`ActivePool` is one). */
 export interface ActivePoolLike {
@@ -85,28 +87,18 @@ export function isDiscovered(endpoint: EndpointSpec): boolean {
 }
 
 /**
- * The models of an OpenAI model list (`{"object":"list","data":[{"id":...}]}`), with vLLM's
- * `parent` for a LoRA adapter (null or absent, or the id itself, for a base model). Entries
- * without a string id are skipped; duplicates count once. Undefined: not a model list.
+ * The models of an OpenAI model list (`{"object":"list","data":[{"id":...}]}`, read by
+ * `parseModelList`), with vLLM's `parent` for a LoRA adapter (null or absent, or the id itself,
+ * for a base model). Empty ids are skipped; duplicates count once. Undefined: not a model list.
  */
-export function parseModelList(body: string): ServedModel[] | undefined {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(body);
-  } catch {
-    return undefined;
-  }
-  if (!isRecord(parsed) || !Array.isArray(parsed['data'])) return undefined;
-  const data = parsed['data'] as unknown[];
-  if (data.length > MAX_MODELS_PER_ENDPOINT) return undefined;
+export function servedModels(body: string): ServedModel[] | undefined {
+  const entries = parseModelList(body);
+  if (entries === undefined || entries.length > MAX_MODELS_PER_ENDPOINT) return undefined;
   const models: ServedModel[] = [];
   const seen = new Set<string>();
-  for (const entry of data) {
-    if (!isRecord(entry)) continue;
-    const id = entry['id'];
-    if (typeof id !== 'string' || id === '' || seen.has(id)) continue;
+  for (const { id, parent } of entries) {
+    if (id === '' || seen.has(id)) continue;
     seen.add(id);
-    const parent = entry['parent'];
     models.push(
       typeof parent === 'string' && parent !== '' && parent !== id ? { id, parent } : { id },
     );
@@ -147,17 +139,11 @@ export const fetchModelList: FetchModels = (endpoint, { timeoutMs, signal }) =>
     const url = modelsUrl(endpoint.url);
     const secure = url.startsWith('https:');
     const headers: OutgoingHttpHeaders = { accept: 'application/json' };
-    if (endpoint.apiKey !== undefined) {
-      if (endpoint.apiKeyHeader === 'x-api-key') headers['x-api-key'] = endpoint.apiKey;
-      else headers.authorization = `Bearer ${endpoint.apiKey}`;
-    }
-    const tls = endpoint.tls;
+    applyBackendKey(headers, endpoint);
     const options: RequestOptions & Record<string, unknown> = {
       headers,
       agent: false,
-      ...(secure && tls?.caBundle !== undefined ? { ca: tls.caBundle } : {}),
-      ...(secure && tls?.serverName !== undefined ? { servername: tls.serverName } : {}),
-      ...(secure && tls?.insecureSkipVerify === true ? { rejectUnauthorized: false } : {}),
+      ...(secure && endpoint.tls !== undefined ? tlsOptions(endpoint.tls) : {}),
     };
     try {
       req = (secure ? https : http).get(url, options);
@@ -185,7 +171,7 @@ export const fetchModelList: FetchModels = (endpoint, { timeoutMs, signal }) =>
         done({ ok: false, reason: errorReason(err) }),
       );
       res.on('end', () => {
-        const models = parseModelList(Buffer.concat(chunks).toString('utf8'));
+        const models = servedModels(Buffer.concat(chunks).toString('utf8'));
         done(
           models === undefined
             ? { ok: false, reason: 'the answer is not an OpenAI model list' }
@@ -384,8 +370,4 @@ function positive(name: string, value: number): number {
   if (!(Number.isFinite(value) && value > 0))
     throw new RangeError(`model discovery: ${name} must be a finite number above 0, not ${value}`);
   return value;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
