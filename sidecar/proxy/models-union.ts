@@ -262,7 +262,8 @@ export async function serveModelsUnion(
   }
 }
 
-function sendList(res: ServerResponse, data: readonly ModelEntry[]): void {
+/** 200 with an OpenAI model list of these entries. */
+export function sendList(res: ServerResponse, data: readonly ModelEntry[]): void {
   const body = JSON.stringify({ object: 'list', data });
   res.writeHead(200, {
     'content-type': 'application/json',

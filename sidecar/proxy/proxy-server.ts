@@ -28,7 +28,7 @@ import {
   type PoolChoice,
   type PoolModels,
 } from './model-routing.ts';
-import { serveModelsUnion, type ModelsUnionDeps } from './models-union.ts';
+import { sendList, serveModelsUnion, type ModelsUnionDeps } from './models-union.ts';
 import { StoredResponses } from './stored-responses.ts';
 import type { ProxyTracer } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
@@ -316,7 +316,8 @@ export class SidecarProxy {
       noConfiguration(res, slots[0]?.name);
       return;
     }
-    if (slots.length === 1) account.metrics = first.metrics;
+    // Counted under the pool it goes to; #routeTo moves it when the model picks another.
+    account.metrics = first.metrics;
     const routed: Routed = {
       req,
       res,
@@ -331,7 +332,9 @@ export class SidecarProxy {
       return;
     }
     if (match.route.body === 'stream' && !this.declaredTooLarge(req)) {
-      if (needsModel(slots)) this.readUpload(routed, slots);
+      // A compressed upload's model field cannot be read: it streams to the first pool unread.
+      if (needsModel(slots) && req.headers['content-encoding'] === undefined)
+        this.readUpload(routed, slots);
       else this.streamThrough(routed);
       return;
     }
@@ -526,21 +529,16 @@ export class SidecarProxy {
     }
     const known = servedModels(slots.map(poolModels));
     if (known.length > 0) {
-      const body = JSON.stringify({
-        object: 'list',
-        data: known.map((m) => ({
+      sendList(
+        res,
+        known.map((m) => ({
           id: m.id,
           object: 'model',
           created: 0,
           owned_by: `switchyard:${m.pool}`,
           ...(m.parent === undefined ? {} : { parent: m.parent }),
         })),
-      });
-      res.writeHead(200, {
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(body),
-      });
-      res.end(body);
+      );
       return;
     }
     const first = slots[0]?.current;
@@ -556,20 +554,15 @@ export class SidecarProxy {
     const { res } = routed;
     const models = pool.policy.models;
     if (models.length > 0) {
-      const body = JSON.stringify({
-        object: 'list',
-        data: models.map((id) => ({
+      sendList(
+        res,
+        models.map((id) => ({
           id,
           object: 'model',
           created: 0,
           owned_by: `switchyard:${pool.name}`,
         })),
-      });
-      res.writeHead(200, {
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(body),
-      });
-      res.end(body);
+      );
       return;
     }
     serveModelsUnion(this.modelsUnionDeps, routed.req, res, pool).catch((err: unknown) =>
