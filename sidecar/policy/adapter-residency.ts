@@ -12,8 +12,7 @@
  * some endpoint's discovered list gives it a parent (`isKnownAdapter`); for any other model there
  * is no preference. Pure: every time comes in as an argument.
  */
-import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './affinity.ts';
-import { DEFAULT_LOAD_FACTOR, loadCapacity } from './bounded-load.ts';
+import { affinityLoadBound } from './bounded-load.ts';
 import type { AffinityPolicy } from './types.ts';
 
 /**
@@ -125,14 +124,8 @@ export class AdapterResidency {
     const { nowMs, reportMaxAgeMs, affinity, load } = view;
     const resident = candidates.filter((s) => this.isResident(s.id, model, nowMs, reportMaxAgeMs));
     if (resident.length === 0 || resident.length === candidates.length) return candidates;
-    const loads = candidates.map(load);
-    const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
-    const least = Math.min(...loads);
-    const slack = affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
-    const fitting = resident.filter((s) => {
-      const l = load(s);
-      return l < capacity || l <= least + slack;
-    });
+    const withinBound = affinityLoadBound(candidates.map(load), affinity);
+    const fitting = resident.filter((s) => withinBound(load(s)));
     return fitting.length > 0 ? fitting : candidates;
   }
 

@@ -7,13 +7,12 @@
  * (`prefill-exchange.ts`). `affinity.ts` reads what a request offers for the decision.
  */
 import {
-  AFFINITY_MAX_EXTRA_IN_FLIGHT,
   AFFINITY_MAX_SLOWDOWN,
   AFFINITY_SLOWDOWN_MIN_MS,
   AFFINITY_SLOWDOWN_MIN_SAMPLES,
   AFFINITY_SLOW_RECHECK_AFTER_MS,
 } from './affinity.ts';
-import { DEFAULT_LOAD_FACTOR, keyNumber, loadCapacity, rendezvousWalk } from './bounded-load.ts';
+import { affinityLoadBound, keyNumber, rendezvousWalk } from './bounded-load.ts';
 import type { TtftEwmas } from './ewma.ts';
 import type { PrefillExchange } from './prefill-exchange.ts';
 import type { PrefixIndex } from './prefix-index.ts';
@@ -154,13 +153,10 @@ export class AffinityDecider<S extends AffinityEndpoint> {
       s.candidateInDecision === decision &&
       !slowerThan(s) &&
       !(slowdown(s) > maxSlowdown);
-    // Under the bound of consistent hashing with bounded loads, or at most maxExtraInFlight
-    // above the least loaded candidate: the bound alone is strict while the pool is nearly
-    // idle (one request in flight can exceed it), where a cache hit still beats an empty queue.
-    const loads = candidates.map((c) => this.#deps.load(c, now));
-    const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
-    const slack = affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT;
-    const least = Math.min(...loads);
+    const withinBound = affinityLoadBound(
+      candidates.map((c) => this.#deps.load(c, now)),
+      affinity,
+    );
     // Once a server has shown its batch (it queued requests, see ReportedLoad.freeSlots), the
     // test is a free slot there instead: a request that queues waits for a running one to
     // finish, which costs more than the prefill a cache hit saves, while a free slot costs
@@ -171,8 +167,7 @@ export class AffinityDecider<S extends AffinityEndpoint> {
       s.reported.freeSlots(s.inFlight, now, this.#deps.reportMaxAgeMs);
     const fits = (s: S, free: number | undefined): boolean => {
       if (free !== undefined) return free >= 1;
-      const load = this.#deps.load(s, now);
-      return load < capacity || load <= least + slack;
+      return withinBound(this.#deps.load(s, now));
     };
 
     let key: number;

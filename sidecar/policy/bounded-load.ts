@@ -10,8 +10,9 @@
  * sidecar — instead of to whichever endpoint is least busy. A hot prefix warms two or three
  * endpoints, not all of them; and no endpoint is ever asked to take more than its share.
  */
-import { AFFINITY_LOAD_FACTOR } from '../../crds/policy-defaults.ts';
+import { AFFINITY_LOAD_FACTOR, AFFINITY_MAX_EXTRA_IN_FLIGHT } from '../../crds/policy-defaults.ts';
 import { fmix32, fnv1a64 } from './hash.ts';
+import type { AffinityPolicy } from './types.ts';
 
 /**
  * 1.25: the factor KubeAI and the original paper use (`affinity.loadFactor`'s default). Lower
@@ -27,6 +28,22 @@ export function loadCapacity(loads: readonly number[], loadFactor: number): numb
   for (const load of loads) total += Math.max(0, load);
   const factor = loadFactor >= 1 ? loadFactor : DEFAULT_LOAD_FACTOR;
   return Math.ceil((factor * (total + 1)) / loads.length);
+}
+
+/**
+ * The load bound of prefix affinity over these candidates' loads: a load fits under the bound of
+ * consistent hashing with bounded loads (`loadCapacity`, `loadFactor`), or at most
+ * `maxExtraInFlight` above the least loaded candidate: the bound alone is strict while the pool
+ * is nearly idle (one request in flight can exceed it), where a cache hit still beats an empty
+ * queue. Affinity's home and a resident LoRA adapter are held to the same bound.
+ */
+export function affinityLoadBound(
+  loads: readonly number[],
+  affinity: AffinityPolicy,
+): (load: number) => boolean {
+  const capacity = loadCapacity(loads, affinity.loadFactor ?? DEFAULT_LOAD_FACTOR);
+  const ceiling = Math.min(...loads) + (affinity.maxExtraInFlight ?? AFFINITY_MAX_EXTRA_IN_FLIGHT);
+  return (load) => load < capacity || load <= ceiling;
 }
 
 /** A string key (an affinity header's value) as the 52-bit number prompt blocks use. */

@@ -23,7 +23,7 @@ import { costTermMs, idleFade, score } from './score.ts';
 import { BALANCE_REPORT_MAX_AGE_MS } from './server-load.ts';
 import { prefillPositions, speedWeightedCount } from './server-speed.ts';
 import { requestedModel } from './model-filter.ts';
-import { splitKey, WeightedSplit } from './weighted-split.ts';
+import { isWeighted, splitKey, WeightedSplit } from './weighted-split.ts';
 import type { PoolPolicy, Rng } from './types.ts';
 
 /** The pool's long-lived state the choice reads (and, for prefixes, writes); the balancer's. */
@@ -70,20 +70,21 @@ export class DefaultChooser implements Chooser<EndpointState> {
     // before the steps below; one that decides outright returns its Choice here, before affinity,
     // as affinity decides before the balancing step. The model filter ran before the tier
     // (model-filter.ts, in the balancer): it binds every chooser, the baselines too.
-    const split = this.#split.narrow(
-      input.pool,
-      input.candidates,
-      splitKey(policy.affinity, request),
-    );
+    // Most pools set no weight and name no model: no key hashed, nothing allocated for those.
+    const split = isWeighted(input.pool)
+      ? this.#split.narrow(input.pool, input.candidates, splitKey(policy.affinity, request))
+      : input;
     const pool = split.pool;
     const model = requestedModel(request.model);
     const candidates =
-      residency?.prefer(split.candidates, model, {
-        nowMs: now,
-        reportMaxAgeMs,
-        affinity: policy.affinity,
-        load: (s) => this.#load(s, now),
-      }) ?? split.candidates;
+      model === undefined || residency === undefined
+        ? split.candidates
+        : residency.prefer(split.candidates, model, {
+            nowMs: now,
+            reportMaxAgeMs,
+            affinity: policy.affinity,
+            load: (s) => this.#load(s, now),
+          });
     const slowdown = reportedSlowdowns(candidates, now, this.#deps, 'as trusted');
     // The request's prefill in holds of a typical request; each server's count weighs it in that
     // server's queue positions (server-speed.ts, prefillPositions).

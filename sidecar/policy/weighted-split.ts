@@ -50,6 +50,11 @@ function weightOf(weight: number | undefined): number {
   return typeof weight === 'number' && Number.isFinite(weight) && weight > 0 ? weight : 0;
 }
 
+/** Whether some backend of the tier has a weight: only then is there a split to make. */
+export function isWeighted(pool: readonly SplitEndpoint[]): boolean {
+  return pool.some((s) => s.spec.weight !== undefined);
+}
+
 /**
  * How many lines' rounds a pool keeps (`WeightedSplit`): far more than the models of a pool times
  * the ways its backends can be down at once; past it the least recently used round is dropped.
@@ -77,8 +82,7 @@ export class WeightedSplit {
     candidates: readonly S[],
     key: number | undefined,
   ): { pool: readonly S[]; candidates: readonly S[] } {
-    // Every pick asks, and most pools set no weight: one scan, nothing allocated, for those.
-    if (!pool.some((s) => s.spec.weight !== undefined)) return { pool, candidates };
+    if (!isWeighted(pool)) return { pool, candidates };
     const weights = new Map<string, number>();
     for (const s of pool)
       if (!weights.has(s.spec.backend)) weights.set(s.spec.backend, weightOf(s.spec.weight));
