@@ -104,6 +104,60 @@ export const ModelAliasSchema = Type.Object({
   model: Type.String({ minLength: 1 }),
 });
 
+/**
+ * Where a request's workload (the unit per-workload budgets count) comes from (issue 43):
+ * `ServiceAccount` the app pod's service account, `PodLabel` the value of one label of the app
+ * pod, `Header` a request header's value (lower-case name; the header is forwarded as is).
+ * For the first two every request of a sidecar is one workload: the controller names it in the
+ * `shares` event (it reads the pod a sidecar's token is bound to); standalone, `--workload`.
+ */
+export const WorkloadSourceSchema = Type.Union([
+  Type.Object({ kind: Type.Literal('ServiceAccount') }),
+  Type.Object({ kind: Type.Literal('PodLabel'), label: Type.String({ minLength: 1 }) }),
+  Type.Object({ kind: Type.Literal('Header'), header: Type.String({ minLength: 1 }) }),
+]);
+
+/**
+ * One budget of a pool: a rate per minute for the whole pool (`workload` unset) or for one
+ * workload. At least one of the two rates is set. Tokens are prompt + completion, from `usage`.
+ */
+export const BudgetPolicySchema = Type.Object({
+  /**
+   * Stable within the pool, the key of shares, reports and metrics: `pool` for the pool-wide
+   * budget, `workload:<value>` for a workload's (budgetId() in flow-types.ts makes it).
+   */
+  id: Type.String({ minLength: 1 }),
+  /** The workload value this budget applies to; unset: every request of the pool. */
+  workload: Type.Optional(Type.String({ minLength: 1 })),
+  requestsPerMinute: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+  tokensPerMinute: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+});
+
+/**
+ * Flow control (issue 43), resolved: priorities, the sidecar's bounded queue while every candidate
+ * endpoint is saturated, and budgets. Absent from a policy: no queue, no budgets (as before).
+ */
+export const FlowControlPolicySchema = Type.Object({
+  /** Priority of a request with no `x-switchyard-priority` header and no pod default. */
+  defaultPriority: Type.Integer(),
+  /** Longest a request waits in the queue (saturation or budget) before a 429. */
+  maxQueueWaitMs: PositiveMs,
+  /** Most requests waiting in one sidecar's queue of this pool; past it a 429 `queue_full`. */
+  maxQueuedRequests: Type.Integer({ minimum: 0 }),
+  /** Most bytes of request bodies held by that queue; past it a 429 `queue_full`. */
+  maxQueuedBytes: Type.Integer({ minimum: 0 }),
+  /** A server reporting its KV cache at least this full is saturated. */
+  kvCacheSaturation: Fraction,
+  /**
+   * An endpoint whose server reports no load is saturated with this many of this sidecar's
+   * requests in flight there. Unset: never saturated without reports.
+   */
+  maxInFlightPerEndpoint: Type.Optional(Type.Integer({ minimum: 1 })),
+  /** Where a request's workload comes from; unset: no per-workload budgets apply. */
+  workload: Type.Optional(WorkloadSourceSchema),
+  budgets: Type.Array(BudgetPolicySchema),
+});
+
 /** The resolved policy of one pool: every default applied, every duration in ms. */
 export const PoolPolicySchema = Type.Object({
   mode: ModeSchema,
@@ -127,6 +181,11 @@ export const PoolPolicySchema = Type.Object({
   coldStart: ColdStartPolicySchema,
   /** Drift detection, when the pool sets `drift.probeEvery` (docs/drift.md). */
   drift: Type.Optional(DriftPolicySchema),
+  /**
+   * Flow control, when the pool sets `spec.flowControl` (docs/flow-control.md). Optional, so that
+   * a snapshot of an older controller still applies.
+   */
+  flowControl: Type.Optional(FlowControlPolicySchema),
 });
 
 /** What the last successful drift probe of an endpoint saw. */
@@ -222,6 +281,9 @@ export type HealthPolicy = Static<typeof HealthPolicySchema>;
 export type RetryPolicy = Static<typeof RetryPolicySchema>;
 export type ColdStartPolicy = Static<typeof ColdStartPolicySchema>;
 export type DriftPolicy = Static<typeof DriftPolicySchema>;
+export type WorkloadSource = Static<typeof WorkloadSourceSchema>;
+export type BudgetPolicy = Static<typeof BudgetPolicySchema>;
+export type FlowControlPolicy = Static<typeof FlowControlPolicySchema>;
 export type ModelAlias = Static<typeof ModelAliasSchema>;
 export type PoolPolicy = Static<typeof PoolPolicySchema>;
 export type EndpointProbe = Static<typeof EndpointProbeSchema>;

@@ -35,6 +35,18 @@ export const EndpointHealthReportSchema = Type.Object({
   driftMismatches: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 
+/**
+ * What one sidecar used of one budget and wanted (issue 43), as rates per minute over its last
+ * minute: `wanted` counts what it used plus what it refused or still holds for want of share.
+ * The controller re-splits the budget's shares from these.
+ */
+export const BudgetDemandSchema = Type.Object({
+  /** The budget's id (`BudgetPolicy.id`). */
+  id: Type.String({ minLength: 1 }),
+  requests: Type.Optional(Type.Object({ used: NonNegative, wanted: NonNegative })),
+  tokens: Type.Optional(Type.Object({ used: NonNegative, wanted: NonNegative })),
+});
+
 export const SidecarReportSchema = Type.Object({
   /** Who reports: the pod name from the token, or a name the sidecar chose (standalone tools). */
   sidecar: Type.String({ minLength: 1, maxLength: 253 }),
@@ -42,6 +54,27 @@ export const SidecarReportSchema = Type.Object({
   appliedVersion: Type.Integer({ minimum: 0 }),
   appliedHash: Type.String(),
   endpoints: Type.Array(EndpointHealthReportSchema, { maxItems: 10_000 }),
+  /** Budget use and demand, when the pool has budgets. Optional: older sidecars send none. */
+  budgets: Type.Optional(Type.Array(BudgetDemandSchema, { maxItems: 1_000 })),
+});
+
+/** One budget's share for one sidecar: what it may spend per minute until the next `shares`. */
+export const BudgetShareSchema = Type.Object({
+  id: Type.String({ minLength: 1 }),
+  requestsPerMinute: Type.Optional(NonNegative),
+  tokensPerMinute: Type.Optional(NonNegative),
+});
+
+/**
+ * The `shares` event (issue 43), sent to one sidecar (not to every subscriber of the pool): its
+ * shares of the pool's budgets, and the workload its pod is (from the pod its token is bound to,
+ * when the pool takes workloads from a ServiceAccount or a pod label). A sidecar keeps the last
+ * shares it got until new ones come, the controller down or not (static stability). Unknown
+ * fields are allowed.
+ */
+export const PoolSharesSchema = Type.Object({
+  workload: Type.Optional(Type.String({ minLength: 1 })),
+  budgets: Type.Array(BudgetShareSchema, { maxItems: 1_000 }),
 });
 
 /**
@@ -92,6 +125,7 @@ export const SNAPSHOT_SCHEMAS = {
   PoolSnapshot: PoolSnapshotSchema,
   PoolLoad: PoolLoadSchema,
   SidecarReport: SidecarReportSchema,
+  PoolShares: PoolSharesSchema,
 } as const;
 
 export type SnapshotMessage = keyof typeof SNAPSHOT_SCHEMAS;

@@ -16,13 +16,17 @@ import { createRequire } from 'node:module';
 import type { Static } from '@sinclair/typebox';
 import {
   checkPoolLoad,
+  checkPoolShares,
   checkPoolSnapshot,
   checkSidecarReport,
 } from './snapshot-checks.generated.ts';
 import type {
   EndpointHealthReportSchema,
   EndpointLoadSchema,
+  BudgetDemandSchema,
+  BudgetShareSchema,
   PoolLoadSchema,
+  PoolSharesSchema,
   PoolSnapshotSchema,
   SidecarReportSchema,
   SnapshotMessage,
@@ -41,6 +45,12 @@ export const SNAPSHOT_EVENT = 'snapshot';
  */
 export const LOAD_EVENT = 'load';
 
+/**
+ * The SSE event type of a `PoolShares`: one sidecar's shares of the pool's budgets (issue 43).
+ * Added without bumping `SNAPSHOT_PROTOCOL_VERSION`, like `load`.
+ */
+export const SHARES_EVENT = 'shares';
+
 /** Path of a pool's snapshot stream (GET, Server-Sent Events). */
 export function snapshotStreamPath(namespace: string, pool: string): string {
   return `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}/snapshots`;
@@ -56,6 +66,9 @@ export type SidecarReport = Static<typeof SidecarReportSchema>;
 export type EndpointHealthReport = Static<typeof EndpointHealthReportSchema>;
 export type PoolLoad = Static<typeof PoolLoadSchema>;
 export type EndpointLoad = Static<typeof EndpointLoadSchema>;
+export type BudgetDemand = Static<typeof BudgetDemandSchema>;
+export type BudgetShare = Static<typeof BudgetShareSchema>;
+export type PoolShares = Static<typeof PoolSharesSchema>;
 
 /**
  * Where the load of an endpoint is read: its base URL without the API prefix (a trailing `/v1`),
@@ -116,6 +129,11 @@ function uniqueIds<T>(
 export function parseLoad(value: unknown): ParseResult<PoolLoad> {
   const result = parseWith<PoolLoad>('PoolLoad', checkPoolLoad, value);
   return result.ok ? uniqueIds(result, result.value.endpoints) : result;
+}
+
+/** Checks a `shares` event's data; a sidecar uses nothing that fails this. */
+export function parseShares(value: unknown): ParseResult<PoolShares> {
+  return parseWith<PoolShares>('PoolShares', checkPoolShares, value);
 }
 
 /** Checks a report a sidecar posted. */

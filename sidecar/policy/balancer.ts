@@ -39,6 +39,7 @@ import { AdapterResidency } from './adapter-residency.ts';
 import { ModelLists, modelNotServed, servedAnywhere } from './model-filter.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, type ServerLoadReport } from './server-load.ts';
+import { isSaturated } from './saturation.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
   Attempt,
@@ -57,6 +58,8 @@ import type {
   PrefillExchangeReading,
   RetryDecision,
   ModelsServed,
+  RoomPickResult,
+  SaturationRule,
   ServedModel,
   Rng,
 } from './types.ts';
@@ -172,6 +175,19 @@ export class Balancer implements PoolBalancer {
   }
 
   pick(request: PickRequest = {}): PickResult {
+    return this.#pick(request, undefined) as PickResult;
+  }
+
+  pickWithRoom(request: PickRequest, rule: SaturationRule): RoomPickResult {
+    return this.#pick(request, rule);
+  }
+
+  /**
+   * `pick`, and with a saturation rule only among the chosen tier's candidates that have room
+   * (saturation.ts): the tier is chosen as without it, so a saturated first tier queues rather
+   * than spills to a later (dearer) one.
+   */
+  #pick(request: PickRequest, rule: SaturationRule | undefined): RoomPickResult {
     const now = this.#now();
     this.#advanceBreakers(now);
     const { exclude, pinnedEndpointId: pinned } = request;
@@ -191,7 +207,13 @@ export class Balancer implements PoolBalancer {
       return { kind: 'shed', retryAfterMs: soonestMs ?? DEFAULT_SHED_RETRY_AFTER_MS };
     }
 
-    const input = { now, policy: this.#policy, request, pool, candidates };
+    let roomy = candidates;
+    if (rule !== undefined) {
+      const maxAge = this.#reportMaxAgeMs;
+      roomy = candidates.filter((s) => !isSaturated(s.reported, s.inFlight, rule, now, maxAge));
+      if (roomy.length === 0) return { kind: 'saturated' };
+    }
+    const input = { now, policy: this.#policy, request, pool, candidates: roomy };
     const chosen = this.#chooser.choose(input);
     return {
       kind: 'picked',

@@ -62,6 +62,24 @@ export type PickResult =
    */
   | { kind: 'shed'; retryAfterMs: number; reason?: 'model-not-served' | undefined };
 
+/**
+ * What `pickWithRoom` answers: a pick or a shed as `pick` does, or `saturated`: live candidates
+ * exist, but every one is saturated (flow control, issue 43); nothing was started. The shell
+ * queues the request or refuses it.
+ */
+export type RoomPickResult = PickResult | { kind: 'saturated' };
+
+/**
+ * When an endpoint has no room (flow control, docs/flow-control.md): its server reports requests
+ * waiting (or no free slot of its largest batch seen, `ReportedLoad.freeSlots`), or KV-cache use
+ * at or above `kvCacheSaturation`; without a fresh report, when this sidecar has
+ * `maxInFlightPerEndpoint` requests in flight there (unset: never, without reports).
+ */
+export interface SaturationRule {
+  readonly kvCacheSaturation: number;
+  readonly maxInFlightPerEndpoint?: number | undefined;
+}
+
 export interface PickRequest {
   /** The affinity header's value (`affinity.key: Header`), or undefined for none. */
   affinityKey?: string | undefined;
@@ -190,6 +208,12 @@ export interface PoolBalancer {
   update(policy: PoolPolicy, endpoints: readonly EndpointSpec[]): void;
   /** Choose an endpoint and start an attempt on it (in-flight +1), or shed. */
   pick(request: PickRequest): PickResult;
+  /**
+   * Flow control (issue 43): `pick`, among the candidates that are not saturated by `rule` only;
+   * `{ kind: 'saturated' }` (nothing started) when live candidates exist but all are saturated.
+   * A shed (nothing live, model not served) is answered as `pick` answers it.
+   */
+  pickWithRoom(request: PickRequest, rule: SaturationRule): RoomPickResult;
   /**
    * The server reported its load (an ORCA header, a /metrics scrape), measured `ageMs` ago
    * (default 0: just now).
