@@ -82,3 +82,11 @@ export const AFFINITY_LOAD_FACTOR = 1.25;
  * uses it for a snapshot that has no value (one from an older controller).
  */
 export const CLIENT_STALL_MS = 60_000;
+
+/**
+ * The id of a pool's budget (flow control, issue 43): `pool` for the pool-wide one,
+ * `workload:<value>` for a workload's; the key of shares, reports and metrics.
+ */
+export function budgetId(workload: string | undefined): string {
+  return workload === undefined ? 'pool' : `workload:${workload}`;
+}

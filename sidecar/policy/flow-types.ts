@@ -12,11 +12,8 @@ import type { BudgetPolicy } from '../../crds/policy-types.ts';
 import type { BudgetDemand, BudgetShare } from '../../crds/snapshot.ts';
 
 export type { BudgetDemand, BudgetPolicy, BudgetShare };
-
-/** The id of the pool-wide budget, and of a workload's: the key of shares, reports, metrics. */
-export function budgetId(workload: string | undefined): string {
-  return workload === undefined ? 'pool' : `workload:${workload}`;
-}
+/** `budgetId(workload)`: 'pool', or 'workload:<value>' (crds/policy-defaults.ts). */
+export { budgetId } from '../../crds/policy-defaults.ts';
 
 /** Why flow control refused a request (the `reason` label of the refusals metric, and the span). */
 export type RefusalReason =
