@@ -238,8 +238,12 @@ export class UsageScanner {
 /** How many bytes of `"usage"` (a proper prefix of it) end `chunk` after `from`. */
 function partialKeyAtEnd(chunk: Buffer, from: number): number {
   const n = chunk.length;
-  for (let k = Math.min(KEY.length - 1, n - from); k > 0; k--) {
-    if (chunk.compare(KEY, 0, k, n - k, n) === 0) return k;
+  // A prefix starts with the key's only quote but its last: find it in the last bytes, in JS
+  // (a native call per candidate length would cost more than the whole chunk's search).
+  next: for (let k = Math.min(KEY.length - 1, n - from); k > 0; k--) {
+    if (chunk[n - k] !== QUOTE) continue;
+    for (let j = 1; j < k; j++) if (chunk[n - k + j] !== KEY[j]) continue next;
+    return k;
   }
   return 0;
 }
@@ -351,9 +355,9 @@ function eventEnd(buf: Buffer, from: number): number {
 
 /** Whether `buf[start, end)` is the usage-only chunk: no choice, a usage object. */
 function isUsageChunk(buf: Buffer, start: number, end: number): boolean {
-  const event = buf.subarray(start, end);
-  if (event.indexOf(KEY) < 0) return false;
-  const text = event.toString('utf8');
+  const key = buf.indexOf(KEY, start);
+  if (key < 0 || key >= end) return false;
+  const text = buf.toString('utf8', start, end);
   if (!NO_CHOICE.test(text)) return false;
   const data = dataOf(text);
   if (data === undefined) return false;
