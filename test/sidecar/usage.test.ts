@@ -7,12 +7,23 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { balancePool } from '../../harness/pool-file.ts';
 import { eventually, startPool, type PoolFixture } from '../helpers.ts';
 
-const FLOW_CONTROL = ['  flowControl:', '    budgets:', '    - {tokensPerMinute: 1000000}'].join(
-  '\n',
-);
+/** One simulator serving `m` (also asked for as `fast`, an alias), and a token budget. */
+const POOL = (url: string): string =>
+  [
+    'apiVersion: switchyard.dev/v1alpha1',
+    'kind: InferencePool',
+    'metadata: {name: test}',
+    'spec:',
+    '  mode: Balance',
+    '  aliases: [{name: fast, model: m}]',
+    `  backends: [{name: a, url: ${url}/v1, models: [m]}]`,
+    '  flowControl:',
+    '    budgets:',
+    '    - {tokensPerMinute: 1000000}',
+    '',
+  ].join('\n');
 
 interface TokensLine {
   msg: string;
@@ -45,10 +56,7 @@ describe('token usage through a pool with a token budget', () => {
   }
 
   before(async () => {
-    pool = await startPool([{ name: 'a' }], (urls) => balancePool(urls, FLOW_CONTROL), [
-      '--log-level',
-      'debug',
-    ]);
+    pool = await startPool([{ name: 'a' }], (urls) => POOL(urls[0]!), ['--log-level', 'debug']);
   });
   after(() => pool.stop());
 
@@ -122,6 +130,22 @@ describe('token usage through a pool with a token budget', () => {
     const [line] = await tokensLogged(1);
     assert.equal(line?.path, '/v1/completions');
     assert.ok(typeof line.tokens === 'number' && line.tokens > 4);
+  });
+
+  test('through an alias: one rewrite, with the served model and the usage asked for', async () => {
+    const { data: stream, response } = await pool.client.chat.completions
+      .create({ model: 'fast', messages, max_tokens: 3, stream: true })
+      .withResponse();
+    assert.match(response.headers.get('x-switchyard-backend') ?? '', /^a\/.*m/);
+    let chunks = 0;
+    for await (const chunk of stream) {
+      assert.equal(chunk.model, 'm');
+      assert.ok(!chunk.usage);
+      chunks++;
+    }
+    assert.ok(chunks >= 3);
+    const [line] = await tokensLogged(1);
+    assert.ok(typeof line?.tokens === 'number' && line.tokens > 3);
   });
 
   test('a non-streamed answer: unchanged, its usage counted', async () => {
