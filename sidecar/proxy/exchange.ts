@@ -25,7 +25,14 @@ import {
   parseOrcaHeader,
 } from '../../lib/model-server-load.ts';
 import type { ActivePool } from '../config/active-pool.ts';
-import type { AffinityInput, AffinityResult, Attempt, EndpointSpec } from '../policy/index.ts';
+import type {
+  AffinityInput,
+  AffinityResult,
+  Attempt,
+  EndpointSpec,
+  PickRequest,
+  PickResult,
+} from '../policy/index.ts';
 import type { AttemptTrace, RequestTrace } from '../telemetry/types.ts';
 import {
   INITIAL_STATE,
@@ -246,12 +253,30 @@ export class Exchange {
     for (const attempt of this.#sent) attempt.clientGone();
   }
 
-  start(): void {
+  /**
+   * What the first attempt's pick asks of the balancer: the flow gate (flow-gate.ts) picks with
+   * it (`pickWithRoom`) and starts the exchange with its pick.
+   */
+  pickRequest(): PickRequest {
+    return {
+      ...this.#affinity,
+      exclude: this.#tried,
+      requestBytes: this.#raw.length,
+      model: this.model,
+    };
+  }
+
+  /**
+   * Sends the first attempt: on `pick` when given (the flow gate picked it), else on the
+   * balancer's pick now.
+   */
+  start(pick?: PickResult): void {
     this.#forwarded = forwardedHeaders(this.req.headers);
     this.clientAskedForLoad = this.#forwarded[ORCA_REQUEST_HEADER] !== undefined;
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.#clientGone = true;
+      if (pick?.kind === 'picked') this.pool.balancer.finish(pick.attempt, { kind: 'neutral' });
       return;
     }
     this.res.once('close', () => {
@@ -259,18 +284,13 @@ export class Exchange {
       this.#clientGone = true;
       for (const attempt of this.#sent) attempt.clientGone();
     });
-    this.#first();
+    this.#first(pick);
   }
 
   /** The first attempt: pick (or shed at once) and send. */
-  #first(): void {
+  #first(given: PickResult | undefined): void {
     const { metrics } = this;
-    const pick = this.pool.balancer.pick({
-      ...this.#affinity,
-      exclude: this.#tried,
-      requestBytes: this.#raw.length,
-      model: this.model,
-    });
+    const pick = given ?? this.pool.balancer.pick(this.pickRequest());
     if (pick.kind === 'shed' && pick.reason === 'model-not-served') {
       // No endpoint of the pool serves the model at all, whatever its health: not a 503 to retry.
       const model = this.requestedModel ?? this.model ?? '';
