@@ -356,6 +356,7 @@ class Waiting implements FlowWaiter {
   evicted(): void {
     const now = this.#gate.deps.nowMs();
     const waited = this.#leave(now);
+    this.release(now);
     this.#gate.deps.metrics.refused('queue-full');
     this.request.refuse({
       reason: 'queue-full',

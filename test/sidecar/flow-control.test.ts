@@ -210,6 +210,29 @@ describe('flow control bounds', () => {
   });
 });
 
+describe("the pod's default priority", () => {
+  test('--priority -1 makes requests without the header sheddable', async () => {
+    const fixture = await startPool(
+      [{ name: 'a', flags: ['--slots', '1', '--decode-ms-per-token', '20'] }],
+      (urls) => flowPool(urls),
+      ['--load-scrape-every', '0', '--priority', '-1'],
+    );
+    try {
+      // With room, a sheddable request is served.
+      const busy = withPriority(fixture.client, undefined, { max_tokens: 60 });
+      await eventually(async () => (await simStats(fixture.sims[0]!)).inFlight === 1);
+      const err = await refusal(withPriority(fixture.client, undefined));
+      assert.equal(err.status, 429);
+      assert.equal(err.code, 'sheddable_refused');
+      // The header still wins: priority 0 waits and is served.
+      await withPriority(fixture.client, 0);
+      await busy;
+    } finally {
+      await fixture.stop();
+    }
+  });
+});
+
 describe('flow control budgets', () => {
   test('a workload over its budget gets 429 over_budget; another workload is not held', async () => {
     const fixture = await startPool(
