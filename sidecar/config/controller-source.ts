@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { BudgetDemand, BudgetShare } from '../../crds/snapshot.ts';
 import type { ActivePoolState } from './active-pool.ts';
 import type { ControllerSourceOptions, RunningConfigSource } from './config-source.ts';
 import { startControllerClient } from './controller/controller-client.ts';
@@ -9,10 +10,26 @@ import { endpointHealth } from './controller/endpoint-health.ts';
  * force, and the reports carry the balancer's view of each endpoint. Resolves once the cache on
  * disk was read (a restored snapshot is already in force); never waits for the controller.
  */
+/**
+ * The pool's flow-control state as the controller source drives it (issue 43; built by the
+ * active pool, sidecar/config/active-pool.ts): the shares the controller sends, and the demand
+ * the reports carry. Each part is optional so that the source works against an active pool
+ * without flow control.
+ */
+interface PoolFlowHooks {
+  /** This sidecar's shares of the pool's budgets, and its workload as the controller names it. */
+  applyShares(shares: readonly BudgetShare[], workload: string | undefined): void;
+  /** Use and demand of each budget over the last minute; undefined or empty: no budgets. */
+  demand(): BudgetDemand[] | undefined;
+  /** Calls `listener` when a request starts waiting for want of share (report the demand now). */
+  onShareWanted(listener: () => void): void;
+}
+
 export async function startControllerSource(
   options: ControllerSourceOptions & { active: ActivePoolState; logger: Logger },
 ): Promise<RunningConfigSource> {
   const { active, logger, ...clientOptions } = options;
+  const flow = active as unknown as Partial<PoolFlowHooks>;
   const client = startControllerClient({
     ...clientOptions,
     logger,
@@ -36,7 +53,12 @@ export async function startControllerSource(
     // Only the fields a report carries: status() finds slow endpoints (a sort of every EWMA) and
     // estimates loads, which a report does not send, and this runs on the proxy's loop.
     currentEndpoints: () => endpointHealth(active.current()?.balancer.health() ?? []),
+    // Budgets across the fleet: the shares in force until the next event, whatever happens to the
+    // stream (static stability: never zero, never the whole budget, because the controller left).
+    onShares: (shares) => flow.applyShares?.(shares.budgets, shares.workload),
+    budgets: () => flow.demand?.(),
   });
+  flow.onShareWanted?.(() => client.reportDemandNow());
   await client.ready;
   return { reload: () => Promise.resolve(false), close: () => client.close() };
 }
