@@ -179,7 +179,7 @@ describe('SnapshotServer', () => {
     while (server.connectedCount() > 0) await new Promise((r) => setTimeout(r, 5));
     server.publish('apps/chat', budgeted, performance.now());
     const shares = (text: string): unknown[] =>
-      [...text.matchAll(/event: shares\ndata: (.*)\n\n/g)].map((m) => JSON.parse(m[1]!));
+      [...text.matchAll(/event: shares\ndata: (.*)\n\n/g)].map((m) => JSON.parse(m[1]!) as unknown);
     let seen = 0;
     const ofPod = subscribe((text) => (seen = shares(text).length) >= 2, 'pod-chat');
     // Another sidecar (a token bound to no pod: no workload) joins after the first split.
