@@ -103,10 +103,10 @@ describe('stream access', () => {
     const pod = {
       name: 'app-1',
       follows: new Set(['chat']),
-      serviceAccount: 'billing',
+      serviceAccount: 'apps/billing',
       labels: { team: 'search', empty: '' },
     };
-    assert.equal(workloadOf(pod, { kind: 'ServiceAccount' }), 'billing');
+    assert.equal(workloadOf(pod, { kind: 'ServiceAccount' }), 'apps/billing');
     assert.equal(workloadOf(pod, { kind: 'PodLabel', label: 'team' }), 'search');
     assert.equal(workloadOf(pod, { kind: 'PodLabel', label: 'empty' }), undefined);
     assert.equal(workloadOf(pod, { kind: 'PodLabel', label: 'absent' }), undefined);

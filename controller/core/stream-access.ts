@@ -31,14 +31,17 @@ export function poolsFollowedBy(pod: PodMetadata): ReadonlySet<string> {
 export interface BoundPod {
   name: string;
   follows: ReadonlySet<string>;
-  /** `spec.serviceAccountName` and `metadata.labels`: the workload, for budgets (issue 43). */
+  /**
+   * `metadata.namespace` + `spec.serviceAccountName` (`namespace/name`) and `metadata.labels`:
+   * the sidecar's workload, for budgets (issue 43).
+   */
   serviceAccount?: string | undefined;
   labels?: Readonly<Record<string, string>> | undefined;
 }
 
 /**
  * The workload a sidecar's requests are, when the pool names it per sidecar: its pod's service
- * account, or the value of one of its labels; undefined for a token bound to no pod, a pod
+ * account as `namespace/name` (docs/configuration.md), or the value of one of its labels; undefined for a token bound to no pod, a pod
  * without that label, or a pool whose workloads come from a header (per request).
  */
 export function workloadOf(pod: BoundPod | undefined, source: WorkloadSource): string | undefined {

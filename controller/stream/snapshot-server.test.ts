@@ -45,7 +45,7 @@ describe('SnapshotServer', () => {
               pod:
                 podName === undefined
                   ? undefined
-                  : { name: podName, follows: new Set([follows!]), serviceAccount: 'billing' },
+                  : { name: podName, follows: new Set([follows!]), serviceAccount: 'apps/billing' },
             },
           });
         },
@@ -171,7 +171,7 @@ describe('SnapshotServer', () => {
           workload: { kind: 'ServiceAccount' },
           budgets: [
             { id: 'pool', requestsPerMinute: 60 },
-            { id: 'workload:billing', workload: 'billing', tokensPerMinute: 1000 },
+            { id: 'workload:apps/billing', workload: 'apps/billing', tokensPerMinute: 1000 },
           ],
         },
       } as PoolSnapshot['policy'],
@@ -188,17 +188,17 @@ describe('SnapshotServer', () => {
     const other = subscribe((text) => shares(text).length >= 1, 't');
     const [first, second] = [shares(await ofPod), shares(await other)];
     assert.deepEqual(first[0], {
-      workload: 'billing',
+      workload: 'apps/billing',
       budgets: [
         { id: 'pool', requestsPerMinute: 60 },
-        { id: 'workload:billing', tokensPerMinute: 1000 },
+        { id: 'workload:apps/billing', tokensPerMinute: 1000 },
       ],
     });
     assert.deepEqual(first[1], {
-      workload: 'billing',
+      workload: 'apps/billing',
       budgets: [
         { id: 'pool', requestsPerMinute: 30 },
-        { id: 'workload:billing', tokensPerMinute: 1000 },
+        { id: 'workload:apps/billing', tokensPerMinute: 1000 },
       ],
     });
     assert.deepEqual(second[0], { budgets: [{ id: 'pool', requestsPerMinute: 30 }] });

@@ -149,7 +149,8 @@ export class TokenAuthenticator {
     return {
       name,
       follows: poolsFollowedBy(pod),
-      serviceAccount: pod.spec?.serviceAccountName,
+      // `namespace/name`, as budgets name a ServiceAccount workload (the pod's namespace is the token's).
+      serviceAccount: `${namespace}/${pod.spec?.serviceAccountName ?? 'default'}`,
       labels: pod.metadata?.labels,
     };
   }
