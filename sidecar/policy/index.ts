@@ -53,3 +53,17 @@ export { RETRY_BUDGET_WINDOW_MS, RetryBudget, retryAllowance } from './retry-bud
 export { sampleTwoDistinct, seededRng } from './rng.ts';
 export { IDLE_FADE_MS, costTermMs, idleFade, score, type ScoreInputs } from './score.ts';
 export { DEFAULT_BUCKET_COUNT, SlidingWindow } from './sliding-window.ts';
+export { FlowQueue } from './flow-queue.ts';
+export {
+  budgetId,
+  type BudgetAdmission,
+  type BudgetDemand,
+  type BudgetLedgerApi,
+  type BudgetShare,
+  type BudgetStatus,
+  type BudgetTicket,
+  type FlowQueueApi,
+  type QueueEntry,
+  type RefusalReason,
+} from './flow-types.ts';
+export { BudgetLedger } from './budget-ledger.ts';
