@@ -95,6 +95,8 @@ export interface SidecarBudgets {
 export interface ReplicaDemand {
   /** Σ wanted of the sidecars that reported. */
   wanted: number;
+  /** Σ used of the sidecars that reported (for status: the fleet's use). */
+  used?: number | undefined;
   /** Sidecars of the budget subscribed on the replica. */
   sidecars: number;
   /** Of them, those that have not reported yet. */
@@ -117,6 +119,10 @@ function wantOf(sidecar: SidecarBudgets, budget: string, unit: BudgetUnit): numb
   const demand = sidecar.budgets.find((b) => b.id === budget);
   // Reported, but not this budget (a new one): it has wanted nothing of it yet.
   return demand?.[unit]?.wanted ?? 0;
+}
+
+function usedOf(sidecar: SidecarBudgets, budget: string, unit: BudgetUnit): number {
+  return sidecar.budgets?.find((b) => b.id === budget)?.[unit]?.used ?? 0;
 }
 
 export interface PoolSplitInput {
@@ -161,10 +167,11 @@ export function splitPool(input: PoolSplitInput): PoolSplit {
       const limit = budgetLimit(budget, unit);
       if (limit === undefined) continue;
       const wants = spenders.map((s) => ({ id: s.id, wanted: wantOf(s, budget.id, unit) }));
-      const mine: ReplicaDemand = { wanted: 0, sidecars: wants.length, unknown: 0 };
-      for (const w of wants) {
+      const mine: ReplicaDemand = { wanted: 0, used: 0, sidecars: wants.length, unknown: 0 };
+      for (const [i, w] of wants.entries()) {
         if (w.wanted === undefined) mine.unknown++;
         else mine.wanted += w.wanted;
+        mine.used! += usedOf(spenders[i]!, budget.id, unit);
       }
       const key = demandKey(budget.id, unit);
       demand.set(key, mine);
@@ -222,4 +229,58 @@ export function sharesChanged(
     }
   }
   return false;
+}
+
+/** One budget of a pool as its status shows it: the fleet's use and demand beside the limit. */
+export interface BudgetStatusRow {
+  id: string;
+  workload?: string;
+  /** Sidecars that share it (subscribed on any live replica). */
+  sidecars: number;
+  requestsPerMinute?: { limit: number; used: number; wanted: number };
+  tokensPerMinute?: { limit: number; used: number; wanted: number };
+}
+
+/**
+ * The pool's budgets for its status: per budget and unit, the limit and the fleet's use and
+ * demand per minute, summed over this replica's demand and the other replicas'.
+ */
+export function budgetStatus(
+  budgets: readonly BudgetPolicy[],
+  local: ReadonlyMap<string, ReplicaDemand>,
+  remote: (budget: string, unit: BudgetUnit) => readonly (ReplicaDemand | undefined)[],
+): BudgetStatusRow[] {
+  return budgets.map((budget) => {
+    const row: BudgetStatusRow = {
+      id: budget.id,
+      ...(budget.workload === undefined ? {} : { workload: budget.workload }),
+      sidecars: 0,
+    };
+    for (const unit of BUDGET_UNITS) {
+      const limit = budgetLimit(budget, unit);
+      if (limit === undefined) continue;
+      const all = [local.get(demandKey(budget.id, unit)), ...remote(budget.id, unit)];
+      let used = 0;
+      let wanted = 0;
+      let sidecars = 0;
+      for (const d of all) {
+        used += d?.used ?? 0;
+        wanted += d?.wanted ?? 0;
+        sidecars += d?.sidecars ?? 0;
+      }
+      row.sidecars = Math.max(row.sidecars, sidecars);
+      const rates = { limit, used: round(used), wanted: round(wanted) };
+      if (unit === 'requests') row.requestsPerMinute = rates;
+      else row.tokensPerMinute = rates;
+    }
+    return row;
+  });
+}
+
+/**
+ * Two significant digits: the status shows the use at a glance, and a write per report of a
+ * number that moved by 0.1 % would cost an API write a second for nothing.
+ */
+function round(x: number): number {
+  return Number(x.toPrecision(2));
 }
