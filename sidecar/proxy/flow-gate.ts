@@ -158,6 +158,8 @@ export class FlowGate {
     // First come, first served: nothing passes what waits at its priority or above.
     if (queue.waitingAbove(priority - 1)) {
       this.#enqueue(request, { kind: 'room', ticket }, tokens, now, undefined);
+      // What waits ahead may wait for its own budget only: a round soon lets this one past it.
+      this.kick();
       return;
     }
     const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow));
@@ -354,6 +356,7 @@ class Waiting implements FlowWaiter {
   evicted(): void {
     const now = this.#gate.deps.nowMs();
     const waited = this.#leave(now);
+    this.release(now);
     this.#gate.deps.metrics.refused('queue-full');
     this.request.refuse({
       reason: 'queue-full',
