@@ -152,6 +152,16 @@ describe('splitPool', () => {
     assert.ok(total <= part + 1e-9);
   });
 
+  it('splits a tokens-only budget in tokens only', () => {
+    const split = splitPool({
+      budgets: [{ id: 'pool', tokensPerMinute: 1000 }],
+      perSidecarWorkload: false,
+      sidecars: [{ id: 'a' }, { id: 'b' }],
+      remote: () => [],
+    });
+    assert.deepEqual(split.shares.get('a'), [{ id: 'pool', tokensPerMinute: 500 }]);
+  });
+
   it('hands nothing out with no sidecars', () => {
     const split = splitPool({ budgets, perSidecarWorkload: true, sidecars: [], remote: () => [] });
     assert.equal(split.shares.size, 0);
