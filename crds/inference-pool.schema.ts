@@ -998,6 +998,82 @@ export const InferencePoolStatusSchema = Type.Object(
         },
       ),
     ),
+    budgets: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            id: Type.String({
+              description:
+                'The budget: pool for the pool-wide one, workload:<value> for a workload.',
+              minLength: 1,
+              maxLength: 330,
+            }),
+            workload: Type.Optional(
+              Type.String({ description: 'The workload it limits.', minLength: 1, maxLength: 317 }),
+            ),
+            sidecars: Type.Integer({
+              description: 'Sidecars sharing it (subscribed to any live controller replica).',
+              minimum: 0,
+              format: 'int32',
+            }),
+            requestsPerMinute: Type.Optional(
+              Type.Object(
+                {
+                  limit: Type.Number({
+                    description: 'The budget, requests per minute.',
+                    minimum: 0,
+                  }),
+                  used: Type.Number({
+                    description: 'Requests the sidecars used over their last minute, summed.',
+                    minimum: 0,
+                  }),
+                  wanted: Type.Number({
+                    description:
+                      'Requests they wanted over their last minute (used, refused and waiting), summed.',
+                    minimum: 0,
+                  }),
+                },
+                {
+                  description: 'The budget in requests per minute, and the fleet’s use and demand.',
+                  additionalProperties: false,
+                },
+              ),
+            ),
+            tokensPerMinute: Type.Optional(
+              Type.Object(
+                {
+                  limit: Type.Number({ description: 'The budget, tokens per minute.', minimum: 0 }),
+                  used: Type.Number({
+                    description: 'Tokens the sidecars used over their last minute, summed.',
+                    minimum: 0,
+                  }),
+                  wanted: Type.Number({
+                    description:
+                      'Tokens they wanted over their last minute (used, refused and waiting), summed.',
+                    minimum: 0,
+                  }),
+                },
+                {
+                  description: 'The budget in tokens per minute, and the fleet’s use and demand.',
+                  additionalProperties: false,
+                },
+              ),
+            ),
+          },
+          {
+            description: 'One budget of spec.flowControl and the fleet’s use of it.',
+            additionalProperties: false,
+          },
+        ),
+        {
+          description:
+            'The budgets of spec.flowControl, each with the fleet’s use and demand per minute as the sidecars last reported (docs/flow-control.md, Budgets across the fleet). Unset when the pool has none.',
+          maxItems: 1000,
+          'x-kubernetes-list-type': 'map',
+          'x-kubernetes-list-map-keys': ['id'],
+        },
+      ),
+    ),
     endpointHealth: Type.Optional(
       Type.Array(
         Type.Object(

@@ -3,6 +3,7 @@
  * that lets the shell write status only when something really changed.
  */
 import type { Condition, InferencePoolStatus } from '../../crds/inference-pool.schema.ts';
+import type { BudgetDemand } from '../../crds/snapshot.ts';
 import type { ReconcileResult } from './reconcile-result.ts';
 import { canonicalJson, compareStrings } from './hash.ts';
 
@@ -36,6 +37,8 @@ export interface SidecarView {
         driftMismatches?: number | undefined;
       }[]
     | undefined;
+  /** Its use and demand of the pool's budgets (issue 43), from its last report on this replica. */
+  budgets?: readonly BudgetDemand[] | undefined;
 }
 
 export interface SidecarReports {
@@ -67,6 +70,8 @@ export interface PoolStatusInput {
    * detection is off, the section goes.
    */
   drift?: InferencePoolStatus['drift'] | null;
+  /** The pool's budgets with the fleet's use (`budgetStatus`); undefined or empty: none. */
+  budgets?: InferencePoolStatus['budgets'] | undefined;
 }
 
 /** The sidecars that count as connected: streaming, or heard from within `staleAfterMs`. */
@@ -119,6 +124,9 @@ export function poolStatus(input: PoolStatusInput): InferencePoolStatus {
           : new Set(result.snapshot.endpoints.map((e) => e.id)),
     }),
     ...driftSection(input.drift, previous?.drift),
+    ...(input.budgets === undefined || input.budgets.length === 0
+      ? {}
+      : { budgets: input.budgets.map((b) => ({ ...b })) }),
   };
 }
 
