@@ -581,6 +581,13 @@ export const SaturationSchema = Type.Object(
       maximum: 1,
       default: 0.95,
     }),
+    sheddableHeadroom: Type.Number({
+      description:
+        'The part of each endpoint that sheddable requests (negative priority) leave free for the others, a fraction of its batch (the most requests its server has been seen running while it queued more), of maxInFlightPerEndpoint, and of kvCacheUsage: with 0.25 a server of 8 slots takes a sheddable request only while 3 of them are free, and only below 75 % of kvCacheUsage, so a request of priority 0 or more arriving a moment later finds room at once instead of waiting behind batch work. 0: sheddable requests fill endpoints to the brim. From 0 to 1. Default: 0.25.',
+      minimum: 0,
+      maximum: 1,
+      default: 0.25,
+    }),
     maxInFlightPerEndpoint: Type.Optional(
       Type.Integer({
         description:
