@@ -226,7 +226,8 @@ describe('BudgetLedger configure', () => {
     admitted(ledger.tryAdmit('a', 20, 200));
     // A removed unit no longer limits.
     ledger.configure([pool({ requestsPerMinute: 60 })], 'whole', 200);
-    assert.deepEqual(ledger.demand(200), [{ id: 'pool', requests: { used: 2, wanted: 2 } }]);
+    // The report's want is the last 5 s as a rate per minute: 2 requests × 12.
+    assert.deepEqual(ledger.demand(200), [{ id: 'pool', requests: { used: 2, wanted: 24 } }]);
   });
 
   test('switching to shared forgets the whole share; back to whole restores it', () => {
@@ -269,7 +270,7 @@ describe('BudgetLedger settle and estimates', () => {
     const ticket = admitted(ledger.tryAdmit('w', 150, 0));
     ledger.settle(ticket, undefined, 0);
     assert.equal(ledger.tryAdmit(undefined, 60, 0).kind, 'over');
-    assert.deepEqual(ledger.demand(0), [{ id: 'pool', tokens: { used: 150, wanted: 150 } }]);
+    assert.deepEqual(ledger.demand(0), [{ id: 'pool', tokens: { used: 150, wanted: 150 * 12 } }]);
     // Nothing learned.
     assert.equal(ledger.estimateTokens('w', 400), 100 + DEFAULT_COMPLETION_TOKENS);
   });
@@ -301,7 +302,7 @@ describe('BudgetLedger settle and estimates', () => {
 });
 
 describe('BudgetLedger demand and status', () => {
-  test('used and wanted per budget and unit over the last minute', () => {
+  test('used over the last minute, wanted over the last 5 s, per budget and unit', () => {
     const ledger = wholeLedger([
       pool({ requestsPerMinute: 60, tokensPerMinute: 6000 }),
       own('a', { tokensPerMinute: 600 }),
@@ -310,9 +311,15 @@ describe('BudgetLedger demand and status', () => {
     ledger.settle(admitted(ledger.tryAdmit(undefined, 50, 0)), 50, 1000);
     ledger.noteWanted('a', 40, 2000);
     ledger.noteWanted('a', Number.NaN, 2000);
+    // `used` over the minute; `wanted` over the last 5 s, as a rate per minute (× 12).
     assert.deepEqual(ledger.demand(2000), [
-      { id: 'pool', requests: { used: 2, wanted: 4 }, tokens: { used: 80, wanted: 120 } },
-      { id: 'workload:a', tokens: { used: 30, wanted: 70 } },
+      { id: 'pool', requests: { used: 2, wanted: 48 }, tokens: { used: 80, wanted: 1440 } },
+      { id: 'workload:a', tokens: { used: 30, wanted: 840 } },
+    ]);
+    // 10 s later the want has gone, the use of the minute stays.
+    assert.deepEqual(ledger.demand(10_000), [
+      { id: 'pool', requests: { used: 2, wanted: 0 }, tokens: { used: 80, wanted: 0 } },
+      { id: 'workload:a', tokens: { used: 30, wanted: 0 } },
     ]);
     assert.deepEqual(ledger.status(2000), [
       {
