@@ -29,3 +29,26 @@ spec:
   affinity: {key: Prefix, prefixChars: 4096, maxSlowdown: 2.5}
   retry: {budgetPercent: 20, minPerSecond: 10, maxAttempts: 3}
 `;
+
+/**
+ * Flow control: interactive chat and batch jobs share two servers; the batch job's requests wait
+ * (or, sent with a negative priority, are refused) while the servers are full, and each team has
+ * a budget under the pool's.
+ */
+export const FLOW_CONTROL_EXAMPLE = `apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: chat}
+spec:
+  backends:
+  - {name: vllm, urls: [http://127.0.0.1:9101/v1, http://127.0.0.1:9102/v1]}
+  flowControl:
+    defaultPriority: 0
+    maxQueueWait: 20s
+    queue: {maxRequests: 500, maxBytes: 33554432}
+    saturation: {kvCacheUsage: 0.9, maxInFlightPerEndpoint: 32}
+    workload: {header: x-team}
+    budgets:
+    - {tokensPerMinute: 2000000}
+    - {workload: chat, requestsPerMinute: 1200}
+    - {workload: batch, requestsPerMinute: 300, tokensPerMinute: 500000}
+`;

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { Value } from '@sinclair/typebox/value';
 import { parse } from 'yaml';
-import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from './examples.ts';
+import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE, FLOW_CONTROL_EXAMPLE } from './examples.ts';
+import { PoolPolicySchema } from './policy-types.ts';
 import { InferencePoolSchema } from './inference-pool.schema.ts';
 import { parsePoolYaml } from './pool-document.ts';
 import { resolvePool } from './resolve.ts';
@@ -21,6 +22,7 @@ function checkAnswer(doc: unknown): void {
     assert.deepEqual(again.pool, result.pool);
     const resolved = resolvePool(result.pool, { KEY: 'k' });
     if (!resolved.ok) for (const e of resolved.errors) assert.ok(e.path !== '' && e.message !== '');
+    else assert.ok(Value.Check(PoolPolicySchema, resolved.policy), 'the policy fits its schema');
     return;
   }
   assert.ok(result.errors.length > 0);
@@ -103,10 +105,12 @@ describe('validatePool never throws', () => {
   });
 
   it('on mutated valid pools', () => {
-    const bases = [parse(BALANCE_EXAMPLE) as Json, parse(FAILOVER_EXAMPLE) as Json];
+    const bases = [BALANCE_EXAMPLE, FAILOVER_EXAMPLE, FLOW_CONTROL_EXAMPLE].map(
+      (text) => parse(text) as Json,
+    );
     fc.assert(
       fc.property(
-        fc.nat(1),
+        fc.nat(bases.length - 1),
         fc.array(mutation, { minLength: 1, maxLength: 6 }),
         (which, mutations) => {
           checkAnswer(mutate(bases[which], mutations));

@@ -37,12 +37,17 @@ import {
   ALIASES_RULES,
   BACKEND_RULES,
   BACKENDS_RULES,
+  BUDGET_RULES,
+  BUDGETS_RULES,
+  FLOW_CONTROL_RULES,
   HEALTH_RULES,
   MAX_ALIASES,
+  MAX_BUDGETS,
   MAX_MODELS,
   MAX_WEIGHT,
   SPEC_RULES,
   TLS_RULES,
+  WORKLOAD_RULES,
   celValidations,
 } from './semantic.ts';
 
@@ -72,6 +77,9 @@ const SECRET_KEY = '^[-._a-zA-Z0-9]+$';
 const ENV_NAME = '^[A-Za-z_][A-Za-z0-9_]*$';
 /** An HTTP header name (RFC 9110 token). */
 const HEADER_NAME = "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
+/** A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name. */
+const LABEL_KEY =
+  '^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$';
 /** The syntax of a backend URL; `checkUrl` in semantic.ts parses it for real. */
 const BASE_URL = '^https?://[^\\s/?#@]+(/[^\\s?#]*)?$';
 
@@ -531,6 +539,174 @@ export const DriftSchema = Type.Object(
   },
 );
 
+// ---------------------------------------------------------------------------------------------
+// spec.flowControl
+// ---------------------------------------------------------------------------------------------
+
+/** Largest `spec.flowControl.queue.maxBytes`: 16 GiB, far beyond any sidecar's memory. */
+export const MAX_QUEUE_BYTES = 17_179_869_184;
+
+export const FlowQueueSchema = Type.Object(
+  {
+    maxRequests: Type.Integer({
+      description:
+        "Most requests of this pool waiting in one sidecar's queue; a request that finds the queue full gets a 429 with code queue_full at once. 0: nothing waits, a request without room is refused at once. An integer from 0 to 1000000. Default: 1000.",
+      minimum: 0,
+      maximum: 1_000_000,
+      default: 1000,
+      format: 'int32',
+    }),
+    maxBytes: Type.Integer({
+      description: `Most bytes of request bodies held by that queue (the bodies of waiting requests stay in the sidecar's memory); a request whose body does not fit gets a 429 with code queue_full at once. An integer number of bytes from 0 to ${MAX_QUEUE_BYTES} (16 GiB). Default: 67108864 (64 MiB).`,
+      minimum: 0,
+      maximum: MAX_QUEUE_BYTES,
+      default: 67_108_864,
+      format: 'int64',
+    }),
+  },
+  {
+    description:
+      "The bound of each sidecar's queue of this pool, in requests and in bytes of held bodies: past either, a request is refused at once instead of waiting.",
+    additionalProperties: false,
+    default: {},
+  },
+);
+
+export const SaturationSchema = Type.Object(
+  {
+    kvCacheUsage: Type.Number({
+      description:
+        'An endpoint whose server reports its KV cache at least this full (a fraction: 0.95 is 95 %) is saturated and takes no more requests while others wait; so is one whose server reports requests waiting in its own queue. Greater than 0, at most 1. Default: 0.95.',
+      exclusiveMinimum: 0,
+      maximum: 1,
+      default: 0.95,
+    }),
+    maxInFlightPerEndpoint: Type.Optional(
+      Type.Integer({
+        description:
+          'An endpoint whose server reports no load (a provider API, a server without metrics) is saturated once this sidecar has this many requests in flight there. Unset: such an endpoint is never saturated, requests go there without waiting. An integer from 1 to 1000000.',
+        minimum: 1,
+        maximum: 1_000_000,
+        format: 'int32',
+      }),
+    ),
+  },
+  {
+    description:
+      'When an endpoint is saturated (full): a request waits in the queue while every endpoint it could go to is saturated.',
+    additionalProperties: false,
+    default: {},
+  },
+);
+
+export const WorkloadSchema = Type.Object(
+  {
+    serviceAccount: Type.Optional(
+      Type.Object(
+        {},
+        {
+          description:
+            "Each app pod's ServiceAccount is its workload (namespace/name): every request of a sidecar is one workload. The controller names it from the pod the sidecar's token is bound to; a standalone sidecar takes it from its --workload flag. Set it as an empty mapping: serviceAccount: {}.",
+          additionalProperties: false,
+        },
+      ),
+    ),
+    podLabel: Type.Optional(
+      Type.String({
+        description:
+          'The value of this label of each app pod is its workload, e.g. app.kubernetes.io/name: every request of a sidecar is one workload. The controller reads it from the pod the sidecar\'s token is bound to; a standalone sidecar takes it from its --workload flag. A label key: an optional DNS-subdomain prefix and "/", then up to 63 letters, digits, "-", "_" and ".".',
+        minLength: 1,
+        maxLength: 317,
+        pattern: LABEL_KEY,
+        errorMessage: 'must be a label key like team or app.kubernetes.io/name',
+      }),
+    ),
+    header: Type.Optional(
+      Type.String({
+        description:
+          "The value of this request header is the request's workload, e.g. x-team; matched case-insensitively and forwarded as it is. A request without the header counts only against the pool-wide budget. An HTTP header name.",
+        minLength: 1,
+        maxLength: 256,
+        pattern: HEADER_NAME,
+        errorMessage: 'must be an HTTP header name like x-team (no spaces or ":")',
+      }),
+    ),
+  },
+  {
+    description:
+      'Where the workload of a request comes from, for per-workload budgets and fairness in the queue: exactly one of serviceAccount: {}, podLabel: <label key> or header: <header name>. Unset: every request is of one workload, and budgets with a workload are refused.',
+    additionalProperties: false,
+    'x-kubernetes-validations': celValidations(WORKLOAD_RULES),
+  },
+);
+
+export const BudgetSchema = Type.Object(
+  {
+    workload: Type.Optional(
+      Type.String({
+        description:
+          'The workload this budget limits: a ServiceAccount (namespace/name), a pod label value or a header value, as flowControl.workload says. Unset: the pool-wide budget, which every request of the pool counts against (at most one). Unique within budgets. 1 to 317 characters.',
+        minLength: 1,
+        maxLength: 317,
+      }),
+    ),
+    requestsPerMinute: Type.Optional(
+      Type.Number({
+        description:
+          'Requests per minute this budget allows, summed over every sidecar of the pool. Greater than 0. Unset: requests are not limited.',
+        exclusiveMinimum: 0,
+      }),
+    ),
+    tokensPerMinute: Type.Optional(
+      Type.Number({
+        description:
+          "Tokens per minute this budget allows, summed over every sidecar of the pool: prompt plus completion tokens, from each response's usage. Greater than 0. Unset: tokens are not limited.",
+        exclusiveMinimum: 0,
+      }),
+    ),
+  },
+  {
+    description:
+      'One budget: a rate per minute for the whole pool (no workload) or for one workload; at least one of requestsPerMinute and tokensPerMinute.',
+    additionalProperties: false,
+    'x-kubernetes-validations': celValidations(BUDGET_RULES),
+  },
+);
+
+export const FlowControlSchema = Type.Object(
+  {
+    defaultPriority: Type.Integer({
+      description:
+        'Priority of a request that has no x-switchyard-priority header and whose pod sets no default (annotation switchyard.dev/priority). Higher is served first; below 0 is sheddable: refused at once (429) instead of waiting. An integer from -1000000 to 1000000. Default: 0.',
+      minimum: -1_000_000,
+      maximum: 1_000_000,
+      default: 0,
+      format: 'int32',
+    }),
+    maxQueueWait: duration(
+      `Longest a request waits in the queue (for an endpoint with room or for budget) before it gets a 429 with Retry-After saying why. ${DURATION_SYNTAX} Default: 30s.`,
+      '30s',
+    ),
+    queue: FlowQueueSchema,
+    saturation: SaturationSchema,
+    workload: Type.Optional(WorkloadSchema),
+    budgets: Type.Optional(
+      Type.Array(BudgetSchema, {
+        description: `Requests and tokens per minute for the whole pool and per workload, held across every sidecar: each sidecar enforces its share, which the controller re-splits from what the sidecars use (a standalone sidecar enforces the whole budget). Over budget, a request waits in the queue or, if sheddable, gets a 429 with code over_budget. At most one entry without workload; workload values unique; entries with a workload need flowControl.workload. At most ${MAX_BUDGETS}.`,
+        maxItems: MAX_BUDGETS,
+        'x-kubernetes-list-type': 'atomic',
+        'x-kubernetes-validations': celValidations(BUDGETS_RULES),
+      }),
+    ),
+  },
+  {
+    description:
+      'Flow control (docs/flow-control.md): priorities, a bounded queue in each sidecar while every endpoint is saturated instead of overloading them, and budgets held across the fleet. Unset: no queue and no budgets; every request goes to an endpoint at once.',
+    additionalProperties: false,
+    'x-kubernetes-validations': celValidations(FLOW_CONTROL_RULES),
+  },
+);
+
 export const AliasSchema = Type.Object(
   {
     name: Type.String({
@@ -609,6 +785,7 @@ export const InferencePoolSpecSchema = Type.Object(
     coldStart: ColdStartSchema,
     timeouts: TimeoutsSchema,
     drift: DriftSchema,
+    flowControl: Type.Optional(FlowControlSchema),
   },
   {
     description:
@@ -962,4 +1139,6 @@ export type Retry = Static<typeof RetrySchema>;
 export type ColdStart = Static<typeof ColdStartSchema>;
 export type Timeouts = Static<typeof TimeoutsSchema>;
 export type Drift = Static<typeof DriftSchema>;
+export type FlowControl = Static<typeof FlowControlSchema>;
+export type Budget = Static<typeof BudgetSchema>;
 export type Condition = Static<typeof ConditionSchema>;

@@ -2,7 +2,8 @@ import { AFFINITY_MAX_EXTRA_IN_FLIGHT } from './policy-defaults.ts';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { parse } from 'yaml';
-import type { PoolPolicy } from './policy-types.ts';
+import { Value } from '@sinclair/typebox/value';
+import { FlowControlPolicySchema, type PoolPolicy } from './policy-types.ts';
 import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from './examples.ts';
 import type { InferencePool } from './inference-pool.schema.ts';
 import { resolvePool, resolvePolicy, urlEndpoints } from './resolve.ts';
@@ -444,5 +445,117 @@ describe('resolvePool: models, weights and aliases', () => {
     assert.ok(result.ok);
     result.endpoints[0]?.models?.push('x');
     assert.deepEqual(pool.spec.backends[0]?.models, ['m']);
+  });
+});
+
+describe('resolvePolicy: flow control', () => {
+  function withFlow(flowControl: unknown): InferencePool {
+    return valid({
+      apiVersion: 'switchyard.dev/v1alpha1',
+      kind: 'InferencePool',
+      metadata: { name: 'chat' },
+      spec: { backends: [{ name: 'a', url: 'http://127.0.0.1:9101/v1' }], flowControl },
+    });
+  }
+
+  function flowOf(pool: InferencePool) {
+    const resolved = resolvePolicy(pool.spec);
+    assert.ok(resolved.ok, JSON.stringify(resolved.ok ? [] : resolved.errors));
+    return resolved.policy.flowControl;
+  }
+
+  it('is absent when the pool leaves flowControl out', () => {
+    const resolved = resolvePolicy(withBackends([{ name: 'a', url: 'http://x/v1' }]).spec);
+    assert.ok(resolved.ok);
+    assert.equal('flowControl' in resolved.policy, false);
+  });
+
+  it('fills every default of an empty flowControl', () => {
+    assert.deepEqual(flowOf(withFlow({})), {
+      defaultPriority: 0,
+      maxQueueWaitMs: 30_000,
+      maxQueuedRequests: 1000,
+      maxQueuedBytes: 67_108_864,
+      kvCacheSaturation: 0.95,
+      budgets: [],
+    });
+  });
+
+  it('resolves every field: ms, a lower-case header, budget ids', () => {
+    const flow = flowOf(
+      withFlow({
+        defaultPriority: -2,
+        maxQueueWait: '1m30s',
+        queue: { maxRequests: 0, maxBytes: 1024 },
+        saturation: { kvCacheUsage: 0.8, maxInFlightPerEndpoint: 16 },
+        workload: { header: 'X-Team' },
+        budgets: [
+          { workload: 'chat', requestsPerMinute: 600 },
+          { tokensPerMinute: 100_000 },
+          { workload: 'batch', requestsPerMinute: 60, tokensPerMinute: 20_000.5 },
+        ],
+      }),
+    );
+    assert.deepEqual(flow, {
+      defaultPriority: -2,
+      maxQueueWaitMs: 90_000,
+      maxQueuedRequests: 0,
+      maxQueuedBytes: 1024,
+      kvCacheSaturation: 0.8,
+      maxInFlightPerEndpoint: 16,
+      workload: { kind: 'Header', header: 'x-team' },
+      budgets: [
+        { id: 'workload:chat', workload: 'chat', requestsPerMinute: 600 },
+        { id: 'pool', tokensPerMinute: 100_000 },
+        {
+          id: 'workload:batch',
+          workload: 'batch',
+          requestsPerMinute: 60,
+          tokensPerMinute: 20_000.5,
+        },
+      ],
+    });
+  });
+
+  it('resolves each workload source', () => {
+    assert.deepEqual(flowOf(withFlow({ workload: { serviceAccount: {} } }))?.workload, {
+      kind: 'ServiceAccount',
+    });
+    assert.deepEqual(
+      flowOf(withFlow({ workload: { podLabel: 'app.kubernetes.io/name' } }))?.workload,
+      {
+        kind: 'PodLabel',
+        label: 'app.kubernetes.io/name',
+      },
+    );
+  });
+
+  it('matches the resolved schema (what the snapshot carries)', () => {
+    const flow = flowOf(
+      withFlow({
+        workload: { podLabel: 'team' },
+        budgets: [{ requestsPerMinute: 1 }, { workload: 'a', tokensPerMinute: 0.5 }],
+      }),
+    );
+    assert.ok(Value.Check(FlowControlPolicySchema, flow));
+  });
+
+  it('reports a maxQueueWait that does not parse (a pool that skipped validation)', () => {
+    const pool = withFlow({});
+    const resolved = resolvePolicy({
+      ...pool.spec,
+      flowControl: { ...pool.spec.flowControl!, maxQueueWait: '5' },
+    });
+    assert.ok(!resolved.ok);
+    assert.deepEqual(
+      resolved.errors.map((e) => e.path),
+      ['spec.flowControl.maxQueueWait'],
+    );
+  });
+
+  it('does not share the budgets with the pool', () => {
+    const pool = withFlow({ budgets: [{ requestsPerMinute: 5 }] });
+    const flow = flowOf(pool);
+    assert.notEqual(flow?.budgets[0], pool.spec.flowControl?.budgets?.[0]);
   });
 });

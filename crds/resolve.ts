@@ -11,11 +11,20 @@
  * only show when resolving (a missing environment variable, two URLs that are the same endpoint)
  * come back as errors in the same `{path, message}` shape.
  */
-import type { EndpointSpec, EndpointTls, PoolPolicy, PoolTimeouts } from './policy-types.ts';
+import type {
+  EndpointSpec,
+  EndpointTls,
+  FlowControlPolicy,
+  PoolPolicy,
+  PoolTimeouts,
+  WorkloadSource,
+} from './policy-types.ts';
+import { budgetId } from './policy-defaults.ts';
 import { parseDuration } from './duration.ts';
 import type {
   Backend,
   BackendTls,
+  FlowControl,
   InferencePool,
   InferencePoolSpec,
 } from './inference-pool.schema.ts';
@@ -124,6 +133,15 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
             ...(spec.drift.prompt === undefined ? {} : { prompt: spec.drift.prompt }),
           },
         }),
+    // Left out when unset, so that a pool without flow control keeps its snapshot hash.
+    ...(spec.flowControl === undefined
+      ? {}
+      : {
+          flowControl: flowControlPolicy(
+            spec.flowControl,
+            ms('flowControl', 'maxQueueWait', spec.flowControl.maxQueueWait),
+          ),
+        }),
   };
   const resolvedTimeouts: PoolTimeouts = {
     connectMs: ms('timeouts', 'connect', timeouts.connect),
@@ -133,6 +151,36 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
   };
   if (errors.length > 0) return { ok: false, errors };
   return { ok: true, policy, timeouts: resolvedTimeouts };
+}
+
+/** `spec.flowControl` resolved: the wait in ms, header names in lower case, budget ids. */
+function flowControlPolicy(flow: FlowControl, maxQueueWaitMs: number): FlowControlPolicy {
+  const workload = workloadSource(flow.workload);
+  return {
+    defaultPriority: flow.defaultPriority,
+    maxQueueWaitMs,
+    maxQueuedRequests: flow.queue.maxRequests,
+    maxQueuedBytes: flow.queue.maxBytes,
+    kvCacheSaturation: flow.saturation.kvCacheUsage,
+    ...(flow.saturation.maxInFlightPerEndpoint === undefined
+      ? {}
+      : { maxInFlightPerEndpoint: flow.saturation.maxInFlightPerEndpoint }),
+    ...(workload === undefined ? {} : { workload }),
+    budgets: (flow.budgets ?? []).map((b) => ({
+      id: budgetId(b.workload),
+      ...(b.workload === undefined ? {} : { workload: b.workload }),
+      ...(b.requestsPerMinute === undefined ? {} : { requestsPerMinute: b.requestsPerMinute }),
+      ...(b.tokensPerMinute === undefined ? {} : { tokensPerMinute: b.tokensPerMinute }),
+    })),
+  };
+}
+
+function workloadSource(w: FlowControl['workload']): WorkloadSource | undefined {
+  if (w === undefined) return undefined;
+  if (w.header !== undefined) return { kind: 'Header', header: w.header.toLowerCase() };
+  if (w.podLabel !== undefined) return { kind: 'PodLabel', label: w.podLabel };
+  // validatePool has checked that exactly one source is set.
+  return { kind: 'ServiceAccount' };
 }
 
 type KeyResult = { ok: true; apiKey: string | undefined } | { ok: false; error: PoolError };

@@ -58,6 +58,10 @@ describe('semantic rules', () => {
         '.spec.backends[]',
         '.spec.backends[].tls',
         '.spec.health',
+        '.spec.flowControl',
+        '.spec.flowControl.workload',
+        '.spec.flowControl.budgets',
+        '.spec.flowControl.budgets[]',
       ],
     );
   });

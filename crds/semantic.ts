@@ -454,6 +454,111 @@ export const MAX_OPEN_FOR_AT_LEAST_OPEN_FOR: SemanticRule = {
 
 export const HEALTH_RULES: readonly SemanticRule[] = [MAX_OPEN_FOR_AT_LEAST_OPEN_FOR];
 
+// ---------------------------------------------------------------------------------------------
+// Rules on `spec.flowControl`
+// ---------------------------------------------------------------------------------------------
+
+/** Most entries of `spec.flowControl.budgets`. */
+export const MAX_BUDGETS = 256;
+
+function workloadSourceCount(w: Record<string, unknown>): number {
+  return ['serviceAccount', 'podLabel', 'header'].filter((k) => isSet(w, k)).length;
+}
+
+export const WORKLOAD_SINGLE_SOURCE: SemanticRule = {
+  rule:
+    '(has(self.serviceAccount) ? 1 : 0) + (has(self.podLabel) ? 1 : 0) + ' +
+    '(has(self.header) ? 1 : 0) <= 1',
+  message:
+    'a workload comes from exactly one of serviceAccount, podLabel or header, and this one sets ' +
+    'more than one',
+  check(self) {
+    return workloadSourceCount(record(self)) <= 1 ? undefined : this.message;
+  },
+};
+
+export const WORKLOAD_HAS_SOURCE: SemanticRule = {
+  rule: 'has(self.serviceAccount) || has(self.podLabel) || has(self.header)',
+  message:
+    'a workload needs one of serviceAccount: {}, podLabel: <label key> or header: <header ' +
+    'name>, and this one sets none',
+  check(self) {
+    return workloadSourceCount(record(self)) >= 1 ? undefined : this.message;
+  },
+};
+
+export const WORKLOAD_RULES: readonly SemanticRule[] = [
+  WORKLOAD_SINGLE_SOURCE,
+  WORKLOAD_HAS_SOURCE,
+];
+
+export const BUDGET_HAS_RATE: SemanticRule = {
+  rule: 'has(self.requestsPerMinute) || has(self.tokensPerMinute)',
+  message: 'a budget without a rate limits nothing: set requestsPerMinute or tokensPerMinute',
+  check(self) {
+    const b = record(self);
+    return isSet(b, 'requestsPerMinute') || isSet(b, 'tokensPerMinute') ? undefined : this.message;
+  },
+};
+
+export const BUDGET_RULES: readonly SemanticRule[] = [BUDGET_HAS_RATE];
+
+function budgetList(self: unknown): Record<string, unknown>[] {
+  return Array.isArray(self) ? self.filter(isRecord) : [];
+}
+
+export const BUDGETS_ONE_POOL_WIDE: SemanticRule = {
+  rule: 'self.filter(b, !has(b.workload)).size() <= 1',
+  message:
+    'at most one budget may leave out workload (the pool-wide budget): merge them into one, ' +
+    'or give each a workload',
+  check(self) {
+    return budgetList(self).filter((b) => !isSet(b, 'workload')).length <= 1
+      ? undefined
+      : this.message;
+  },
+};
+
+export const BUDGETS_UNIQUE_WORKLOADS: SemanticRule = {
+  rule: 'self.all(b, !has(b.workload) || self.exists_one(c, has(c.workload) && c.workload == b.workload))',
+  message: 'each workload has at most one budget: merge the entries of the same workload',
+  messageExpression:
+    `'each workload has at most one budget: merge the entries of the same workload: "' + ` +
+    `self.filter(b, has(b.workload)).map(b, b.workload)` +
+    `.filter(w, self.filter(c, has(c.workload) && c.workload == w).size() > 1)[0] + ` +
+    `'" has more than one'`,
+  check(self) {
+    const counts = new Map<string, number>();
+    const workloads = budgetList(self)
+      .map((b) => b['workload'])
+      .filter((w): w is string => typeof w === 'string');
+    for (const w of workloads) counts.set(w, (counts.get(w) ?? 0) + 1);
+    const first = workloads.find((w) => (counts.get(w) ?? 0) > 1);
+    return first === undefined ? undefined : `${this.message}: "${first}" has more than one`;
+  },
+};
+
+export const BUDGETS_RULES: readonly SemanticRule[] = [
+  BUDGETS_ONE_POOL_WIDE,
+  BUDGETS_UNIQUE_WORKLOADS,
+];
+
+export const BUDGET_WORKLOAD_NEEDS_SOURCE: SemanticRule = {
+  rule: 'has(self.workload) || !has(self.budgets) || self.budgets.all(b, !has(b.workload))',
+  message:
+    "a budget with a workload needs flowControl.workload, which says where a request's " +
+    'workload comes from (serviceAccount, podLabel or header): set it, or remove the ' +
+    'workload budgets',
+  fieldPath: '.budgets',
+  check(self) {
+    const f = record(self);
+    if (isSet(f, 'workload')) return undefined;
+    return budgetList(f['budgets']).some((b) => isSet(b, 'workload')) ? this.message : undefined;
+  },
+};
+
+export const FLOW_CONTROL_RULES: readonly SemanticRule[] = [BUDGET_WORKLOAD_NEEDS_SOURCE];
+
 /** Every rule, for looking up the TypeScript twin of a CEL rule found in the schema. */
 export const ALL_RULES: readonly SemanticRule[] = [
   ...BACKEND_RULES,
@@ -462,6 +567,10 @@ export const ALL_RULES: readonly SemanticRule[] = [
   ...HEALTH_RULES,
   ...ALIASES_RULES,
   ...SPEC_RULES,
+  ...WORKLOAD_RULES,
+  ...BUDGET_RULES,
+  ...BUDGETS_RULES,
+  ...FLOW_CONTROL_RULES,
 ];
 
 /** The CEL half of rules, as the schema stores it under `x-kubernetes-validations`. */

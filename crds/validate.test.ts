@@ -9,9 +9,15 @@ import {
   BACKEND_HAS_SOURCE,
   BACKEND_SINGLE_KEY_SOURCE,
   BACKEND_SINGLE_SOURCE,
+  BUDGET_HAS_RATE,
+  BUDGET_WORKLOAD_NEEDS_SOURCE,
+  BUDGETS_ONE_POOL_WIDE,
+  BUDGETS_UNIQUE_WORKLOADS,
   HTTP_URL_KEY_NEEDS_OPT_IN,
   MAX_OPEN_FOR_AT_LEAST_OPEN_FOR,
   SERVICE_KEY_NEEDS_OPT_IN,
+  WORKLOAD_HAS_SOURCE,
+  WORKLOAD_SINGLE_SOURCE,
 } from './semantic.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests poke at arbitrary shapes
@@ -287,7 +293,7 @@ describe('validatePool: unknown fields', () => {
     const errors = lines(doc);
     assert.ok(
       errors.includes(
-        'spec["a key"]: unknown field; the fields here are mode, costWeightPerMs, defaultTtft, models, aliases, backends, affinity, health, retry, coldStart, timeouts, drift',
+        'spec["a key"]: unknown field; the fields here are mode, costWeightPerMs, defaultTtft, models, aliases, backends, affinity, health, retry, coldStart, timeouts, drift, flowControl',
       ),
       errors.join('\n'),
     );
@@ -904,6 +910,200 @@ describe('validatePool: models, aliases and weights', () => {
     assert.deepEqual(lines(doc), [
       'spec.aliases[0].model: is required',
       'spec.aliases[1].modle: unknown field; the fields here are name, model',
+    ]);
+  });
+});
+
+describe('validatePool: flowControl', () => {
+  const FLOW_DEFAULTS = {
+    defaultPriority: 0,
+    maxQueueWait: '30s',
+    queue: { maxRequests: 1000, maxBytes: 67_108_864 },
+    saturation: { kvCacheUsage: 0.95 },
+  };
+
+  function withFlow(flowControl: unknown): Doc {
+    const doc = pool();
+    doc.spec.flowControl = flowControl;
+    return doc;
+  }
+
+  it('is off when left out: no section is defaulted in', () => {
+    assert.equal('flowControl' in okSpec(pool()), false);
+  });
+
+  it('fills every default of an empty section', () => {
+    assert.deepEqual(okSpec(withFlow({})).flowControl, FLOW_DEFAULTS);
+  });
+
+  it('keeps what is set and fills the rest', () => {
+    const spec = okSpec(
+      withFlow({ queue: { maxBytes: 1024 }, saturation: { maxInFlightPerEndpoint: 8 } }),
+    );
+    assert.deepEqual(spec.flowControl, {
+      ...FLOW_DEFAULTS,
+      queue: { maxRequests: 1000, maxBytes: 1024 },
+      saturation: { kvCacheUsage: 0.95, maxInFlightPerEndpoint: 8 },
+    });
+  });
+
+  it('accepts each workload source with pool-wide and per-workload budgets', () => {
+    for (const workload of [
+      { serviceAccount: {} },
+      { podLabel: 'team' },
+      { podLabel: 'app.kubernetes.io/name' },
+      { header: 'X-Team' },
+    ]) {
+      okSpec(
+        withFlow({
+          workload,
+          budgets: [
+            { tokensPerMinute: 100_000 },
+            { workload: 'chat', requestsPerMinute: 600 },
+            { workload: 'apps/batch', requestsPerMinute: 0.5, tokensPerMinute: 20_000 },
+          ],
+        }),
+      );
+    }
+  });
+
+  it('accepts the edges of every range', () => {
+    okSpec(
+      withFlow({
+        defaultPriority: -1_000_000,
+        maxQueueWait: '1ms',
+        queue: { maxRequests: 0, maxBytes: 0 },
+        saturation: { kvCacheUsage: 1, maxInFlightPerEndpoint: 1 },
+      }),
+    );
+    okSpec(
+      withFlow({
+        defaultPriority: 1_000_000,
+        queue: { maxRequests: 1_000_000, maxBytes: 17_179_869_184 },
+        saturation: { maxInFlightPerEndpoint: 1_000_000 },
+      }),
+    );
+    okSpec(withFlow({ budgets: [] }));
+  });
+
+  it('checks types, ranges and durations, naming the field', () => {
+    assert.deepEqual(
+      lines(
+        withFlow({
+          defaultPriority: 1.5,
+          maxQueueWait: '30',
+          queue: { maxRequests: -1, maxBytes: 17_179_869_185 },
+          saturation: { kvCacheUsage: 0, maxInFlightPerEndpoint: 0 },
+        }),
+      ),
+      [
+        'spec.flowControl.defaultPriority: must be a whole number, not 1.5',
+        'spec.flowControl.maxQueueWait: must be a duration like 500ms, 5s, 10m or 1h30m: "30" has no unit (30ms? 30s?)',
+        'spec.flowControl.queue.maxRequests: must be from 0 to 1000000, not -1',
+        'spec.flowControl.queue.maxBytes: must be from 0 to 17179869184, not 17179869185',
+        'spec.flowControl.saturation.kvCacheUsage: must be greater than 0, not 0',
+        'spec.flowControl.saturation.maxInFlightPerEndpoint: must be from 1 to 1000000, not 0',
+      ],
+    );
+    assert.deepEqual(
+      lines(withFlow({ defaultPriority: -1_000_001, saturation: { kvCacheUsage: 1.01 } })),
+      [
+        'spec.flowControl.defaultPriority: must be from -1000000 to 1000000, not -1000001',
+        'spec.flowControl.saturation.kvCacheUsage: must be at most 1, not 1.01',
+      ],
+    );
+    assert.deepEqual(lines(withFlow('on')), [
+      'spec.flowControl: must be a mapping of fields, not a string ("on")',
+    ]);
+  });
+
+  it('checks the workload source', () => {
+    assert.deepEqual(lines(withFlow({ workload: { header: 'x team' } })), [
+      'spec.flowControl.workload.header: must be an HTTP header name like x-team (no spaces or ":")',
+    ]);
+    assert.deepEqual(lines(withFlow({ workload: { podLabel: 'team/' } })), [
+      'spec.flowControl.workload.podLabel: must be a label key like team or app.kubernetes.io/name',
+    ]);
+    assert.deepEqual(lines(withFlow({ workload: { serviceAccount: { name: 'x' } } })), [
+      'spec.flowControl.workload.serviceAccount.name: unknown field; this is an empty mapping, written {}',
+    ]);
+    assert.deepEqual(errorsOf(withFlow({ workload: { header: 'x-team', podLabel: 'team' } })), [
+      { path: 'spec.flowControl.workload', message: WORKLOAD_SINGLE_SOURCE.message },
+    ]);
+    assert.deepEqual(errorsOf(withFlow({ workload: {} })), [
+      { path: 'spec.flowControl.workload', message: WORKLOAD_HAS_SOURCE.message },
+    ]);
+    assert.deepEqual(lines(withFlow({ workload: { source: 'Header' } })), [
+      'spec.flowControl.workload: ' + WORKLOAD_HAS_SOURCE.message,
+      'spec.flowControl.workload.source: unknown field; the fields here are serviceAccount, podLabel, header',
+    ]);
+  });
+
+  it('checks budgets: a rate each, one pool-wide, unique workloads, a workload source', () => {
+    assert.deepEqual(
+      lines(
+        withFlow({
+          workload: { header: 'x-team' },
+          budgets: [
+            { workload: 'chat', requestsPerMinute: 60 },
+            { workload: 'batch', tokensPerMinute: 1000 },
+            { workload: 'other' },
+            { workload: '', requestsPerMinute: 0, tokensPerMinute: -1, rpm: 5 },
+          ],
+        }),
+      ),
+      [
+        'spec.flowControl.budgets[2]: ' + BUDGET_HAS_RATE.message,
+        'spec.flowControl.budgets[3].workload: must not be empty',
+        'spec.flowControl.budgets[3].requestsPerMinute: must be greater than 0, not 0',
+        'spec.flowControl.budgets[3].tokensPerMinute: must be greater than 0, not -1',
+        'spec.flowControl.budgets[3].rpm: unknown field; the fields here are workload, requestsPerMinute, tokensPerMinute',
+      ],
+    );
+    assert.deepEqual(
+      errorsOf(withFlow({ budgets: [{ requestsPerMinute: 60 }, { tokensPerMinute: 1000 }] })),
+      [{ path: 'spec.flowControl.budgets', message: BUDGETS_ONE_POOL_WIDE.message }],
+    );
+    assert.deepEqual(
+      errorsOf(
+        withFlow({
+          workload: { serviceAccount: {} },
+          budgets: [
+            { workload: 'apps/chat', requestsPerMinute: 60 },
+            { workload: 'apps/batch', requestsPerMinute: 6 },
+            { workload: 'apps/batch', tokensPerMinute: 1000 },
+            { workload: 'apps/chat', tokensPerMinute: 1000 },
+          ],
+        }),
+      ),
+      [
+        {
+          path: 'spec.flowControl.budgets',
+          message: `${BUDGETS_UNIQUE_WORKLOADS.message}: "apps/chat" has more than one`,
+        },
+      ],
+    );
+    assert.deepEqual(
+      errorsOf(
+        withFlow({ budgets: [{ requestsPerMinute: 60 }, { workload: 'a', requestsPerMinute: 6 }] }),
+      ),
+      [{ path: 'spec.flowControl.budgets', message: BUDGET_WORKLOAD_NEEDS_SOURCE.message }],
+    );
+    const tooMany = Array.from({ length: 257 }, (_, i) => ({
+      workload: `w${i}`,
+      requestsPerMinute: 1,
+    }));
+    assert.deepEqual(lines(withFlow({ workload: { header: 'x-team' }, budgets: tooMany })), [
+      'spec.flowControl.budgets: must have at most 256 items, not 257',
+    ]);
+    assert.deepEqual(lines(withFlow({ budgets: { requestsPerMinute: 5 } })), [
+      'spec.flowControl.budgets: must be a list, not a mapping',
+    ]);
+  });
+
+  it('suggests the right spelling of a misspelt field', () => {
+    assert.deepEqual(lines(withFlow({ maxQueueWaitMs: 5 })), [
+      'spec.flowControl.maxQueueWaitMs: unknown field; did you mean maxQueueWait?',
     ]);
   });
 });

@@ -373,6 +373,7 @@ function unknownField(pointer: string, known: string[]): string {
     .slice(pointer.lastIndexOf('/') + 1)
     .replace(/~1/g, '/')
     .replace(/~0/g, '~');
+  if (known.length === 0) return 'unknown field; this is an empty mapping, written {}';
   const close = known.filter((k) => similar(field, k));
   if (close.length > 0) return `unknown field; did you mean ${close.join(' or ')}?`;
   return `unknown field; the fields here are ${known.join(', ')}`;

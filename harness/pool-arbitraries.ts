@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { parse } from 'yaml';
-import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from '../crds/examples.ts';
+import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE, FLOW_CONTROL_EXAMPLE } from '../crds/examples.ts';
 
 export type Json = unknown;
 
@@ -96,6 +96,14 @@ export const interesting = fc.oneof(
     ['http://127.0.0.1:1/v1'],
     '__proto__',
     'constructor',
+    'x-team',
+    'team',
+    { serviceAccount: {} },
+    { podLabel: 'team' },
+    { header: 'x-team' },
+    { requestsPerMinute: 60 },
+    { workload: 'chat', tokensPerMinute: 1000 },
+    [{ tokensPerMinute: 1000 }, { requestsPerMinute: 5 }],
   ),
 );
 
@@ -118,6 +126,14 @@ export const mutation: fc.Arbitrary<Mutation> = fc.oneof(
         '__proto__',
         'openFor',
         'maxOpenFor',
+        'flowControl',
+        'workload',
+        'budgets',
+        'podLabel',
+        'header',
+        'serviceAccount',
+        'requestsPerMinute',
+        'tokensPerMinute',
       ),
     ),
     value: interesting,
@@ -146,6 +162,7 @@ export const SERVICE_POOL = {
 const BASES: Json[] = [
   parse(BALANCE_EXAMPLE) as Json,
   parse(FAILOVER_EXAMPLE) as Json,
+  parse(FLOW_CONTROL_EXAMPLE) as Json,
   SERVICE_POOL,
 ];
 

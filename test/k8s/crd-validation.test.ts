@@ -16,11 +16,17 @@ import {
 import {
   BACKEND_HAS_SOURCE,
   BACKEND_SINGLE_SOURCE,
+  BUDGET_HAS_RATE,
+  BUDGET_WORKLOAD_NEEDS_SOURCE,
+  BUDGETS_ONE_POOL_WIDE,
+  BUDGETS_UNIQUE_WORKLOADS,
   SERVICE_KEY_NEEDS_OPT_IN,
   TLS_NEEDS_HTTPS,
   TLS_SINGLE_CA_SOURCE,
   TLS_SKIP_VERIFY_WITHOUT_CA,
   UNIQUE_BACKEND_NAMES,
+  WORKLOAD_HAS_SOURCE,
+  WORKLOAD_SINGLE_SOURCE,
 } from '../../crds/semantic.ts';
 import {
   startCluster,
@@ -99,6 +105,17 @@ const serviceKey: Backend = {
   apiKeySecretRef: { name: 'keys', key: 'a' },
 };
 
+const byHeader = { header: 'x-team' };
+const twoSources = { header: 'x-team', podLabel: 'team' };
+const noRate = [{ workload: 'chat', requestsPerMinute: 60 }, { workload: 'batch' }];
+const twoPoolWide = [{ requestsPerMinute: 60 }, { tokensPerMinute: 1000 }];
+const sameWorkload = [
+  { workload: 'chat', requestsPerMinute: 60 },
+  { workload: 'batch', requestsPerMinute: 6 },
+  { workload: 'chat', tokensPerMinute: 1000 },
+];
+const workloadBudgets = { budgets: [{ workload: 'chat', requestsPerMinute: 60 }] };
+
 /** Invalid pools and what the API server must say about each (every string must appear). */
 const INVALID: { name: string; spec: Partial<Pool['spec']>; errors: Expected[] }[] = [
   {
@@ -159,6 +176,46 @@ const INVALID: { name: string; spec: Partial<Pool['spec']>; errors: Expected[] }
     spec: { backends: [{ name: 'a', url: 'https://a.example.com/v1', tls: skipWithCa }] },
     errors: [
       celError(TLS_SKIP_VERIFY_WITHOUT_CA, skipWithCa, 'spec.backends[0].tls.insecureSkipVerify'),
+    ],
+  },
+  {
+    name: 'a flowControl.workload with two sources',
+    spec: { flowControl: { workload: twoSources } },
+    errors: [celError(WORKLOAD_SINGLE_SOURCE, twoSources, 'spec.flowControl.workload')],
+  },
+  {
+    name: 'a flowControl.workload with no source',
+    spec: { flowControl: { workload: {} } },
+    errors: [celError(WORKLOAD_HAS_SOURCE, {}, 'spec.flowControl.workload')],
+  },
+  {
+    name: 'a budget without a rate',
+    spec: { flowControl: { workload: byHeader, budgets: noRate } },
+    errors: [celError(BUDGET_HAS_RATE, noRate[1], 'spec.flowControl.budgets[1]')],
+  },
+  {
+    name: 'two pool-wide budgets',
+    spec: { flowControl: { budgets: twoPoolWide } },
+    errors: [celError(BUDGETS_ONE_POOL_WIDE, twoPoolWide, 'spec.flowControl.budgets')],
+  },
+  {
+    name: 'two budgets of one workload',
+    spec: { flowControl: { workload: byHeader, budgets: sameWorkload } },
+    errors: [celError(BUDGETS_UNIQUE_WORKLOADS, sameWorkload, 'spec.flowControl.budgets')],
+  },
+  {
+    name: 'a workload budget without flowControl.workload',
+    spec: { flowControl: workloadBudgets },
+    errors: [celError(BUDGET_WORKLOAD_NEEDS_SOURCE, workloadBudgets, 'spec.flowControl.budgets')],
+  },
+  {
+    name: 'flowControl.saturation.kvCacheUsage of 0',
+    spec: { flowControl: { saturation: { kvCacheUsage: 0 } } },
+    errors: [
+      {
+        path: 'spec.flowControl.saturation.kvCacheUsage',
+        message: 'spec.flowControl.saturation.kvCacheUsage in body should be greater than 0',
+      },
     ],
   },
 ];
@@ -228,6 +285,31 @@ describe('InferencePool CRD on a real API server', { skip: !enabled }, () => {
       namespace: NAMESPACE,
     });
     assert.equal((applied?.['spec'] as Record<string, unknown>)['mode'], 'Balance');
+  });
+
+  it('accepts flow control with every workload source and stores its defaults', async () => {
+    const sources = [{ serviceAccount: {} }, { podLabel: 'app.kubernetes.io/name' }, byHeader];
+    for (const [i, workload] of sources.entries()) {
+      const budgets = [
+        { tokensPerMinute: 100000 },
+        { workload: 'chat', requestsPerMinute: 600 },
+        { workload: 'batch', requestsPerMinute: 60, tokensPerMinute: 20000 },
+      ];
+      const res = await cluster.request<Pool>(
+        'POST',
+        POOLS,
+        pool(`flow-${i}`, { flowControl: { workload, budgets } }),
+      );
+      assert.equal(res.status, 201, statusMessage(res));
+      assert.deepEqual(res.body.spec['flowControl'], {
+        defaultPriority: 0,
+        maxQueueWait: '30s',
+        queue: { maxRequests: 1000, maxBytes: 67108864 },
+        saturation: { kvCacheUsage: 0.95 },
+        workload,
+        budgets,
+      });
+    }
   });
 
   it('serves the printer columns', async () => {
