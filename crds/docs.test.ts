@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { Kind } from '@sinclair/typebox';
 import { parse } from 'yaml';
-import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from './examples.ts';
+import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE, FLOW_CONTROL_EXAMPLE } from './examples.ts';
 import { InferencePoolSpecSchema } from './inference-pool.schema.ts';
 import { ALL_RULES } from './semantic.ts';
 import { validatePool } from './validate.ts';
@@ -30,9 +30,10 @@ function fieldPaths(node: Node, path: string, out: string[] = []): string[] {
 }
 
 describe('docs/configuration.md', () => {
-  it('shows both reference examples verbatim', () => {
+  it('shows the reference examples verbatim', () => {
     assert.ok(yamlBlocks.includes(BALANCE_EXAMPLE), 'the Balance example');
     assert.ok(yamlBlocks.includes(FAILOVER_EXAMPLE), 'the Failover example');
+    assert.ok(yamlBlocks.includes(FLOW_CONTROL_EXAMPLE), 'the flow-control example');
   });
 
   it('shows only pools that validate', () => {

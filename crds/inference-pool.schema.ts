@@ -557,7 +557,7 @@ export const FlowQueueSchema = Type.Object(
       format: 'int32',
     }),
     maxBytes: Type.Integer({
-      description: `Most bytes of request bodies held by that queue (the bodies of waiting requests stay in the sidecar's memory); a request whose body does not fit gets a 429 with code queue_full at once. An integer number of bytes from 0 to ${MAX_QUEUE_BYTES} (16 GiB). Default: 67108864 (64 MiB).`,
+      description: `Most bytes of request bodies held by that queue (the bodies of waiting requests stay in the sidecar's memory); a request whose body does not fit gets a 429 with code queue_full at once. An integer number of bytes from 0 to ${MAX_QUEUE_BYTES} (16 GiB). Default: 67108864.`,
       minimum: 0,
       maximum: MAX_QUEUE_BYTES,
       default: 67_108_864,

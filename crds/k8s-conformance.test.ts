@@ -232,6 +232,61 @@ add('alias named like a backend model (refused by validatePool only)', (d) => {
   d.spec.backends[0] = { name: 'a', url: 'http://127.0.0.1:9101/v1', models: ['m', 'lora'] };
   d.spec['aliases'] = [{ name: 'lora', model: 'm' }];
 });
+add('flow control, empty (every default)', (d) => {
+  d.spec['flowControl'] = {};
+});
+add('flow control, every field', (d) => {
+  d.spec['flowControl'] = {
+    defaultPriority: -3,
+    maxQueueWait: '1m30s',
+    queue: { maxRequests: 0, maxBytes: 17179869184 },
+    saturation: { kvCacheUsage: 1, maxInFlightPerEndpoint: 4 },
+    workload: { serviceAccount: {} },
+    budgets: [
+      { tokensPerMinute: 1000000 },
+      { workload: 'apps/chat', requestsPerMinute: 600 },
+      { workload: 'apps/batch', requestsPerMinute: 0.5, tokensPerMinute: 2000 },
+    ],
+  };
+});
+add('flow control, podLabel', (d) => {
+  d.spec['flowControl'] = { workload: { podLabel: 'app.kubernetes.io/name' } };
+  d.spec['models'] = ['m'];
+});
+add('flow control, out of range and bad types', (d) => {
+  d.spec['flowControl'] = {
+    defaultPriority: 1.5,
+    maxQueueWait: '30',
+    queue: { maxRequests: -1, maxBytes: 17179869185 },
+    saturation: { kvCacheUsage: 0, maxInFlightPerEndpoint: 0 },
+    workload: { header: 'x team' },
+  };
+});
+add('flow control, bad podLabel', (d) => {
+  d.spec['flowControl'] = { workload: { podLabel: 'team/' } };
+});
+add('flow control, two workload sources', (d) => {
+  d.spec['flowControl'] = { workload: { header: 'x-team', podLabel: 'team' } };
+});
+add('flow control, no workload source', (d) => {
+  d.spec['flowControl'] = { workload: {} };
+});
+add('flow control, budget problems', (d) => {
+  d.spec['flowControl'] = {
+    workload: { header: 'X-Team' },
+    budgets: [
+      { requestsPerMinute: 5 },
+      { tokensPerMinute: 5 },
+      { workload: 'a', requestsPerMinute: 1 },
+      { workload: 'b' },
+      { workload: 'a', tokensPerMinute: 0 },
+      { workload: '', requestsPerMinute: 1 },
+    ],
+  };
+});
+add('flow control, workload budgets without a workload source', (d) => {
+  d.spec['flowControl'] = { budgets: [{ workload: 'a', requestsPerMinute: 1 }] };
+});
 
 interface K8sError {
   path: string;

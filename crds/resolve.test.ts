@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { parse } from 'yaml';
 import { Value } from '@sinclair/typebox/value';
 import { FlowControlPolicySchema, type PoolPolicy } from './policy-types.ts';
-import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE } from './examples.ts';
+import { BALANCE_EXAMPLE, FAILOVER_EXAMPLE, FLOW_CONTROL_EXAMPLE } from './examples.ts';
 import type { InferencePool } from './inference-pool.schema.ts';
 import { resolvePool, resolvePolicy, urlEndpoints } from './resolve.ts';
 import { validatePool } from './validate.ts';
@@ -74,6 +74,33 @@ describe('resolvePool: the reference examples', () => {
         costPerMTok: 0,
       })),
       timeouts: DEFAULT_TIMEOUTS,
+    });
+  });
+
+  it('resolves the flow-control example', () => {
+    const result = resolvePool(valid(parse(FLOW_CONTROL_EXAMPLE)), {});
+    assert.ok(result.ok);
+    assert.deepEqual(result.policy, {
+      ...DEFAULT_POLICY,
+      flowControl: {
+        defaultPriority: 0,
+        maxQueueWaitMs: 20_000,
+        maxQueuedRequests: 500,
+        maxQueuedBytes: 33_554_432,
+        kvCacheSaturation: 0.9,
+        maxInFlightPerEndpoint: 32,
+        workload: { kind: 'Header', header: 'x-team' },
+        budgets: [
+          { id: 'pool', tokensPerMinute: 2_000_000 },
+          { id: 'workload:chat', workload: 'chat', requestsPerMinute: 1200 },
+          {
+            id: 'workload:batch',
+            workload: 'batch',
+            requestsPerMinute: 300,
+            tokensPerMinute: 500_000,
+          },
+        ],
+      },
     });
   });
 

@@ -83,6 +83,8 @@ describe('semantic rules', () => {
       [null, 1, 'a', { name: 1 }, { name: 'a' }, { name: 'a' }],
       { service: null, url: 5, urls: 'x', apiKeyEnv: 1, openFor: 5, maxOpenFor: [] },
       { urls: [1, null], apiKeyEnv: 'K' },
+      { budgets: 'x', workload: null, header: 1, podLabel: [] },
+      [{ workload: 1 }, null, { workload: 'a' }, { workload: 'a' }, 'b'],
     ];
     for (const rule of ALL_RULES) for (const value of odd) rule.check(value);
   });
