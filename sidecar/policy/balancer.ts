@@ -201,7 +201,7 @@ export class Balancer implements PoolBalancer {
     // `pool` is the tier set affinity hashes over (endpoint-pool.ts, TierChoice).
     const { pool, candidates } = this.#pool.tierFor(this.#policy.mode, isCandidate, serves);
     if (pinned !== undefined)
-      return this.#pickPinned(pinned, isCandidate, now, request.requestBytes);
+      return this.#pickPinned(pinned, isCandidate, now, request.requestBytes, rule);
     if (candidates.length === 0) {
       const soonestMs = soonestReturnMs(this.#pool.order, now, exclude, serves);
       return { kind: 'shed', retryAfterMs: soonestMs ?? DEFAULT_SHED_RETRY_AFTER_MS };
@@ -226,14 +226,16 @@ export class Balancer implements PoolBalancer {
    * A request that must reach one endpoint (it holds the stored response the request refers to):
    * that endpoint if it is a candidate, else a shed with the time it comes back. Never another
    * endpoint, which would only answer 404; a drifted or departed one sheds too (the shell says
-   * why before it asks).
+   * why before it asks). With a saturation rule, a saturated pinned endpoint is `saturated`: the
+   * request waits in the sidecar's queue for room there, like any other.
    */
   #pickPinned(
     endpointId: string,
     isCandidate: (s: EndpointState) => boolean,
     now: number,
     requestBytes: number | undefined,
-  ): PickResult {
+    rule: SaturationRule | undefined,
+  ): RoomPickResult {
     const state = this.#pool.get(endpointId);
     if (state === undefined || state.spec.drifted === true || !isCandidate(state)) {
       const readyAt = state === undefined ? now : readyAtMs(state, now);
@@ -242,6 +244,11 @@ export class Balancer implements PoolBalancer {
         retryAfterMs: readyAt > now ? readyAt - now : DEFAULT_SHED_RETRY_AFTER_MS,
       };
     }
+    if (
+      rule !== undefined &&
+      isSaturated(state.reported, state.inFlight, rule, now, this.#reportMaxAgeMs)
+    )
+      return { kind: 'saturated' };
     return { kind: 'picked', attempt: this.#start(state, now, requestBytes), affinity: 'hit' };
   }
 

@@ -186,7 +186,7 @@ describe('FlowQueue properties', () => {
       fc.property(
         fc.integer({ min: 1, max: 8 }),
         fc.integer({ min: 10, max: 150 }),
-        fc.array(opArb, { maxLength: 120 }),
+        fc.array(opArb, { maxLength: 120, size: 'max' }),
         (maxRequests, maxBytes, ops) => {
           const queue = new FlowQueue<number>({ maxRequests, maxBytes });
           // The model: every queued entry with its arrival number.
@@ -279,9 +279,10 @@ describe('FlowQueue properties', () => {
   test('two backlogged workloads of one priority are served within one of each other', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.constantFrom('a', 'b'), { minLength: 2, maxLength: 60 }),
+        fc.array(fc.constantFrom('a', 'b'), { minLength: 2, maxLength: 60, size: 'max' }),
         fc.array(fc.oneof(fc.constant('shift' as const), fc.constantFrom('a', 'b')), {
           maxLength: 60,
+          size: 'max',
         }),
         (initial, later) => {
           const queue = new FlowQueue<string>(roomy);

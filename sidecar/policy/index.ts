@@ -53,3 +53,14 @@ export { RETRY_BUDGET_WINDOW_MS, RetryBudget, retryAllowance } from './retry-bud
 export { sampleTwoDistinct, seededRng } from './rng.ts';
 export { IDLE_FADE_MS, costTermMs, idleFade, score, type ScoreInputs } from './score.ts';
 export { DEFAULT_BUCKET_COUNT, SlidingWindow } from './sliding-window.ts';
+// Flow control (issue 43): the queue, the budgets, saturation (docs/flow-control.md).
+export type * from './flow-types.ts';
+export { budgetId } from './flow-types.ts';
+export { FlowQueue } from './flow-queue.ts';
+export {
+  BURST_MS,
+  BYTES_PER_TOKEN,
+  BudgetLedger,
+  DEFAULT_COMPLETION_TOKENS,
+} from './budget-ledger.ts';
+export { isSaturated } from './saturation.ts';
