@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { Option, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import { pino } from 'pino';
 import {
   LOG_LEVELS,
@@ -36,6 +36,8 @@ interface SidecarFlags {
   picker: Picker;
   loadScrapeEvery: number;
   modelDiscovery: ModelDiscoveryMode;
+  priority?: number;
+  workload?: string;
 }
 
 function configSource(flags: SidecarFlags): ConfigSource | string {
@@ -63,6 +65,15 @@ function configSource(flags: SidecarFlags): ConfigSource | string {
     cacheFile: flags.cacheFile,
     sidecarId: flags.sidecarId,
   };
+}
+
+/** `--priority`: an integer, negative allowed. */
+function parsePriorityFlag(value: string): number {
+  if (!/^[+-]?\d{1,9}$/.test(value.trim()))
+    throw new InvalidArgumentError(
+      `expected an integer like 10 or -1, got ${JSON.stringify(value)}`,
+    );
+  return Number.parseInt(value, 10);
 }
 
 /** `switchyard sidecar`: the routing proxy, from a pool file or from the controller's stream. */
@@ -158,6 +169,16 @@ export function addSidecarCommand(program: Command): void {
         .choices(MODEL_DISCOVERY_MODES)
         .default('auto'),
     )
+    .addOption(
+      new Option(
+        '--priority <int>',
+        "flow control: the priority of this pod's requests without an x-switchyard-priority header (higher first, negative = sheddable); default: the pool's flowControl.defaultPriority. Injection sets it from the pod annotation switchyard.dev/priority",
+      ).argParser(parsePriorityFlag),
+    )
+    .option(
+      '--workload <value>',
+      "flow control, standalone: this sidecar's workload for pools whose flowControl.workload is a ServiceAccount or a pod label (with --controller the controller names it)",
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
     .addOption(
       new Option(
@@ -199,6 +220,8 @@ export function addSidecarCommand(program: Command): void {
           env: process.env,
           picker: flags.picker,
           modelDiscovery: flags.modelDiscovery,
+          defaultPriority: flags.priority,
+          workload: flags.workload,
         });
         const stop = (signal: string): void => {
           logger.info({ signal }, 'shutdown requested');

@@ -49,6 +49,17 @@ export interface SidecarOptions {
    * (the default) while routing by model is in use, `on` always, `off` never (`ModelDiscoveryMode`).
    */
   modelDiscovery?: ModelDiscoveryMode | undefined;
+  /**
+   * Flow control: the priority of this pod's requests that carry no `x-switchyard-priority`
+   * (`--priority`, from the pod annotation `switchyard.dev/priority`); undefined: each pool's
+   * `flowControl.defaultPriority`.
+   */
+  defaultPriority?: number | undefined;
+  /**
+   * Flow control: this sidecar's workload for pools whose workload is a ServiceAccount or a pod
+   * label, when the controller names none (`--workload`; standalone).
+   */
+  workload?: string | undefined;
 }
 
 /**
@@ -170,6 +181,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
         rng: options.rng ?? systemRng,
         picker: options.picker,
         logger,
+        budgetSharing: source.kind === 'file' ? 'whole' : 'shared',
+        workload: options.workload,
         onApplied: (pool) => {
           metrics[i]!.retain(pool.endpoints);
           metrics[i]!.configApplied.inc();
@@ -179,6 +192,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   actives.forEach((active, i) => {
     metrics[i]!.readGaugesFrom(() => active.current()?.balancer.gauges() ?? []);
     metrics[i]!.readExchangeFrom(() => active.current()?.balancer.prefillExchange());
+    metrics[i]!.readFlowFrom(() => active.current()?.flow);
   });
   const active = actives[0]!;
   const configs: RunningConfigSource[] = [];
@@ -274,6 +288,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     nowMs: () => performance.now(),
     isDraining: () => draining,
     tracer,
+    defaultPriority: options.defaultPriority,
   });
   const admin = createAdminServer({
     pool: () => active.current(),

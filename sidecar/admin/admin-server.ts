@@ -35,6 +35,31 @@ export interface AdminOptions {
   startup?: () => 'configured' | 'grace over' | undefined;
 }
 
+/**
+ * One pool as `/debug/flow` shows it: whether flow control is on, its queue by priority (higher
+ * first) and its budgets (limit, this sidecar's share, use and demand over the last minute).
+ */
+export function describeFlow(name: string, pool: ActivePool | undefined): unknown {
+  const flow = pool?.flow;
+  if (flow === undefined) return { pool: name, flowControl: false };
+  const counts = [...flow.queue.countsByPriority()].sort((a, b) => b[0] - a[0]);
+  return {
+    pool: name,
+    flowControl: true,
+    sharing: flow.sharing,
+    workload: flow.sidecarWorkload ?? null,
+    queue: {
+      requests: flow.queue.size,
+      bytes: flow.queue.bytes,
+      maxRequests: flow.policy.maxQueuedRequests,
+      maxBytes: flow.policy.maxQueuedBytes,
+      maxWaitMs: flow.policy.maxQueueWaitMs,
+      byPriority: counts.map(([priority, requests]) => ({ priority, requests })),
+    },
+    budgets: flow.budgets(),
+  };
+}
+
 function json(res: ServerResponse, status: number, value: unknown): void {
   const body = JSON.stringify(value, null, 2);
   res.writeHead(status, {
@@ -214,6 +239,11 @@ export function createAdminServer(options: AdminOptions): Server {
         send(res, 'application/json', render.get(), 'backends_failed');
         return;
       }
+      case '/debug/flow': {
+        const all = pools?.() ?? [{ name: options.pool()?.name ?? '', current: options.pool() }];
+        json(res, 200, { pools: all.map((p) => describeFlow(p.name, p.current)) });
+        return;
+      }
       case '/metrics': {
         const type = options.metrics.registry.contentType;
         if (acceptsGzip(req.headers['accept-encoding']))
@@ -228,7 +258,7 @@ export function createAdminServer(options: AdminOptions): Server {
         json(res, 404, {
           error: {
             message:
-              'Unknown admin path; try /metrics, /healthz, /startupz, /readyz or /debug/backends.',
+              'Unknown admin path; try /metrics, /healthz, /startupz, /readyz, /debug/backends or /debug/flow.',
             type: 'invalid_request_error',
             code: 'unknown_url',
           },

@@ -1,7 +1,14 @@
 import type { Logger } from 'pino';
-import type { PoolTimeouts } from '../../crds/policy-types.ts';
+import type { FlowControlPolicy, PoolTimeouts } from '../../crds/policy-types.ts';
 import {
   Balancer,
+  BudgetLedger,
+  FlowQueue,
+  type BudgetDemand,
+  type BudgetLedgerApi,
+  type BudgetShare,
+  type BudgetStatus,
+  type FlowQueueApi,
   type Clock,
   type EndpointSpec,
   type Picker,
@@ -32,6 +39,105 @@ export interface ActivePool {
   endpoints: readonly EndpointSpec[];
   timeouts: PoolTimeouts;
   balancer: PoolBalancer;
+  /**
+   * Flow control's state (issue 43), when the pool sets `flowControl`: lives with the pool like
+   * its balancer (queue and budgets carry over a new configuration). Undefined: no queue, no
+   * budgets, every request starts at once.
+   */
+  flow?: PoolFlow | undefined;
+}
+
+/**
+ * A request waiting in a pool's flow queue, as the proxy's flow gate (proxy/flow-gate.ts) holds
+ * it: the queue only orders these, the gate calls them.
+ */
+export interface FlowWaiter {
+  /**
+   * Try to start it now: `started` (it left the queue's hands), or what it still waits for:
+   * `saturated` (no endpoint has room for it), `budget` (a budget of `budgetId` has no room).
+   */
+  tryStart(nowMs: number): 'started' | 'saturated' | { budgetId: string };
+  /** Pushed out of the queue by a higher priority: answer it (429 queue_full). */
+  evicted(): void;
+}
+
+/** How a pool's budgets are held: whole (a pool file), or as the controller's shares. */
+export type BudgetSharing = 'whole' | 'shared';
+
+/**
+ * Flow control's state of one pool in this sidecar: the queue of requests waiting for room or
+ * budget, and the budget ledger. Reconfigured on each applied configuration; the controller
+ * client (config/controller/**) feeds it shares with `applyShares` and reads `demand()` for its
+ * reports.
+ */
+export class PoolFlow {
+  policy: FlowControlPolicy;
+  readonly queue: FlowQueueApi<FlowWaiter>;
+  readonly ledger: BudgetLedgerApi;
+  readonly sharing: BudgetSharing;
+  readonly #clock: Clock;
+  /** `--workload`: this sidecar's workload when the controller names none (standalone). */
+  readonly #flagWorkload: string | undefined;
+  /** The workload the controller named in its last `shares` event. */
+  #controllerWorkload: string | undefined;
+  /** Called when budgets may have room again (new shares): the gate tries its queue. */
+  onChange: (() => void) | undefined;
+
+  constructor(
+    policy: FlowControlPolicy,
+    sharing: BudgetSharing,
+    clock: Clock,
+    workload: string | undefined,
+  ) {
+    this.policy = policy;
+    this.sharing = sharing;
+    this.#clock = clock;
+    this.#flagWorkload = workload;
+    this.queue = new FlowQueue<FlowWaiter>(limitsOf(policy));
+    this.ledger = new BudgetLedger();
+    this.ledger.configure(policy.budgets, sharing, clock.nowMs());
+  }
+
+  /** A new configuration of the pool: new bounds and budgets (state kept by budget id). */
+  configure(policy: FlowControlPolicy): void {
+    this.policy = policy;
+    this.queue.setLimits(limitsOf(policy));
+    this.ledger.configure(policy.budgets, this.sharing, this.#clock.nowMs());
+    this.onChange?.();
+  }
+
+  /**
+   * The workload of every request of this sidecar when the pool's workload is a ServiceAccount
+   * or a pod label: the one the controller named, else `--workload`; undefined when neither.
+   */
+  get sidecarWorkload(): string | undefined {
+    return this.#controllerWorkload ?? this.#flagWorkload;
+  }
+
+  /**
+   * The controller's `shares` event for this sidecar: its shares of the pool's budgets, and the
+   * workload it names for this sidecar (ServiceAccount, PodLabel pools). Kept until the next one
+   * (also while the controller is down).
+   */
+  applyShares(shares: readonly BudgetShare[], workload: string | undefined): void {
+    if (workload !== undefined) this.#controllerWorkload = workload;
+    this.ledger.applyShares(shares, this.#clock.nowMs());
+    this.onChange?.();
+  }
+
+  /** Every budget as this sidecar holds it now (metrics, `/debug/flow`, `switchyard status`). */
+  budgets(): BudgetStatus[] {
+    return this.ledger.status(this.#clock.nowMs());
+  }
+
+  /** Use and demand per budget over the last minute, for the report to the controller. */
+  demand(): BudgetDemand[] {
+    return this.ledger.demand(this.#clock.nowMs());
+  }
+}
+
+function limitsOf(policy: FlowControlPolicy): { maxRequests: number; maxBytes: number } {
+  return { maxRequests: policy.maxQueuedRequests, maxBytes: policy.maxQueuedBytes };
 }
 
 /**
@@ -52,6 +158,13 @@ export interface ActivePoolStateOptions {
   logger: Logger;
   /** Called after every applied configuration. */
   onApplied?(pool: ActivePool): void;
+  /**
+   * How this pool's budgets are held (flow control): `whole` from a pool file, `shared` (the
+   * controller's shares) when fed by the controller. Default `whole`.
+   */
+  budgetSharing?: BudgetSharing | undefined;
+  /** `--workload`: this sidecar's workload for ServiceAccount/PodLabel pools, standalone. */
+  workload?: string | undefined;
 }
 
 /**
@@ -95,6 +208,7 @@ export class ActivePoolState {
     }
     const balancer = before?.balancer ?? this.#balancer(config);
     if (before !== undefined) balancer.update(config.policy, config.endpoints);
+    const flow = this.#flow(before?.flow, config.policy.flowControl);
     const active: ActivePool = {
       name: config.name,
       version: version ?? (before?.version ?? 0) + 1,
@@ -103,6 +217,7 @@ export class ActivePoolState {
       endpoints: config.endpoints,
       timeouts: config.timeouts,
       balancer,
+      flow,
     };
     this.#active = active;
     this.#options.onApplied?.(active);
@@ -115,6 +230,17 @@ export class ActivePoolState {
     if (active === undefined) return;
     active.balancer.update(active.policy, endpoints);
     this.#active = { ...active, endpoints };
+  }
+
+  /** The pool's flow state: kept and reconfigured, made when flow control is first set. */
+  #flow(before: PoolFlow | undefined, policy: FlowControlPolicy | undefined): PoolFlow | undefined {
+    if (policy === undefined) return undefined;
+    if (before !== undefined) {
+      before.configure(policy);
+      return before;
+    }
+    const { clock, budgetSharing, workload } = this.#options;
+    return new PoolFlow(policy, budgetSharing ?? 'whole', clock, workload);
   }
 
   #balancer(config: PoolConfig): Balancer {

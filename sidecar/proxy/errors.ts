@@ -24,7 +24,17 @@ export type SidecarErrorCode =
   | 'headers_too_large'
   | 'bad_request'
   | 'too_many_pipelined_requests'
-  | 'internal_error';
+  | 'internal_error'
+  /** Flow control (docs/sidecar.md, Flow control): a bad `x-switchyard-priority`. */
+  | 'invalid_priority'
+  /** Flow control: waited `maxQueueWait` and no endpoint had room. */
+  | 'queue_timeout_saturated'
+  /** Flow control: over a budget of the pool (requests or tokens per minute). */
+  | 'over_budget'
+  /** Flow control: the queue held its most requests or bytes, or a higher priority pushed it out. */
+  | 'queue_full'
+  /** Flow control: sheddable (negative priority) while higher priorities wait or nothing has room. */
+  | 'sheddable_refused';
 
 const TYPE_BY_STATUS: Record<number, string> = {
   400: 'invalid_request_error',
@@ -34,6 +44,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   409: 'invalid_request_error',
   413: 'invalid_request_error',
   415: 'invalid_request_error',
+  429: 'rate_limit_error',
   431: 'invalid_request_error',
   502: 'upstream_error',
   503: 'service_unavailable',

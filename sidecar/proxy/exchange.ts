@@ -25,7 +25,14 @@ import {
   parseOrcaHeader,
 } from '../../lib/model-server-load.ts';
 import type { ActivePool } from '../config/active-pool.ts';
-import type { AffinityInput, AffinityResult, Attempt, EndpointSpec } from '../policy/index.ts';
+import type {
+  AffinityInput,
+  AffinityResult,
+  Attempt,
+  EndpointSpec,
+  PickRequest,
+  PickResult,
+} from '../policy/index.ts';
 import type { AttemptTrace, RequestTrace } from '../telemetry/types.ts';
 import {
   INITIAL_STATE,
@@ -124,6 +131,11 @@ export interface ExchangeInit {
    * body), which goes with it; forwardedHeaders drops it for the JSON bodies the proxy decodes.
    */
   bodyCoding?: string | undefined;
+  /**
+   * Called exactly once when the exchange is over (answered, failed, or the client gone), with
+   * prompt + completion tokens when a `usage` was seen (flow control settles budgets with it).
+   */
+  onEnd?: ((end: { tokens: number | undefined }) => void) | undefined;
 }
 
 /** Called on a 2xx head; returns what each body chunk of that answer is fed to, if anything. */
@@ -160,6 +172,7 @@ export class Exchange {
   readonly #bodyStream: Readable | undefined;
   readonly #bodyCoding: string | undefined;
   readonly tap: ResponseTap | undefined;
+  readonly #onEnd: ExchangeInit['onEnd'];
   readonly #tried = new Set<string>();
   /** Every attempt sent, the last one current: a client that leaves ends them all. */
   readonly #sent: ExchangeAttempt[] = [];
@@ -191,6 +204,7 @@ export class Exchange {
     this.#bodyStream = init.bodyStream;
     this.#bodyCoding = init.bodyCoding;
     this.tap = init.tap;
+    this.#onEnd = init.onEnd;
   }
 
   /** The sidecar answered the client itself (a streamed body over the limit): end every attempt. */
@@ -199,12 +213,35 @@ export class Exchange {
     for (const attempt of this.#sent) attempt.clientGone();
   }
 
-  start(): void {
+  /**
+   * What the first attempt's pick asks of the balancer: the flow gate (flow-gate.ts) picks with
+   * it (`pickWithRoom`) and starts the exchange with its pick.
+   */
+  pickRequest(): PickRequest {
+    return {
+      ...this.#affinity,
+      exclude: this.#tried,
+      requestBytes: this.#raw.length,
+      model: this.model,
+    };
+  }
+
+  /**
+   * Sends the first attempt: on `pick` when given (the flow gate picked it), else on the
+   * balancer's pick now.
+   */
+  start(pick?: PickResult): void {
     this.#forwarded = forwardedHeaders(this.req.headers);
     this.clientAskedForLoad = this.#forwarded[ORCA_REQUEST_HEADER] !== undefined;
+    const onEnd = this.#onEnd;
+    if (onEnd !== undefined) {
+      if (this.res.closed) onEnd({ tokens: undefined });
+      else this.res.once('close', () => onEnd({ tokens: undefined }));
+    }
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.#clientGone = true;
+      if (pick?.kind === 'picked') this.pool.balancer.finish(pick.attempt, { kind: 'neutral' });
       return;
     }
     this.res.once('close', () => {
@@ -212,18 +249,13 @@ export class Exchange {
       this.#clientGone = true;
       for (const attempt of this.#sent) attempt.clientGone();
     });
-    this.#first();
+    this.#first(pick);
   }
 
   /** The first attempt: pick (or shed at once) and send. */
-  #first(): void {
+  #first(given: PickResult | undefined): void {
     const { metrics } = this;
-    const pick = this.pool.balancer.pick({
-      ...this.#affinity,
-      exclude: this.#tried,
-      requestBytes: this.#raw.length,
-      model: this.model,
-    });
+    const pick = given ?? this.pool.balancer.pick(this.pickRequest());
     if (pick.kind === 'shed' && pick.reason === 'model-not-served') {
       // No endpoint of the pool serves the model at all, whatever its health: not a 503 to retry.
       const model = this.requestedModel ?? this.model ?? '';

@@ -8,9 +8,11 @@ import {
   labelValue,
   type Family,
 } from './exposition.ts';
-import { Counter, Gauge, Registry, collectDefaultMetrics } from './prom.ts';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from './prom.ts';
 import type {
   AffinityResult,
+  BudgetStatus,
+  RefusalReason,
   EndpointGauges,
   EndpointSpec,
   PrefillExchangeReading,
@@ -35,6 +37,30 @@ export const TTFT_BUCKETS_S = [
 ];
 
 const BREAKER_VALUE = { closed: 0, 'half-open': 1, open: 2 } as const;
+
+/** Seconds a request waited in the flow-control queue: 1 ms up to 2 minutes. */
+export const QUEUE_WAIT_BUCKETS_S = [
+  0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+];
+
+/**
+ * Distinct priorities given their own `priority` label value per pool; past them `other` (the
+ * priority header is the client's: its values must not grow the series without bound).
+ */
+export const MAX_PRIORITY_LABELS = 16;
+
+const REFUSAL_REASONS: readonly RefusalReason[] = [
+  'saturated',
+  'budget',
+  'queue-full',
+  'sheddable',
+];
+
+/** What flow control's gauges read at scrape time (config/active-pool.ts, `PoolFlow`). */
+export interface FlowReading {
+  readonly queue: { countsByPriority(): Map<number, number> };
+  budgets(): BudgetStatus[];
+}
 
 /** Children pre-bound per endpoint so the request path does no label lookups. */
 export interface EndpointMetrics {
@@ -82,6 +108,13 @@ export class SidecarMetrics {
   readonly configRejected: { inc(): void };
   private gaugeSource: () => readonly EndpointGauges[] = () => [];
   private exchangeSource: () => PrefillExchangeReading | undefined = () => undefined;
+  private flowSource: () => FlowReading | undefined = () => undefined;
+  readonly #priorityLabels = new Map<number, string>();
+  /** Flow control's counts for the gate (flow-gate.ts); bound children, no lookups per request. */
+  readonly flow: {
+    refused(reason: RefusalReason): void;
+    leftQueue(priority: number, seconds: number): void;
+  };
 
   private readonly pool: string;
 
@@ -105,6 +138,34 @@ export class SidecarMetrics {
     ) as Record<AffinityResult, { inc(): void }>;
     this.configApplied = shared.applied.labels({ pool });
     this.configRejected = shared.rejected.labels({ pool });
+    const refusals = Object.fromEntries(
+      REFUSAL_REASONS.map((r) => [r, shared.refusals.labels({ pool, reason: r })]),
+    ) as Record<RefusalReason, { inc(): void }>;
+    this.flow = {
+      refused: (reason) => refusals[reason].inc(),
+      leftQueue: (priority, seconds) =>
+        shared.queueWait.observe({ pool, priority: this.priorityLabel(priority) }, seconds),
+    };
+  }
+
+  /** The `priority` label value of a priority: itself, or `other` past MAX_PRIORITY_LABELS. */
+  priorityLabel(priority: number): string {
+    let label = this.#priorityLabels.get(priority);
+    if (label === undefined) {
+      label = this.#priorityLabels.size < MAX_PRIORITY_LABELS ? String(priority) : 'other';
+      this.#priorityLabels.set(priority, label);
+    }
+    return label;
+  }
+
+  /** Flow control's queue and budgets of this pool, read at scrape time (none: no series). */
+  readFlowFrom(source: () => FlowReading | undefined): void {
+    this.flowSource = source;
+  }
+
+  /** The pool's flow state now, for the scrape-time gauges. */
+  flowReading(): FlowReading | undefined {
+    return this.flowSource();
   }
 
   /** The prefill exchange's rate `field` of this pool, in seconds; undefined until measured. */
@@ -250,6 +311,8 @@ class SharedFamilies {
   readonly responses: Counter<'pool' | 'code'>;
   readonly applied: Counter<'pool'>;
   readonly rejected: Counter<'pool'>;
+  readonly refusals: Counter<'pool' | 'reason'>;
+  readonly queueWait: Histogram<'pool' | 'priority'>;
 
   constructor() {
     const registers = [this.registry];
@@ -303,6 +366,79 @@ class SharedFamilies {
       labelNames: ['pool'],
       registers,
     });
+    this.refusals = new Counter({
+      name: 'switchyard_flow_refusals_total',
+      help: 'Requests flow control answered 429, by reason: saturated (waited flowControl.maxQueueWait, no endpoint had room), budget (over a requests/tokens-per-minute budget), queue-full (the queue was full, or a higher priority pushed it out), sheddable (negative priority while others wait or nothing has room). Rising saturated: add capacity or lower load; budget: the workload spends its budget.',
+      labelNames: ['pool', 'reason'],
+      registers,
+    });
+    this.queueWait = new Histogram({
+      name: 'switchyard_flow_queue_wait_seconds',
+      help: "Time requests waited in this sidecar's flow-control queue, by priority, observed when they left it (started, refused or the client left).",
+      labelNames: ['pool', 'priority'],
+      buckets: QUEUE_WAIT_BUCKETS_S,
+      registers,
+    });
+    new Gauge({
+      name: 'switchyard_flow_queue_requests',
+      help: "Requests waiting in this sidecar's flow-control queue now, by priority (waiting for an endpoint with room or for budget).",
+      labelNames: ['pool', 'priority'],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of pools) {
+          const flow = m.flowReading();
+          if (flow === undefined) continue;
+          for (const [priority, n] of flow.queue.countsByPriority())
+            this.inc({ pool: m.poolName, priority: m.priorityLabel(priority) }, n);
+        }
+      },
+    });
+    // The budgets of every pool, read from its ledger at scrape time.
+    const budgetGauge = (
+      name: string,
+      help: string,
+      value: (b: BudgetStatus, unit: 'requests' | 'tokens') => number | undefined,
+    ): void => {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['pool', 'budget', 'unit'],
+        registers,
+        collect() {
+          this.reset();
+          for (const m of pools) {
+            const flow = m.flowReading();
+            if (flow === undefined) continue;
+            for (const b of flow.budgets()) {
+              for (const unit of ['requests', 'tokens'] as const) {
+                const v = value(b, unit);
+                if (v !== undefined) this.set({ pool: m.poolName, budget: b.id, unit }, v);
+              }
+            }
+          }
+        },
+      });
+    };
+    const perMinute = (
+      rate: { requestsPerMinute?: number | undefined; tokensPerMinute?: number | undefined },
+      unit: 'requests' | 'tokens',
+    ): number | undefined => (unit === 'requests' ? rate.requestsPerMinute : rate.tokensPerMinute);
+    budgetGauge(
+      'switchyard_budget_used_per_minute',
+      'What this sidecar used of each budget over the last minute (requests, or prompt + completion tokens); near switchyard_budget_share_per_minute, requests start to wait or get 429 over_budget.',
+      (b, unit) => (perMinute(b.limit, unit) === undefined ? undefined : b.used[unit]),
+    );
+    budgetGauge(
+      'switchyard_budget_share_per_minute',
+      "This sidecar's share of each budget per minute (standalone: the whole budget; with the controller: the share it sent).",
+      (b, unit) => perMinute(b.share, unit),
+    );
+    budgetGauge(
+      'switchyard_budget_limit_per_minute',
+      'Each budget of the pool per minute, for the whole fleet (flowControl.budgets).',
+      (b, unit) => perMinute(b.limit, unit),
+    );
     // The prefill exchange's two rates of every pool, read at scrape time; absent until measured.
     const exchangeGauge = (
       name: string,

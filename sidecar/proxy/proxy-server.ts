@@ -2,7 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { declaresModelRouting, type ActivePool } from '../config/active-pool.ts';
+import { declaresModelRouting, type ActivePool, type PoolFlow } from '../config/active-pool.ts';
 import { affinityFor, type ModelsServed } from '../policy/index.ts';
 import { drainRest, readBody, type BodyResult } from './body.ts';
 import {
@@ -14,6 +14,7 @@ import {
 } from './client-request.ts';
 import { sendError, sendModelNotFound, sendRawError } from './errors.ts';
 import { Exchange, type ExchangeDeps, type ExchangeInit, type ResponseTap } from './exchange.ts';
+import { FlowGate, type GatedRequest } from './flow-gate.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
 import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
@@ -86,6 +87,31 @@ export interface ProxyOptions {
   upstream?: UpstreamClient | undefined;
   /** Set when tracing is configured (OTEL_* variables); undefined costs nothing per request. */
   tracer?: ProxyTracer | undefined;
+  /**
+   * Flow control: the priority of a request without `x-switchyard-priority` (`--priority`, the
+   * pod's default); undefined: the pool's `flowControl.defaultPriority`.
+   */
+  defaultPriority?: number | undefined;
+}
+
+/** The request header that sets a request's priority (flow control); never forwarded. */
+export const PRIORITY_HEADER = 'x-switchyard-priority';
+
+/** An integer header value, or undefined when it is not one (a 400 names the header). */
+export function parsePriority(value: string | string[] | undefined): number | undefined | false {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || !/^\s*[+-]?\d{1,9}\s*$/.test(value)) return false;
+  return Number.parseInt(value, 10);
+}
+
+/** `max_tokens` (or `max_completion_tokens`, `max_output_tokens`) of a parsed body. */
+function maxTokensOf(fields: Record<string, unknown> | undefined): number | undefined {
+  if (fields === undefined) return undefined;
+  for (const name of ['max_tokens', 'max_completion_tokens', 'max_output_tokens']) {
+    const v = fields[name];
+    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) return v;
+  }
+  return undefined;
 }
 
 /**
@@ -106,6 +132,8 @@ export class SidecarProxy {
   private activeExchanges = 0;
   private readonly inOrder = new ConnectionQueue();
   private idleWaiters: (() => void)[] = [];
+  /** The flow gate of each pool with flow control, made at its first request. */
+  readonly #gates = new WeakMap<PoolFlow, FlowGate>();
 
   private readonly options: ProxyOptions;
 
@@ -751,10 +779,29 @@ export class SidecarProxy {
     });
   }
 
-  /** Counts the request in the pool's load, then sends it upstream as an exchange. */
+  /**
+   * Counts the request in the pool's load, then sends it upstream as an exchange; through the
+   * pool's flow gate when the pool has flow control (flow-gate.ts).
+   */
   private startExchange(routed: Routed, parts: RouteParts): Exchange {
     routed.pool.balancer.recordRequest();
     const { account, ...init } = routed;
+    const flow = routed.pool.flow;
+    if (flow === undefined) {
+      const exchange = new Exchange(this.exchangeDeps, {
+        raw: Buffer.alloc(0),
+        fields: undefined,
+        streamed: false,
+        affinity: {},
+        metrics: account.metrics,
+        ...init,
+        ...parts,
+      });
+      exchange.start();
+      return exchange;
+    }
+    // The budget ticket, once admitted: settled when the exchange ends.
+    let settle: ((tokens: number | undefined) => void) | undefined;
     const exchange = new Exchange(this.exchangeDeps, {
       raw: Buffer.alloc(0),
       fields: undefined,
@@ -763,9 +810,97 @@ export class SidecarProxy {
       metrics: account.metrics,
       ...init,
       ...parts,
+      onEnd: (end) => settle?.(end.tokens),
     });
-    exchange.start();
+    this.#gate(flow, routed, account.metrics, exchange, parts, (s) => (settle = s));
     return exchange;
+  }
+
+  /** A request of a pool with flow control: its priority and workload, then the gate. */
+  #gate(
+    flow: PoolFlow,
+    routed: Routed,
+    metrics: SidecarMetrics,
+    exchange: Exchange,
+    parts: RouteParts,
+    onTicket: (settle: (tokens: number | undefined) => void) => void,
+  ): void {
+    const { req, res, trace } = routed;
+    const given = parsePriority(req.headers[PRIORITY_HEADER]);
+    if (given === false) {
+      sendError(
+        res,
+        400,
+        'invalid_priority',
+        `The ${PRIORITY_HEADER} header must be an integer (higher first; negative = sheddable), like "10" or "-1".`,
+        {},
+        PRIORITY_HEADER,
+      );
+      return;
+    }
+    const priority = given ?? this.options.defaultPriority ?? flow.policy.defaultPriority;
+    const source = flow.policy.workload;
+    let workload = '';
+    if (source?.kind === 'Header') {
+      const value = req.headers[source.header];
+      workload = typeof value === 'string' ? value : (value?.join(',') ?? '');
+    } else if (source !== undefined) workload = flow.sidecarWorkload ?? '';
+    let gate = this.#gates.get(flow);
+    if (gate === undefined) {
+      gate = new FlowGate({
+        poolName: routed.pool.name,
+        flow,
+        metrics: metrics.flow,
+        nowMs: this.options.nowMs,
+      });
+      this.#gates.set(flow, gate);
+    }
+    const kick = gate;
+    const bodyBytes = parts.raw?.length ?? (Number(req.headers['content-length']) || 0);
+    const request: GatedRequest = {
+      priority,
+      workload,
+      bodyBytes,
+      maxTokens: maxTokensOf(parts.fields),
+      balancer: routed.pool.balancer,
+      pickRequest: () => exchange.pickRequest(),
+      start: (pick, ticket, waitedMs) => {
+        trace?.flow?.({ priority, waitedMs });
+        if (ticket !== undefined) {
+          onTicket((tokens) => flow.ledger.settle(ticket, tokens, this.options.nowMs()));
+        }
+        // The attempt of the pool ends with the response: room for what waits.
+        res.once('close', () => kick.kick());
+        exchange.start(pick);
+      },
+      refuse: (refusal) => {
+        trace?.flow?.({ priority, waitedMs: refusal.waitedMs, refused: refusal.reason });
+        sendError(res, 429, refusal.code, refusal.message, {
+          'retry-after': String(refusal.retryAfterS),
+          'x-switchyard-attempts': '0',
+        });
+      },
+      // The socket's end too: the proxy keeps half-open connections (a client may half-close
+      // and still read), so a client that left is otherwise seen only at a write, and a queued
+      // request writes nothing. A client that half-closes while queued is taken as gone.
+      watchClient: (gone) => {
+        const socket = req.socket;
+        const onClose = (): void => {
+          if (!res.writableFinished) gone();
+        };
+        const onEnd = (): void => {
+          gone();
+          res.destroy();
+        };
+        res.once('close', onClose);
+        socket.once('end', onEnd);
+        return () => {
+          res.off('close', onClose);
+          socket.off('end', onEnd);
+        };
+      },
+    };
+    gate.admit(request);
   }
 }
 

@@ -20,6 +20,7 @@ import {
 import type { OtelSdk } from '../../lib/tracing/otel-sdk.ts';
 import { BodyTail, genAiOperation, tokenUsage } from './gen-ai.ts';
 import type {
+  FlowOutcome,
   AttemptPick,
   AttemptTrace,
   ProxyTracer,
@@ -167,6 +168,15 @@ class OtelRequestTrace implements RequestTrace {
 
   shed(): void {
     this.#span.setAttribute('switchyard.shed', true);
+  }
+
+  flow(outcome: FlowOutcome): void {
+    const span = this.#span;
+    span.setAttribute('switchyard.flow.priority', outcome.priority);
+    if (outcome.waitedMs !== undefined)
+      span.setAttribute('switchyard.flow.queue_wait_ms', Math.round(outcome.waitedMs));
+    if (outcome.refused !== undefined)
+      span.setAttribute('switchyard.flow.refused', outcome.refused);
   }
 
   /** From an attempt span: the usage the answer reported. */

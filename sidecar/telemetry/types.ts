@@ -6,7 +6,13 @@
  * loaded on demand by start-proxy-tracing.ts.
  */
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
-import type { AffinityResult, Attempt, PoolBalancer, RetryDecision } from '../policy/index.ts';
+import type {
+  AffinityResult,
+  Attempt,
+  PoolBalancer,
+  RefusalReason,
+  RetryDecision,
+} from '../policy/index.ts';
 
 /** Traces the proxy's client requests. */
 export interface ProxyTracer {
@@ -23,6 +29,13 @@ export interface ProxyTracer {
   ): RequestTrace;
   /** Exports the spans still buffered, then stops. */
   shutdown(): Promise<void>;
+}
+
+/** What flow control did with a request (docs/sidecar.md, Flow control). */
+export interface FlowOutcome {
+  readonly priority: number;
+  readonly waitedMs?: number | undefined;
+  readonly refused?: RefusalReason | undefined;
 }
 
 /** Why a failed attempt was or was not followed by another. */
@@ -47,6 +60,11 @@ export interface RequestTrace {
   retryVerdict(verdict: RetryVerdict): void;
   /** Every endpoint was unavailable: the client got a 503 at once. */
   shed(): void;
+  /**
+   * Flow control let the request through (after `waitedMs` in the queue, if it waited) or
+   * refused it (`refused`: the reason): `switchyard.flow.*` attributes.
+   */
+  flow?(outcome: FlowOutcome): void;
   /** The client's response closed; `completed` is false when it was cut off. */
   end(status: number, completed: boolean): void;
 }
