@@ -60,6 +60,7 @@ import {
   type UpstreamHandler,
   type UpstreamTarget,
 } from './upstream.ts';
+import { countsTokens, readsUsage, UsageChunkFilter, UsageScanner } from './usage.ts';
 
 /** Response headers not copied from the upstream: Node frames the client response itself. */
 const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'trailer']);
@@ -132,10 +133,22 @@ export interface ExchangeInit {
    */
   bodyCoding?: string | undefined;
   /**
-   * Called exactly once when the exchange is over (answered, failed, or the client gone), with
-   * prompt + completion tokens when a `usage` was seen (flow control settles budgets with it).
+   * Called once when the exchange is over (answered in full, failed, shed, refused, or the client
+   * gone), with the prompt + completion tokens of the `usage` seen on the answer the client got;
+   * undefined when none was seen, or when the pool charges no tokens (usage.ts `countsTokens`).
    */
-  onEnd?: ((end: { tokens: number | undefined }) => void) | undefined;
+  onEnd?: ((end: ExchangeEnd) => void) | undefined;
+  /**
+   * The sidecar added `stream_options.include_usage` to this request (the client did not ask):
+   * the usage-only chunk is taken out of the stream the client sees.
+   */
+  usageAdded?: boolean | undefined;
+}
+
+/** How an exchange ended, for whoever charges it (the flow gate's budgets). */
+export interface ExchangeEnd {
+  /** Prompt + completion tokens of the answer the client got; undefined: no usage seen. */
+  readonly tokens: number | undefined;
 }
 
 /** Called on a 2xx head; returns what each body chunk of that answer is fed to, if anything. */
@@ -172,7 +185,6 @@ export class Exchange {
   readonly #bodyStream: Readable | undefined;
   readonly #bodyCoding: string | undefined;
   readonly tap: ResponseTap | undefined;
-  readonly #onEnd: ExchangeInit['onEnd'];
   readonly #tried = new Set<string>();
   /** Every attempt sent, the last one current: a client that leaves ends them all. */
   readonly #sent: ExchangeAttempt[] = [];
@@ -185,6 +197,12 @@ export class Exchange {
    */
   clientAskedForLoad = false;
   readonly #bodyByModel = new Map<string, Buffer>();
+  /** Read the usage of the answer: the pool charges tokens and the path's answers carry it. */
+  readonly readsUsage: boolean;
+  /** The sidecar asked for the usage chunk on the client's behalf: it is not the client's. */
+  readonly usageAdded: boolean;
+  /** The usage read from the answer the client got (set when its head is written). */
+  usage: UsageScanner | undefined;
 
   constructor(deps: ExchangeDeps, init: ExchangeInit) {
     this.deps = deps;
@@ -204,7 +222,29 @@ export class Exchange {
     this.#bodyStream = init.bodyStream;
     this.#bodyCoding = init.bodyCoding;
     this.tap = init.tap;
-    this.#onEnd = init.onEnd;
+    this.usageAdded = init.usageAdded === true;
+    this.readsUsage = countsTokens(init.pool.policy) && readsUsage(init.path);
+    this.#watchEnd(init.onEnd);
+  }
+
+  /**
+   * Reports the end of the exchange when the client's response closes: that is once, whatever
+   * ended it (the answer sent in full, an error or refusal sent, the client gone), and after the
+   * last byte of the answer went through the usage scanner.
+   */
+  #watchEnd(onEnd: ((end: ExchangeEnd) => void) | undefined): void {
+    if (onEnd === undefined && !this.readsUsage) return;
+    const report = (): void => {
+      const tokens = this.usage?.tokens;
+      if (this.readsUsage)
+        this.deps.logger.debug(
+          { pool: this.pool.name, path: this.#path, tokens: tokens ?? null },
+          'exchange over: tokens used',
+        );
+      onEnd?.({ tokens });
+    };
+    if (this.res.closed) queueMicrotask(report);
+    else this.res.once('close', report);
   }
 
   /** The sidecar answered the client itself (a streamed body over the limit): end every attempt. */
@@ -233,11 +273,6 @@ export class Exchange {
   start(pick?: PickResult): void {
     this.#forwarded = forwardedHeaders(this.req.headers);
     this.clientAskedForLoad = this.#forwarded[ORCA_REQUEST_HEADER] !== undefined;
-    const onEnd = this.#onEnd;
-    if (onEnd !== undefined) {
-      if (this.res.closed) onEnd({ tokens: undefined });
-      else this.res.once('close', () => onEnd({ tokens: undefined }));
-    }
     if (this.res.destroyed || this.res.closed || this.req.socket.destroyed) {
       // The client left while its body was being read: nothing to send, nothing to count.
       this.#clientGone = true;
@@ -464,6 +499,10 @@ class ExchangeAttempt implements UpstreamHandler {
   #headers: IncomingHttpHeaders = {};
   #driftCheck: PassiveDriftCheck | undefined;
   #tap: ((chunk: Buffer) => void) | undefined;
+  /** Reads the usage of a 2xx answer, when the exchange charges tokens. */
+  #usage: UsageScanner | undefined;
+  /** Takes the usage chunk the sidecar asked for out of a streamed 2xx answer. */
+  #usageFilter: UsageChunkFilter | undefined;
   #onClientDrain: (() => void) | undefined;
   /** Runs while the client's socket is full: from the write that filled it to its `drain`. */
   #clientStall: NodeJS.Timeout | undefined;
@@ -529,8 +568,16 @@ class ExchangeAttempt implements UpstreamHandler {
       probe !== undefined
     )
       this.#driftCheck = new PassiveDriftCheck(probe);
-    if (status >= 200 && status < 300)
-      this.#tap = this.#exchange.tap?.(this.attempt.endpoint, status);
+    if (status >= 200 && status < 300) {
+      const exchange = this.#exchange;
+      this.#tap = exchange.tap?.(this.attempt.endpoint, status);
+      if (exchange.readsUsage) this.#usage = new UsageScanner();
+      if (
+        exchange.usageAdded &&
+        String(headers['content-type'] ?? '').startsWith('text/event-stream')
+      )
+        this.#usageFilter = new UsageChunkFilter();
+    }
   }
 
   onData(chunk: Buffer): void {
@@ -544,6 +591,11 @@ class ExchangeAttempt implements UpstreamHandler {
     const kind = this.#state.kind;
     if (kind !== 'streaming' && kind !== 'streaming-error') return;
     const { res } = this.#exchange;
+    this.#usage?.feed(chunk);
+    if (this.#usageFilter !== undefined) {
+      chunk = this.#usageFilter.feed(chunk);
+      if (chunk.length === 0) return; // all of it held, or the usage chunk dropped
+    }
     if (!res.write(chunk)) {
       this.#clientHolds = true;
       this.#upstream.pause();
@@ -704,15 +756,19 @@ class ExchangeAttempt implements UpstreamHandler {
         this.#upstream.watchIdle(timerMs(pool.timeouts.idleMs));
         return;
       case 'write-head':
+        // This attempt's answer is the client's: its usage is the exchange's.
+        exchange.usage = this.#usage;
         this.#writeHead();
         return;
       case 'end-client':
+        this.#flushHeld();
         // Trailers go out only on a chunked response (Node drops them otherwise), which is what
         // a response that had them upstream becomes: the upstream's framing is not copied.
         if (this.#trailers !== undefined) res.addTrailers(this.#trailers);
         res.end();
         return;
       case 'break-client':
+        this.#flushHeld();
         this.#breakOff();
         return;
       case 'destroy-upstream':
@@ -733,6 +789,12 @@ class ExchangeAttempt implements UpstreamHandler {
     }
   }
 
+  /** What the usage filter held of an event never finished goes out as it came. */
+  #flushHeld(): void {
+    const held = this.#usageFilter?.flush();
+    if (held !== undefined && held.length > 0) this.#exchange.res.write(held);
+  }
+
   #writeHead(): void {
     const exchange = this.#exchange;
     const upstreamHeaders = this.#headers;
@@ -742,6 +804,8 @@ class ExchangeAttempt implements UpstreamHandler {
       if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) headers[name] = value;
     }
     if (!exchange.clientAskedForLoad) delete headers[ORCA_RESPONSE_HEADER];
+    // The usage chunk may be taken out: the length is no longer the upstream's (Node chunks it).
+    if (this.#usageFilter !== undefined) delete headers['content-length'];
     const endpoint = this.attempt.endpoint;
     // The model the request went with, when not the name the client asked for: a backend's
     // `model:` (exchange.#bodyFor), else the pool's alias.

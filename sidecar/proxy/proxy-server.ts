@@ -33,6 +33,7 @@ import { sendList, serveModelsUnion, type ModelsUnionDeps } from './models-union
 import { StoredResponses } from './stored-responses.ts';
 import type { ProxyTracer } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
+import { countsTokens, withUsageAsked } from './usage.ts';
 
 /** A matched route and what its path says about stored responses (inference-routes.ts). */
 type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
@@ -737,10 +738,15 @@ export class SidecarProxy {
         return;
       }
     }
-    if (choice.aliased) {
-      // Sent with the served name: the one body rewrite an alias makes (a backend's `model:`
-      // rewrites again per endpoint, exchange.ts).
-      fields = { ...fields, model: choice.resolved };
+    // A pool that charges tokens needs the usage of a stream, which chat and completions send
+    // only when asked: the sidecar asks for a client that did not (and hides the answer's usage
+    // chunk from it, exchange.ts). Other pools pay nothing for this.
+    const usageAsked = countsTokens(pool.policy) ? withUsageAsked(routed.path, fields) : undefined;
+    if (choice.aliased || usageAsked !== undefined) {
+      // Sent with the served name and the usage asked for: the one body rewrite these make (a
+      // backend's `model:` rewrites again per endpoint, exchange.ts).
+      fields = usageAsked ?? fields;
+      if (choice.aliased) fields = { ...fields, model: choice.resolved };
       try {
         raw = Buffer.from(JSON.stringify(fields));
       } catch {
@@ -748,7 +754,9 @@ export class SidecarProxy {
           res,
           400,
           'invalid_request',
-          'The request body is nested too deeply to rewrite its model for this pool.',
+          choice.aliased
+            ? 'The request body is nested too deeply to rewrite its model for this pool.'
+            : 'The request body is nested too deeply to add stream_options.include_usage, which this pool needs to count tokens for its budgets.',
         );
         return;
       }
@@ -776,6 +784,7 @@ export class SidecarProxy {
       tap,
       model: choice.resolved,
       requestedModel: requested,
+      usageAdded: usageAsked !== undefined,
     });
   }
 
