@@ -154,7 +154,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
         });
 
   // The stream: sidecars subscribe and report here; replicas share what their sidecars say.
-  const stream = new SnapshotServer({
+  const stream: SnapshotServer = new SnapshotServer({
     authenticator: new TokenAuthenticator(raw),
     logger,
     metrics,
@@ -163,8 +163,9 @@ export async function startController(options: ControllerOptions): Promise<Runni
     routes: webhook === undefined ? {} : { [WEBHOOK_PATH]: webhook },
     poolExists: (key) => caches.pools.has(key),
     onSidecarChange: (key) => statusQueue.add(key),
+    remoteDemand: (key, budget, unit) => summaries.remoteDemand(key, budget, unit),
   });
-  const summaries = new ReplicaSummaries({
+  const summaries: ReplicaSummaries = new ReplicaSummaries({
     raw,
     namespace: lease.namespace,
     identity: lease.identity,
@@ -173,6 +174,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
     ownerReferences: owners.replica,
     local: () => stream.sidecarViewsByPool(),
     onRemoteChange: (keys) => statusQueue.addAll(keys),
+    localDemand: () => stream.budgetDemandByPool(),
+    onRemoteDemandChange: () => stream.scheduleAllSplits(),
   });
 
   // Server-reported load: every replica scrapes for the pools its own sidecars subscribe to.

@@ -3,6 +3,7 @@
  * that lets the shell write status only when something really changed.
  */
 import type { Condition, InferencePoolStatus } from '../../crds/inference-pool.schema.ts';
+import type { BudgetDemand } from '../../crds/snapshot.ts';
 import type { ReconcileResult } from './reconcile-result.ts';
 import { canonicalJson, compareStrings } from './hash.ts';
 
@@ -36,6 +37,8 @@ export interface SidecarView {
         driftMismatches?: number | undefined;
       }[]
     | undefined;
+  /** Its use and demand of the pool's budgets (issue 43), from its last report on this replica. */
+  budgets?: readonly BudgetDemand[] | undefined;
 }
 
 export interface SidecarReports {

@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { PoolSnapshot } from '../../crds/snapshot.ts';
-import { holdsApiKeys, poolsFollowedBy, streamAccess, withoutApiKeys } from './stream-access.ts';
+import {
+  holdsApiKeys,
+  poolsFollowedBy,
+  streamAccess,
+  withoutApiKeys,
+  workloadOf,
+} from './stream-access.ts';
 
 const endpoint = (id: string, apiKey?: string): PoolSnapshot['endpoints'][number] => ({
   id,
@@ -91,5 +97,24 @@ describe('stream access', () => {
     assert.equal(keyless.hash, keyed.hash);
     const plain = snapshot([endpoint('b')]);
     assert.equal(withoutApiKeys(plain), plain, 'a snapshot without keys is served as is');
+  });
+
+  test('workloadOf names a sidecar by its pod: service account or a label', () => {
+    const pod = {
+      name: 'app-1',
+      follows: new Set(['chat']),
+      serviceAccount: 'apps/billing',
+      labels: { team: 'search', empty: '' },
+    };
+    assert.equal(workloadOf(pod, { kind: 'ServiceAccount' }), 'apps/billing');
+    assert.equal(workloadOf(pod, { kind: 'PodLabel', label: 'team' }), 'search');
+    assert.equal(workloadOf(pod, { kind: 'PodLabel', label: 'empty' }), undefined);
+    assert.equal(workloadOf(pod, { kind: 'PodLabel', label: 'absent' }), undefined);
+    assert.equal(workloadOf(pod, { kind: 'Header', header: 'x-team' }), undefined);
+    assert.equal(workloadOf(undefined, { kind: 'ServiceAccount' }), undefined);
+    assert.equal(
+      workloadOf({ name: 'p', follows: new Set() }, { kind: 'PodLabel', label: 't' }),
+      undefined,
+    );
   });
 });

@@ -5,6 +5,7 @@
  * token bound to no pod (minted by hand with `kubectl create token`, a tool's) reads any pool of
  * its namespace but never a key. docs/controller.md ("Who gets API keys") says the same.
  */
+import type { WorkloadSource } from '../../crds/policy-types.ts';
 import type { PoolSnapshot } from '../../crds/snapshot.ts';
 import {
   followedPools,
@@ -30,6 +31,28 @@ export function poolsFollowedBy(pod: PodMetadata): ReadonlySet<string> {
 export interface BoundPod {
   name: string;
   follows: ReadonlySet<string>;
+  /**
+   * `metadata.namespace` + `spec.serviceAccountName` (`namespace/name`) and `metadata.labels`:
+   * the sidecar's workload, for budgets (issue 43).
+   */
+  serviceAccount?: string | undefined;
+  labels?: Readonly<Record<string, string>> | undefined;
+}
+
+/**
+ * The workload a sidecar's requests are, when the pool names it per sidecar: its pod's service
+ * account as `namespace/name` (docs/configuration.md), or the value of one of its labels; undefined for a token bound to no pod, a pod
+ * without that label, or a pool whose workloads come from a header (per request).
+ */
+export function workloadOf(pod: BoundPod | undefined, source: WorkloadSource): string | undefined {
+  if (pod === undefined) return undefined;
+  if (source.kind === 'ServiceAccount') return nonEmpty(pod.serviceAccount);
+  if (source.kind === 'PodLabel') return nonEmpty(pod.labels?.[source.label]);
+  return undefined;
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value === '' ? undefined : value;
 }
 
 export type StreamAccess =

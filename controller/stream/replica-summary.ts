@@ -1,4 +1,6 @@
 import type { Logger } from 'pino';
+import type { BudgetUnit, ReplicaDemand } from '../core/budget-shares.ts';
+import { demandKey } from '../core/budget-shares.ts';
 import type { SidecarView } from '../core/status.ts';
 import { KubeApiError, microTime, type KubeRaw } from '../kube/kube-raw.ts';
 import type { OwnerReference } from '../kube/owners.ts';
@@ -13,6 +15,13 @@ import type { OwnerReference } from '../kube/owners.ts';
 
 export const SUMMARY_LABEL = 'switchyard.dev/sidecar-summary';
 const ANNOTATION = 'switchyard.dev/sidecars';
+/**
+ * What this replica's sidecars want of each pool's budgets (issue 43), so that each replica hands
+ * out only its part: `{pool: {"<budget>\u0000<unit>": [Σ wanted, sidecars, not yet reported]}}`.
+ * A separate annotation: replicas of an older version read the other one unchanged.
+ */
+const DEMAND_ANNOTATION = 'switchyard.dev/budget-demand';
+type DemandSummary = Record<string, Record<string, [number, number, number]>>;
 /** Keeps the annotation well under the 256 KiB limit of all annotations together. */
 const MAX_SIDECARS_PER_REPLICA = 1500;
 
@@ -44,6 +53,10 @@ export interface ReplicaSummaryOptions {
   local: () => Map<string, Map<string, SidecarView>>;
   /** Remote sidecars changed: the leader should rewrite these pools' status. */
   onRemoteChange: (poolKeys: string[]) => void;
+  /** This replica's demand of each pool's budgets, by `demandKey` (issue 43). */
+  localDemand?: () => Map<string, Map<string, ReplicaDemand>>;
+  /** Another replica's demand changed: re-split the budgets. */
+  onRemoteDemandChange?: () => void;
 }
 
 function leaseName(identity: string): string {
@@ -62,6 +75,9 @@ export class ReplicaSummaries {
   /** Other replicas' sidecars, per pool key; refreshed by `refresh()`. */
   private remote = new Map<string, Map<string, SidecarView>>();
   private remoteText = '';
+  /** Per pool, per live other replica with sidecars of it: its demand by `demandKey` (or none). */
+  private remoteDemandByPool = new Map<string, (Map<string, ReplicaDemand> | undefined)[]>();
+  private remoteDemandText = '';
   /** Lease record → when we first saw it (monotonic): a replica is gone when its record stops changing. */
   private observed = new Map<string, { record: string; atMs: number }>();
 
@@ -95,6 +111,17 @@ export class ReplicaSummaries {
     return this.remote.get(poolKey) ?? new Map();
   }
 
+  /**
+   * What the sidecars of `poolKey` on each other live replica want of a budget and unit; undefined
+   * for a replica whose demand is not known (an older version, or no report yet).
+   */
+  remoteDemand(poolKey: string, budget: string, unit: BudgetUnit): (ReplicaDemand | undefined)[] {
+    const key = demandKey(budget, unit);
+    return (this.remoteDemandByPool.get(poolKey) ?? []).map((m) =>
+      m === undefined ? undefined : (m.get(key) ?? { wanted: 0, sidecars: 0, unknown: 0 }),
+    );
+  }
+
   private get path(): string {
     return `/apis/coordination.k8s.io/v1/namespaces/${this.options.namespace}/leases`;
   }
@@ -113,7 +140,16 @@ export class ReplicaSummaries {
       }
       if (list.length > 0) summary[pool] = list;
     }
-    const text = JSON.stringify(summary);
+    const demand: DemandSummary = {};
+    for (const [pool, byKey] of this.options.localDemand?.() ?? [])
+      demand[pool] = Object.fromEntries(
+        [...byKey].map(([k, d]) => [
+          k,
+          [Math.round(d.wanted * 1000) / 1000, d.sidecars, d.unknown],
+        ]),
+      );
+    const demandText = JSON.stringify(demand);
+    const text = JSON.stringify(summary) + demandText;
     // Renew at least every third period even when nothing changed, so others see this replica live.
     if (
       text === this.lastPublished &&
@@ -130,7 +166,7 @@ export class ReplicaSummaries {
         name,
         namespace: this.options.namespace,
         labels: { [SUMMARY_LABEL]: 'true' },
-        annotations: { [ANNOTATION]: text },
+        annotations: { [ANNOTATION]: JSON.stringify(summary), [DEMAND_ANNOTATION]: demandText },
         // On every write: a PUT replaces the whole object, owners included.
         ownerReferences: [...(this.options.ownerReferences ?? [])],
         ...(resourceVersion === undefined ? {} : { resourceVersion }),
@@ -163,6 +199,7 @@ export class ReplicaSummaries {
     );
     const now = performance.now();
     const next = new Map<string, Map<string, SidecarView>>();
+    const nextDemand = new Map<string, (Map<string, ReplicaDemand> | undefined)[]>();
     const seen = new Set<string>();
     for (const lease of list.items) {
       const holder = lease.spec?.holderIdentity ?? '';
@@ -180,7 +217,31 @@ export class ReplicaSummaries {
       } catch {
         continue;
       }
+      let demand: DemandSummary | undefined;
+      try {
+        const raw = lease.metadata.annotations?.[DEMAND_ANNOTATION];
+        demand = raw === undefined ? undefined : (JSON.parse(raw) as DemandSummary);
+      } catch {
+        demand = undefined;
+      }
       for (const [pool, sidecars] of Object.entries(summary)) {
+        if (sidecars.some((s) => s[2] === 1)) {
+          const entries = demand?.[pool];
+          const list = nextDemand.get(pool) ?? [];
+          list.push(
+            entries === undefined
+              ? demand === undefined
+                ? undefined
+                : new Map()
+              : new Map(
+                  Object.entries(entries).map(([k, [wanted, n, unknown]]) => [
+                    k,
+                    { wanted, sidecars: n, unknown },
+                  ]),
+                ),
+          );
+          nextDemand.set(pool, list);
+        }
         const map = next.get(pool) ?? new Map<string, SidecarView>();
         for (const [id, hash, streaming, broken] of sidecars) {
           map.set(id, {
@@ -197,6 +258,14 @@ export class ReplicaSummaries {
       }
     }
     for (const name of this.observed.keys()) if (!seen.has(name)) this.observed.delete(name);
+    const demandText = JSON.stringify(
+      [...nextDemand].map(([pool, l]) => [pool, l.map((m) => (m === undefined ? null : [...m]))]),
+    );
+    if (demandText !== this.remoteDemandText) {
+      this.remoteDemandByPool = nextDemand;
+      this.remoteDemandText = demandText;
+      this.options.onRemoteDemandChange?.();
+    }
     const text = JSON.stringify([...next].map(([pool, m]) => [pool, [...m]]));
     if (text === this.remoteText) return;
     const changed = new Set([...this.remote.keys(), ...next.keys()]);

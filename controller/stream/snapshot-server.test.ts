@@ -43,7 +43,9 @@ describe('SnapshotServer', () => {
               podName,
               podUid: undefined,
               pod:
-                podName === undefined ? undefined : { name: podName, follows: new Set([follows!]) },
+                podName === undefined
+                  ? undefined
+                  : { name: podName, follows: new Set([follows!]), serviceAccount: 'apps/billing' },
             },
           });
         },
@@ -153,5 +155,52 @@ describe('SnapshotServer', () => {
       );
       assert.equal(text.includes('gpus/10.0.0.7'), false);
     });
+  });
+
+  it('sends each sidecar its own shares of the budgets, again when a sidecar joins', async () => {
+    const budgeted: PoolSnapshot = {
+      ...SNAPSHOT,
+      version: 20,
+      policy: {
+        flowControl: {
+          defaultPriority: 0,
+          maxQueueWaitMs: 1000,
+          maxQueuedRequests: 10,
+          maxQueuedBytes: 1000,
+          kvCacheSaturation: 0.9,
+          workload: { kind: 'ServiceAccount' },
+          budgets: [
+            { id: 'pool', requestsPerMinute: 60 },
+            { id: 'workload:apps/billing', workload: 'apps/billing', tokensPerMinute: 1000 },
+          ],
+        },
+      } as PoolSnapshot['policy'],
+    };
+    while (server.connectedCount() > 0) await new Promise((r) => setTimeout(r, 5));
+    server.publish('apps/chat', budgeted, performance.now());
+    const shares = (text: string): unknown[] =>
+      [...text.matchAll(/event: shares\ndata: (.*)\n\n/g)].map((m) => JSON.parse(m[1]!) as unknown);
+    let seen = 0;
+    const ofPod = subscribe((text) => (seen = shares(text).length) >= 2, 'pod-chat');
+    // Another sidecar (a token bound to no pod: no workload) joins after the first split.
+    while (seen === 0) await new Promise((r) => setTimeout(r, 5));
+    assert.ok(server.budgetDemandByPool().has('apps/chat'));
+    const other = subscribe((text) => shares(text).length >= 1, 't');
+    const [first, second] = [shares(await ofPod), shares(await other)];
+    assert.deepEqual(first[0], {
+      workload: 'apps/billing',
+      budgets: [
+        { id: 'pool', requestsPerMinute: 60 },
+        { id: 'workload:apps/billing', tokensPerMinute: 1000 },
+      ],
+    });
+    assert.deepEqual(first[1], {
+      workload: 'apps/billing',
+      budgets: [
+        { id: 'pool', requestsPerMinute: 30 },
+        { id: 'workload:apps/billing', tokensPerMinute: 1000 },
+      ],
+    });
+    assert.deepEqual(second[0], { budgets: [{ id: 'pool', requestsPerMinute: 30 }] });
   });
 });

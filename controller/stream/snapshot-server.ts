@@ -5,14 +5,29 @@ import type { EndpointSpec } from '../../crds/policy-types.ts';
 import {
   LOAD_EVENT,
   parseReport,
+  SHARES_EVENT,
   SNAPSHOT_EVENT,
   SNAPSHOT_PROTOCOL_VERSION,
   type PoolLoad,
+  type BudgetShare,
+  type PoolShares,
   type PoolSnapshot,
   type SidecarReport,
 } from '../../crds/snapshot.ts';
+import {
+  sharesChanged,
+  splitPool,
+  type BudgetUnit,
+  type ReplicaDemand,
+} from '../core/budget-shares.ts';
 import type { PoolKey } from '../core/pool-index.ts';
-import { holdsApiKeys, streamAccess, withoutApiKeys } from '../core/stream-access.ts';
+import {
+  holdsApiKeys,
+  streamAccess,
+  withoutApiKeys,
+  workloadOf,
+  type BoundPod,
+} from '../core/stream-access.ts';
 import type { SidecarView } from '../core/status.ts';
 import type { ControllerMetrics } from '../metrics.ts';
 import type { AuthResult } from './token-auth.ts';
@@ -26,6 +41,10 @@ interface Subscriber {
   res: http.ServerResponse;
   /** False for a token bound to no pod: it is sent `keylessEvent` (core/stream-access.ts). */
   withKeys: boolean;
+  /** The pod its token is bound to: its workload, when the pool names workloads per sidecar. */
+  pod: BoundPod | undefined;
+  /** The last `shares` event sent on this stream (issue 43), to send only changes. */
+  sent: PoolShares | undefined;
 }
 
 /** One sidecar as this replica's stream server knows it: its connections and its last report. */
@@ -44,7 +63,18 @@ interface PoolChannel {
   keylessEvent: string | undefined;
   subscribers: Set<Subscriber>;
   sidecars: Map<string, SidecarConnection>;
+  /** A re-split of the pool's budgets is due (coalesced), and when the last one ran. */
+  splitTimer: NodeJS.Timeout | undefined;
+  lastSplitMs: number;
+  /** What this replica's sidecars want of each budget and unit (`demandKey`), for the summary. */
+  demand: Map<string, ReplicaDemand>;
 }
+
+/**
+ * Re-splits of one pool's budgets are at most this often (reports of a thousand sidecars a second
+ * cost one re-split per period); longer when a re-split costs more than a tenth of it.
+ */
+const SPLIT_EVERY_MS = 250;
 
 const MAX_REPORT_BYTES = 1024 * 1024;
 /**
@@ -119,6 +149,9 @@ export class SnapshotServer {
         keylessEvent: undefined,
         subscribers: new Set(),
         sidecars: new Map(),
+        splitTimer: undefined,
+        lastSplitMs: -Infinity,
+        demand: new Map(),
       };
       this.channels.set(key, channel);
     }
@@ -137,6 +170,101 @@ export class SnapshotServer {
       s.res.write(s.withKeys ? channel.event : channel.keylessEvent);
     if (channel.subscribers.size > 0)
       this.options.metrics.pushLatency.observe((performance.now() - sinceMs) / 1000);
+    this.scheduleSplit(key);
+  }
+
+  /**
+   * Re-splits the pool's budgets soon: at most every SPLIT_EVERY_MS (or ten times the last
+   * re-split's cost, for huge pools), so a burst of reports costs one.
+   */
+  scheduleSplit(key: PoolKey): void {
+    const channel = this.channels.get(key);
+    if (channel === undefined || channel.splitTimer !== undefined) return;
+    const flow = channel.snapshot?.policy.flowControl;
+    if ((flow === undefined || flow.budgets.length === 0) && channel.demand.size === 0) return;
+    const waitMs = Math.max(0, channel.lastSplitMs + this.splitEveryMs(key) - performance.now());
+    channel.splitTimer = setTimeout(() => {
+      channel.splitTimer = undefined;
+      if (this.channels.get(key) === channel) this.split(key, channel);
+    }, waitMs);
+    channel.splitTimer.unref();
+  }
+
+  private readonly splitCostMs = new Map<PoolKey, number>();
+
+  private splitEveryMs(key: PoolKey): number {
+    return Math.max(SPLIT_EVERY_MS, 10 * (this.splitCostMs.get(key) ?? 0));
+  }
+
+  /** Re-splits every pool with budgets (another replica's demand changed). */
+  scheduleAllSplits(): void {
+    for (const key of this.channels.keys()) this.scheduleSplit(key);
+  }
+
+  /**
+   * The pool's budgets split over the sidecars subscribed here (and, before that, over the
+   * replicas: `remoteDemand`); each subscriber whose shares moved by more than 2 %, or whose
+   * workload changed, is sent its own `shares` event.
+   */
+  private split(key: PoolKey, channel: PoolChannel): void {
+    const started = performance.now();
+    channel.lastSplitMs = started;
+    const flow = channel.snapshot?.policy.flowControl;
+    const budgets = flow?.budgets ?? [];
+    const kind = flow?.workload?.kind;
+    const perSidecarWorkload = kind === 'ServiceAccount' || kind === 'PodLabel';
+    const workloadOfSubscriber = (s: Subscriber): string | undefined =>
+      perSidecarWorkload && flow?.workload !== undefined
+        ? workloadOf(s.pod, flow.workload)
+        : undefined;
+    // One entry per sidecar (a sidecar may hold two streams for a moment while it reconnects).
+    const sidecars = new Map<
+      string,
+      { id: string; workload?: string; budgets?: SidecarReport['budgets'] }
+    >();
+    for (const s of channel.subscribers) {
+      if (sidecars.has(s.sidecar)) continue;
+      const workload = workloadOfSubscriber(s);
+      sidecars.set(s.sidecar, {
+        id: s.sidecar,
+        ...(workload === undefined ? {} : { workload }),
+        budgets: channel.sidecars.get(s.sidecar)?.report?.budgets,
+      });
+    }
+    const result = splitPool({
+      budgets,
+      perSidecarWorkload,
+      sidecars: [...sidecars.values()],
+      remote: (budget: string, unit: BudgetUnit) =>
+        this.options.remoteDemand?.(key, budget, unit) ?? [],
+    });
+    channel.demand = budgets.length === 0 ? new Map<string, ReplicaDemand>() : result.demand;
+    for (const s of channel.subscribers) {
+      if (budgets.length === 0 && s.sent === undefined) continue;
+      const workload = workloadOfSubscriber(s);
+      const shares: BudgetShare[] = result.shares.get(s.sidecar) ?? [];
+      if (
+        s.sent !== undefined &&
+        s.sent.workload === workload &&
+        !sharesChanged(s.sent.budgets, shares)
+      )
+        continue;
+      const event: PoolShares = {
+        ...(workload === undefined ? {} : { workload }),
+        budgets: shares,
+      };
+      s.sent = event;
+      s.res.write(`event: ${SHARES_EVENT}\ndata: ${JSON.stringify(event)}\n\n`);
+    }
+    this.splitCostMs.set(key, performance.now() - started);
+  }
+
+  /** What this replica's sidecars want of each pool's budgets, for the replica summary. */
+  budgetDemandByPool(): Map<PoolKey, Map<string, ReplicaDemand>> {
+    const out = new Map<PoolKey, Map<string, ReplicaDemand>>();
+    for (const [key, channel] of this.channels)
+      if (channel.demand.size > 0) out.set(key, channel.demand);
+    return out;
   }
 
   /**
@@ -165,6 +293,7 @@ export class SnapshotServer {
     const channel = this.channels.get(key);
     if (channel === undefined) return;
     for (const s of channel.subscribers) s.res.end();
+    clearTimeout(channel.splitTimer);
     this.channels.delete(key);
   }
 
@@ -178,6 +307,7 @@ export class SnapshotServer {
         appliedVersion: sc.report?.appliedVersion,
         appliedHash: sc.report?.appliedHash,
         endpoints: sc.report?.endpoints,
+        budgets: sc.report?.budgets,
       });
     }
     return views;
@@ -201,7 +331,10 @@ export class SnapshotServer {
 
   close(): void {
     clearInterval(this.heartbeat);
-    for (const c of this.channels.values()) for (const s of c.subscribers) s.res.end();
+    for (const c of this.channels.values()) {
+      clearTimeout(c.splitTimer);
+      for (const s of c.subscribers) s.res.end();
+    }
     this.server.closeAllConnections();
     this.server.close();
   }
@@ -290,7 +423,8 @@ export class SnapshotServer {
       auth.identity.podName ??
       url.searchParams.get('sidecar') ??
       `${auth.identity.serviceAccount}@${req.socket.remoteAddress ?? '?'}`;
-    if (kind === 'snapshots') this.subscribe(key, sidecar, access.kind === 'with-keys', req, res);
+    if (kind === 'snapshots')
+      this.subscribe(key, sidecar, access.kind === 'with-keys', auth.identity.pod, req, res);
     else await this.acceptReport(key, auth.identity.podName, req, res);
   }
 
@@ -298,6 +432,7 @@ export class SnapshotServer {
     key: PoolKey,
     sidecar: string,
     withKeys: boolean,
+    pod: BoundPod | undefined,
     req: http.IncomingMessage,
     res: http.ServerResponse,
   ): void {
@@ -312,7 +447,7 @@ export class SnapshotServer {
     res.write(': connected\n\n');
     const current = withKeys ? channel.event : channel.keylessEvent;
     if (current !== undefined) res.write(current);
-    const subscriber: Subscriber = { sidecar, res, withKeys };
+    const subscriber: Subscriber = { sidecar, res, withKeys, pod, sent: undefined };
     channel.subscribers.add(subscriber);
     const state = channel.sidecars.get(sidecar) ?? {
       report: undefined,
@@ -324,6 +459,8 @@ export class SnapshotServer {
     channel.sidecars.set(sidecar, state);
     this.options.logger.info({ pool: key, sidecar, apiKeys: withKeys }, 'sidecar subscribed');
     this.options.onSidecarChange(key);
+    // Its shares within one re-split period, not at its first report.
+    this.scheduleSplit(key);
     req.socket.setTimeout(0);
     res.once('close', () => {
       channel.subscribers.delete(subscriber);
@@ -331,6 +468,7 @@ export class SnapshotServer {
       state.lastSeenMs = performance.now();
       this.options.logger.info({ pool: key, sidecar }, 'sidecar disconnected');
       this.options.onSidecarChange(key);
+      this.scheduleSplit(key);
     });
   }
 
@@ -377,6 +515,7 @@ export class SnapshotServer {
     res.writeHead(204);
     res.end();
     this.options.onSidecarChange(key);
+    if (parsed.value.budgets !== undefined) this.scheduleSplit(key);
   }
 }
 
@@ -390,6 +529,11 @@ export interface SnapshotServerOptions {
   poolExists: (key: PoolKey) => boolean;
   /** A sidecar connected, disconnected or reported: the pool's status may need a write. */
   onSidecarChange: (key: PoolKey) => void;
+  /**
+   * What the sidecars of the pool on the other live replicas want of a budget and unit: one entry
+   * per replica with sidecars of the pool, undefined where its demand is not known (issue 43).
+   */
+  remoteDemand?: (key: PoolKey, budget: string, unit: BudgetUnit) => (ReplicaDemand | undefined)[];
   /** Other handlers on this server by exact path (the injection webhook shares its certificate). */
   routes?: Record<string, (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>>;
 }

@@ -132,7 +132,10 @@ export class TokenAuthenticator {
     name: string,
     uid: string | undefined,
   ): Promise<BoundPod | undefined> {
-    let pod: PodMetadata & { metadata?: { uid?: string } };
+    let pod: PodMetadata & {
+      metadata?: { uid?: string; labels?: Record<string, string> };
+      spec?: { serviceAccountName?: string };
+    };
     try {
       pod = await this.raw.request(
         'GET',
@@ -143,6 +146,12 @@ export class TokenAuthenticator {
       throw new Error(`reading the token's pod failed: ${(err as Error).message}`, { cause: err });
     }
     if (uid !== undefined && pod.metadata?.uid !== uid) return undefined;
-    return { name, follows: poolsFollowedBy(pod) };
+    return {
+      name,
+      follows: poolsFollowedBy(pod),
+      // `namespace/name`, as budgets name a ServiceAccount workload (the pod's namespace is the token's).
+      serviceAccount: `${namespace}/${pod.spec?.serviceAccountName ?? 'default'}`,
+      labels: pod.metadata?.labels,
+    };
   }
 }

@@ -1,8 +1,12 @@
 import type { Logger } from 'pino';
-import type { ActivePoolState } from './active-pool.ts';
+import type { PoolShares } from '../../crds/snapshot.ts';
+import type { ActivePoolState, PoolFlow } from './active-pool.ts';
 import type { ControllerSourceOptions, RunningConfigSource } from './config-source.ts';
 import { startControllerClient } from './controller/controller-client.ts';
 import { endpointHealth } from './controller/endpoint-health.ts';
+
+/** While requests wait in a budgeted pool's queue, demand is reported this often (≤ 4/s). */
+const DEMAND_POLL_MS = 250;
 
 /**
  * A sidecar fed by the controller: every snapshot the client accepts becomes the configuration in
@@ -13,6 +17,19 @@ export async function startControllerSource(
   options: ControllerSourceOptions & { active: ActivePoolState; logger: Logger },
 ): Promise<RunningConfigSource> {
   const { active, logger, ...clientOptions } = options;
+  // Budgets across the fleet (issue 43): the last shares the controller sent stay in force until
+  // the next ones, whatever happens to the stream (static stability: never zero, never the whole
+  // budget, because the controller went away). Kept here too, so that a pool whose flow state is
+  // made after they came (flow control just turned on) still gets them.
+  let lastShares: PoolShares | undefined;
+  let sharedWith: PoolFlow | undefined;
+  const flow = (): PoolFlow | undefined => active.current()?.flow;
+  const applyShares = (): void => {
+    const f = flow();
+    if (f === undefined || lastShares === undefined) return;
+    f.applyShares(lastShares.budgets, lastShares.workload);
+    sharedWith = f;
+  };
   const client = startControllerClient({
     ...clientOptions,
     logger,
@@ -20,10 +37,12 @@ export async function startControllerSource(
     // from the same content.
     onSnapshot: (snapshot) => {
       const { policy, endpoints, timeouts, hash } = snapshot;
-      return active.apply(
+      const applied = active.apply(
         { name: snapshot.pool.name, hash, policy, endpoints, timeouts },
         snapshot.version,
       );
+      if (flow() !== sharedWith) applyShares();
+      return applied;
     },
     // Load the controller scraped from the servers: each reading counts from when it was
     // measured, and a fresher ORCA header from this sidecar's own responses wins.
@@ -36,7 +55,29 @@ export async function startControllerSource(
     // Only the fields a report carries: status() finds slow endpoints (a sort of every EWMA) and
     // estimates loads, which a report does not send, and this runs on the proxy's loop.
     currentEndpoints: () => endpointHealth(active.current()?.balancer.health() ?? []),
+    onShares: (shares) => {
+      lastShares = shares;
+      applyShares();
+    },
+    budgets: () => {
+      const f = flow();
+      return f === undefined || f.policy.budgets.length === 0 ? undefined : f.demand();
+    },
   });
+  // Requests held in a budgeted pool's queue: report the demand at once (rate-limited), so the
+  // controller re-splits now rather than at the next report period.
+  const demandPoll = setInterval(() => {
+    const f = flow();
+    if (f !== undefined && f.policy.budgets.length > 0 && f.queue.size > 0)
+      client.reportDemandNow();
+  }, DEMAND_POLL_MS);
+  demandPoll.unref();
   await client.ready;
-  return { reload: () => Promise.resolve(false), close: () => client.close() };
+  return {
+    reload: () => Promise.resolve(false),
+    close: () => {
+      clearInterval(demandPoll);
+      return client.close();
+    },
+  };
 }

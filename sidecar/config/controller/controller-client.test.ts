@@ -16,7 +16,9 @@ import {
   reportPath,
   snapshotStreamPath,
   type EndpointHealthReport,
+  type BudgetDemand,
   type PoolLoad,
+  type PoolShares,
   type PoolSnapshot,
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
@@ -714,6 +716,47 @@ describe('controller client', () => {
       assert.equal(h.client.lastAppliedVersion(), undefined);
       await h.client.close();
     }
+  });
+
+  test('shares events reach onShares and stay in force when the stream closes', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    const shares: PoolShares[] = [];
+    const h = await client(t, fc, { onShares: (s) => shares.push(s) });
+    await eventually(() => h.applied.length === 1, 'the snapshot');
+    fc.broadcast(sseEvent('{"budgets": [', 'shares'));
+    fc.broadcast(sseEvent({ budgets: [{ id: 'pool', requestsPerMinute: -1 }] }, 'shares'));
+    fc.broadcast(
+      sseEvent({ workload: 'billing', budgets: [{ id: 'pool', requestsPerMinute: 30 }] }, 'shares'),
+    );
+    await eventually(() => shares.length === 1, 'the good shares event');
+    assert.deepEqual(shares[0], {
+      workload: 'billing',
+      budgets: [{ id: 'pool', requestsPerMinute: 30 }],
+    });
+    assert.equal(logged(h, 'warn', /shares event ignored/).length, 2);
+    fc.refuse = Array.from({ length: 1_000 }, () => 503);
+    fc.dropAll();
+    await eventually(() => !h.client.connected(), 'disconnected');
+    assert.equal(shares.length, 1, 'nothing resets the shares when the stream closes');
+  });
+
+  test('with budgets, reports carry them every budget period and at once on demand', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(2, 'h2');
+    let budgets: BudgetDemand[] | undefined = [{ id: 'pool', requests: { used: 3, wanted: 9 } }];
+    const h = await client(t, fc, { reportEveryMs: 60_000, budgets: () => budgets });
+    await eventually(() => h.client.connected(), 'connected');
+    h.client.reportDemandNow();
+    h.client.reportDemandNow();
+    await eventually(() => fc.reports.length >= 1, 'a demand report');
+    assert.deepEqual(fc.reports[0]!.body.budgets, budgets);
+    budgets = [];
+    await sleep(50);
+    const n = fc.reports.length;
+    h.client.reportDemandNow();
+    await eventually(() => fc.reports.length > n, 'another demand report');
+    assert.equal(fc.reports.at(-1)!.body.budgets, undefined, 'no budgets: none reported');
   });
 
   test('reports every reportEveryMs while connected; refusals are not fatal', async (t) => {

@@ -18,8 +18,10 @@ import type { Logger } from 'pino';
 import {
   reportPath,
   snapshotStreamPath,
+  type BudgetDemand,
   type EndpointHealthReport,
   type PoolLoad,
+  type PoolShares,
   type PoolSnapshot,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
@@ -67,8 +69,19 @@ export interface ControllerClientOptions {
    * by sidecars before them.
    */
   onLoad?: ((load: PoolLoad) => void) | undefined;
+  /**
+   * This sidecar's shares of the pool's budgets (a `shares` event, issue 43), and the workload
+   * the controller names it. Called only with `parseShares`-valid events; nothing is called when
+   * the stream closes: the last shares stay in force while the controller is away.
+   */
+  onShares?: ((shares: PoolShares) => void) | undefined;
   /** Per-endpoint health for reports (see `endpointHealth` in endpoint-health.ts). */
   currentEndpoints(): EndpointHealthReport[];
+  /**
+   * Use and demand of the pool's budgets for reports; while it returns some, reports go every
+   * second instead of every `reportEveryMs`.
+   */
+  budgets?: (() => BudgetDemand[] | undefined) | undefined;
   /** Randomness for the jitter, in [0, 1); injectable for tests. */
   random?: (() => number) | undefined;
 }
@@ -80,6 +93,8 @@ export interface ControllerClient {
   connected(): boolean;
   /** Version of the snapshot in force (from the stream or the cache), undefined before any. */
   lastAppliedVersion(): number | undefined;
+  /** Requests wait for want of share: report the demand now (at most 4 a second). */
+  reportDemandNow(): void;
   /** Ends the stream and every timer and request; resolves when all is closed. Idempotent. */
   close(): Promise<void>;
 }
@@ -190,6 +205,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
     log,
     applied: () => applier.applied,
     currentEndpoints: () => options.currentEndpoints(),
+    budgets: options.budgets,
   });
   const stream = new SnapshotStream({
     url: settings.streamUrl,
@@ -212,6 +228,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
       if (applier.accept(snapshot, 'stream')) reporter.sendNow();
     },
     onLoad: (load) => options.onLoad?.(load),
+    onShares: (shares) => options.onShares?.(shares),
   });
 
   let closing: Promise<void> | undefined;
@@ -241,6 +258,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
     ready,
     connected: () => stream.connected,
     lastAppliedVersion: () => applier.applied?.version,
+    reportDemandNow: () => reporter.demandNow(),
     close,
   };
 }

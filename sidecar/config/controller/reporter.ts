@@ -3,6 +3,7 @@ import type https from 'node:https';
 import type { Logger } from 'pino';
 import {
   parseReport,
+  type BudgetDemand,
   type EndpointHealthReport,
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
@@ -24,7 +25,17 @@ export interface ReporterOptions {
   applied(): AppliedSnapshot | undefined;
   /** Per-endpoint health (see `endpointHealth`). */
   currentEndpoints(): EndpointHealthReport[];
+  /**
+   * Use and demand of the pool's budgets (issue 43); undefined or empty when the pool has none.
+   * While it has some, reports go every `budgetEveryMs` instead of `everyMs`.
+   */
+  budgets?: (() => BudgetDemand[] | undefined) | undefined;
+  /** Default 1 s. */
+  budgetEveryMs?: number | undefined;
 }
+
+/** Demand reports asked for by `demandNow()` go at most this often (4 a second). */
+const DEMAND_MIN_GAP_MS = 250;
 
 /**
  * Posts `{applied version, endpoint health}` to the controller while a stream is open: every
@@ -38,6 +49,8 @@ export class Reporter {
   #timer: NodeJS.Timeout | undefined;
   #busy = false;
   #again = false;
+  #lastSentMs = -Infinity;
+  #demandTimer: NodeJS.Timeout | undefined;
   readonly #inFlight = new Map<http.ClientRequest, Promise<void>>();
 
   constructor(options: ReporterOptions) {
@@ -47,7 +60,39 @@ export class Reporter {
   /** A stream opened with these credentials: report with them until `stop()`. */
   start(session: ControllerSession): void {
     this.#session = session;
-    this.#timer = setInterval(() => this.#send(false), this.#options.everyMs);
+    const { everyMs, budgetEveryMs = 1_000 } = this.#options;
+    if (this.#options.budgets === undefined) {
+      this.#timer = setInterval(() => this.#send(false), everyMs);
+      return;
+    }
+    // Tick at the faster period; without budgets, report only every `everyMs` as before.
+    const tickMs = Math.min(everyMs, budgetEveryMs);
+    this.#timer = setInterval(() => {
+      if (this.#hasBudgets() || performance.now() - this.#lastSentMs >= everyMs - tickMs / 2)
+        this.#send(false);
+    }, tickMs);
+  }
+
+  /**
+   * Requests wait for want of share: report the demand now, so the controller re-splits at once
+   * rather than at the next period. At most 4 a second.
+   */
+  demandNow(): void {
+    if (this.#closed || this.#session === undefined || this.#demandTimer !== undefined) return;
+    const waitMs = Math.max(0, this.#lastSentMs + DEMAND_MIN_GAP_MS - performance.now());
+    this.#demandTimer = setTimeout(() => {
+      this.#demandTimer = undefined;
+      this.#send(true);
+    }, waitMs);
+    this.#demandTimer.unref();
+  }
+
+  #hasBudgets(): boolean {
+    try {
+      return (this.#options.budgets?.()?.length ?? 0) > 0;
+    } catch {
+      return false;
+    }
   }
 
   /** The stream closed: no more reports (one in flight finishes). */
@@ -76,6 +121,8 @@ export class Reporter {
   #stopTimer(): void {
     clearInterval(this.#timer);
     this.#timer = undefined;
+    clearTimeout(this.#demandTimer);
+    this.#demandTimer = undefined;
   }
 
   #send(urgent: boolean): void {
@@ -93,12 +140,19 @@ export class Reporter {
       log.warn({ err: describeError(err) }, 'report not sent: reading the endpoint health failed');
       return;
     }
+    let budgets: BudgetDemand[] | undefined;
+    try {
+      budgets = this.#options.budgets?.();
+    } catch (err) {
+      log.warn({ err: describeError(err) }, 'reading the budget demand failed; reported without');
+    }
     const applied = this.#options.applied();
     const report: SidecarReport = {
       sidecar: this.#options.sidecarId,
       appliedVersion: applied?.version ?? 0,
       appliedHash: applied?.hash ?? '',
       endpoints,
+      ...(budgets === undefined || budgets.length === 0 ? {} : { budgets }),
     };
     const checked = parseReport(report);
     if (!checked.ok) {
@@ -107,6 +161,7 @@ export class Reporter {
     }
     const body = JSON.stringify(report);
     this.#busy = true;
+    this.#lastSentMs = performance.now();
     const req = this.#options.lib.request(this.#options.url, {
       method: 'POST',
       agent: false,

@@ -6,8 +6,11 @@ import type { Logger } from 'pino';
 import {
   LOAD_EVENT,
   parseLoad,
+  parseShares,
   parseSnapshot,
+  SHARES_EVENT,
   type PoolLoad,
+  type PoolShares,
   type PoolSnapshot,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
@@ -60,6 +63,8 @@ export interface SnapshotStreamOptions {
   onSnapshot(snapshot: PoolSnapshot): void;
   /** A valid `load` event arrived: what the pool's servers last reported. */
   onLoad(load: PoolLoad): void;
+  /** A valid `shares` event arrived: this sidecar's shares of the pool's budgets. */
+  onShares?(shares: PoolShares): void;
 }
 
 /**
@@ -171,6 +176,10 @@ export class SnapshotStream {
       this.#onLoad(event);
       return;
     }
+    if (event.type === SHARES_EVENT) {
+      this.#onShares(event);
+      return;
+    }
     if (event.type !== 'snapshot') {
       log.debug({ type: event.type }, 'ignoring an event of unknown type');
       return;
@@ -217,6 +226,33 @@ export class SnapshotStream {
       return;
     }
     this.#options.onLoad(parsed.value);
+  }
+
+  /**
+   * A `shares` event. A bad one is logged and dropped: the last good shares stay in force (they
+   * are what this sidecar may spend; never zero nor the whole budget because of a bad message).
+   */
+  #onShares(event: SseEvent): void {
+    const { log } = this.#options;
+    let value: unknown;
+    try {
+      value = JSON.parse(event.data);
+    } catch {
+      log.warn(
+        { size: event.data.length },
+        'shares event ignored: not valid JSON; the last shares stay in force',
+      );
+      return;
+    }
+    const parsed = parseShares(value);
+    if (!parsed.ok) {
+      log.warn(
+        { errors: parsed.errors },
+        'shares event ignored: it does not match the shares schema; the last shares stay in force',
+      );
+      return;
+    }
+    this.#options.onShares?.(parsed.value);
   }
 
   #logRefusal(status: number, code: string | undefined, message: string | undefined): void {
