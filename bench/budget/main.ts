@@ -4,7 +4,7 @@
  * 16 sidecars of one pool (`chat`, backends: 4 `switchyard sim` processes on loopback, as URL
  * backends), 3 workloads told apart by the `x-team` header, each with its own tokensPerMinute
  * budget: `a` offers half of its budget, `b` and `c` twice theirs. Each workload's traffic goes to
- * 4 of the 16 sidecars, drawn again every 10 s, so the demand moves between sidecars and the
+ * 4 of the 16 sidecars, drawn again every 10 s (`--shift-every`), so the demand moves between sidecars and the
  * shares must follow it. Two modes, one after the other:
  *
  * - `split`: the sidecars are fed by a real controller on a real kube-apiserver + etcd
@@ -50,7 +50,6 @@ const MODEL = 'bench-model';
 const NS = 'apps';
 const POOL = 'chat';
 const HEADER = 'x-team';
-const SHIFT_EVERY_MS = 10_000;
 const SIDECARS_PER_WORKLOAD = 4;
 const MAX_QUEUE_WAIT = '10s';
 const PROMPT_CHARS = 600;
@@ -74,6 +73,8 @@ interface Flags {
   modes: Mode[];
   speed: number;
   seed: number;
+  /** How often each workload's sidecars are drawn again, ms (0: never, the first draw stays). */
+  shiftEveryMs: number;
   out: string;
 }
 
@@ -86,6 +87,7 @@ function parseFlags(): Flags {
       modes: { type: 'string', default: 'split,standalone' },
       speed: { type: 'string', default: '10' },
       seed: { type: 'string', default: '1' },
+      'shift-every': { type: 'string', default: '10' },
       out: {
         type: 'string',
         default: join(import.meta.dirname, '../results/budget.json'),
@@ -95,7 +97,7 @@ function parseFlags(): Flags {
   });
   if (values.help) {
     process.stdout.write(
-      'npm run bench:budget -- [--minutes 5] [--sidecars 16] [--backends 4] [--modes split,standalone] [--speed 10] [--seed 1] [--out bench/results/budget.json]\n',
+      'npm run bench:budget -- [--minutes 5] [--sidecars 16] [--backends 4] [--modes split,standalone] [--speed 10] [--seed 1] [--shift-every 10 (seconds; 0: the demand never moves)] [--out bench/results/budget.json]\n',
     );
     process.exit(0);
   }
@@ -120,8 +122,18 @@ function parseFlags(): Flags {
     modes: modes as Mode[],
     speed: num('speed', values.speed),
     seed: Math.round(num('seed', values.seed)),
+    shiftEveryMs: shiftEvery(values['shift-every']),
     out: values.out,
   };
+}
+
+function shiftEvery(v: string | undefined): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) {
+    process.stderr.write(`bench:budget: --shift-every wants seconds >= 0, got ${v}\n`);
+    process.exit(2);
+  }
+  return n * 1000;
 }
 
 /** The pool's spec: the simulators as one URL backend, flow control with the three budgets. */
@@ -421,7 +433,8 @@ async function drive(
       const wait = due - performance.now();
       if (wait > 1) await new Promise((r) => setTimeout(r, wait));
       const at = performance.now() - start;
-      const set = sidecarsFor(wi, Math.floor(at / SHIFT_EVERY_MS), urls.length, flags.seed);
+      const period = flags.shiftEveryMs > 0 ? Math.floor(at / flags.shiftEveryMs) : 0;
+      const set = sidecarsFor(wi, period, urls.length, flags.seed);
       const url = urls[set[Math.floor(rng() * set.length)]!]!;
       const i = n++;
       pending.push(
@@ -545,7 +558,6 @@ async function main(): Promise<void> {
       ...flags,
       out: undefined,
       header: HEADER,
-      shiftEveryS: SHIFT_EVERY_MS / 1000,
       sidecarsPerWorkload: SIDECARS_PER_WORKLOAD,
       maxQueueWait: MAX_QUEUE_WAIT,
       promptChars: PROMPT_CHARS,
