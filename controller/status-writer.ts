@@ -4,6 +4,7 @@
  * publishing the next pool's snapshot never waits for an API round trip, and writes a pool's
  * status only when it differs from the one last written (`statusEqual`).
  */
+import { budgetStatus, type BudgetUnit, type ReplicaDemand } from './core/budget-shares.ts';
 import type { Logger } from 'pino';
 import { GROUP, PLURAL, VERSION } from '../crds/inference-pool.schema.ts';
 import { splitKey, type PoolKey } from './core/pool-index.ts';
@@ -24,10 +25,16 @@ export interface StatusWriterOptions {
   states: PoolStates;
   pools: PoolCache;
   isLeader: () => boolean;
-  /** This replica's sidecars of a pool (its stream server). */
-  local: { sidecarViews(key: PoolKey): Map<string, SidecarView> };
+  /** This replica's sidecars of a pool (its stream server), and their demand of its budgets. */
+  local: {
+    sidecarViews(key: PoolKey): Map<string, SidecarView>;
+    budgetDemandByPool?(): Map<PoolKey, Map<string, ReplicaDemand>>;
+  };
   /** Sidecars of a pool connected to other replicas, as those replicas published them. */
-  remote: { remoteSidecars(key: PoolKey): ReadonlyMap<string, SidecarView> };
+  remote: {
+    remoteSidecars(key: PoolKey): ReadonlyMap<string, SidecarView>;
+    remoteDemand?(key: PoolKey, budget: string, unit: BudgetUnit): (ReplicaDemand | undefined)[];
+  };
   drift: Pick<DriftMonitor, 'section'>;
   metrics: Pick<ControllerMetrics, 'statusWrites'>;
   logger: Logger;
@@ -102,6 +109,11 @@ export class StatusWriter {
       previous: state.lastStatus ?? pool.status,
       now: new Date().toISOString(),
       drift: drift.section(key),
+      budgets: budgetStatus(
+        state.result.snapshot?.policy.flowControl?.budgets ?? [],
+        local.budgetDemandByPool?.().get(key) ?? new Map<string, ReplicaDemand>(),
+        (budget, unit) => remote.remoteDemand?.(key, budget, unit) ?? [],
+      ),
     });
     if (state.lastStatus !== undefined && statusEqual(state.lastStatus, status)) return;
     const { namespace, name } = splitKey(key);

@@ -581,6 +581,13 @@ export const SaturationSchema = Type.Object(
       maximum: 1,
       default: 0.95,
     }),
+    sheddableHeadroom: Type.Number({
+      description:
+        'The part of each endpoint that sheddable requests (negative priority) leave free for the others, a fraction of its batch (the most requests its server has been seen running while it queued more), of maxInFlightPerEndpoint, and of kvCacheUsage: with 0.25 a server of 8 slots takes a sheddable request only while 3 of them are free, and only below 75 % of kvCacheUsage, so a request of priority 0 or more arriving a moment later finds room at once instead of waiting behind batch work. 0: sheddable requests fill endpoints to the brim. From 0 to 1. Default: 0.25.',
+      minimum: 0,
+      maximum: 1,
+      default: 0.25,
+    }),
     maxInFlightPerEndpoint: Type.Optional(
       Type.Integer({
         description:
@@ -995,6 +1002,82 @@ export const InferencePoolStatusSchema = Type.Object(
           maxItems: STATUS_MODELS_LIMIT,
           'x-kubernetes-list-type': 'map',
           'x-kubernetes-list-map-keys': ['name'],
+        },
+      ),
+    ),
+    budgets: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            id: Type.String({
+              description:
+                'The budget: pool for the pool-wide one, workload:<value> for a workload.',
+              minLength: 1,
+              maxLength: 330,
+            }),
+            workload: Type.Optional(
+              Type.String({ description: 'The workload it limits.', minLength: 1, maxLength: 317 }),
+            ),
+            sidecars: Type.Integer({
+              description: 'Sidecars sharing it (subscribed to any live controller replica).',
+              minimum: 0,
+              format: 'int32',
+            }),
+            requestsPerMinute: Type.Optional(
+              Type.Object(
+                {
+                  limit: Type.Number({
+                    description: 'The budget, requests per minute.',
+                    minimum: 0,
+                  }),
+                  used: Type.Number({
+                    description: 'Requests the sidecars used over their last minute, summed.',
+                    minimum: 0,
+                  }),
+                  wanted: Type.Number({
+                    description:
+                      'Requests they wanted over their last minute (used, refused and waiting), summed.',
+                    minimum: 0,
+                  }),
+                },
+                {
+                  description: 'The budget in requests per minute, and the fleet’s use and demand.',
+                  additionalProperties: false,
+                },
+              ),
+            ),
+            tokensPerMinute: Type.Optional(
+              Type.Object(
+                {
+                  limit: Type.Number({ description: 'The budget, tokens per minute.', minimum: 0 }),
+                  used: Type.Number({
+                    description: 'Tokens the sidecars used over their last minute, summed.',
+                    minimum: 0,
+                  }),
+                  wanted: Type.Number({
+                    description:
+                      'Tokens they wanted over their last minute (used, refused and waiting), summed.',
+                    minimum: 0,
+                  }),
+                },
+                {
+                  description: 'The budget in tokens per minute, and the fleet’s use and demand.',
+                  additionalProperties: false,
+                },
+              ),
+            ),
+          },
+          {
+            description: 'One budget of spec.flowControl and the fleet’s use of it.',
+            additionalProperties: false,
+          },
+        ),
+        {
+          description:
+            'The budgets of spec.flowControl, each with the fleet’s use and demand per minute as the sidecars last reported (docs/flow-control.md, Budgets across the fleet). Unset when the pool has none.',
+          maxItems: 1000,
+          'x-kubernetes-list-type': 'map',
+          'x-kubernetes-list-map-keys': ['id'],
         },
       ),
     ),

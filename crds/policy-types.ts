@@ -149,6 +149,11 @@ export const FlowControlPolicySchema = Type.Object({
   /** A server reporting its KV cache at least this full is saturated. */
   kvCacheSaturation: Fraction,
   /**
+   * The part of an endpoint sheddable requests leave free for the others (`SaturationRule.headroom`).
+   * Optional, so that a snapshot of an older controller still applies (0.25 then).
+   */
+  sheddableHeadroom: Type.Optional(Fraction),
+  /**
    * An endpoint whose server reports no load is saturated with this many of this sidecar's
    * requests in flight there. Unset: never saturated without reports.
    */

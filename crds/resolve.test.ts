@@ -88,6 +88,7 @@ describe('resolvePool: the reference examples', () => {
         maxQueuedRequests: 500,
         maxQueuedBytes: 33_554_432,
         kvCacheSaturation: 0.9,
+        sheddableHeadroom: 0.25,
         maxInFlightPerEndpoint: 32,
         workload: { kind: 'Header', header: 'x-team' },
         budgets: [
@@ -504,6 +505,7 @@ describe('resolvePolicy: flow control', () => {
       maxQueuedRequests: 1000,
       maxQueuedBytes: 67_108_864,
       kvCacheSaturation: 0.95,
+      sheddableHeadroom: 0.25,
       budgets: [],
     });
   });
@@ -514,7 +516,7 @@ describe('resolvePolicy: flow control', () => {
         defaultPriority: -2,
         maxQueueWait: '1m30s',
         queue: { maxRequests: 0, maxBytes: 1024 },
-        saturation: { kvCacheUsage: 0.8, maxInFlightPerEndpoint: 16 },
+        saturation: { kvCacheUsage: 0.8, sheddableHeadroom: 0.1, maxInFlightPerEndpoint: 16 },
         workload: { header: 'X-Team' },
         budgets: [
           { workload: 'chat', requestsPerMinute: 600 },
@@ -529,6 +531,7 @@ describe('resolvePolicy: flow control', () => {
       maxQueuedRequests: 0,
       maxQueuedBytes: 1024,
       kvCacheSaturation: 0.8,
+      sheddableHeadroom: 0.1,
       maxInFlightPerEndpoint: 16,
       workload: { kind: 'Header', header: 'x-team' },
       budgets: [

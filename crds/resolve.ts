@@ -162,6 +162,7 @@ function flowControlPolicy(flow: FlowControl, maxQueueWaitMs: number): FlowContr
     maxQueuedRequests: flow.queue.maxRequests,
     maxQueuedBytes: flow.queue.maxBytes,
     kvCacheSaturation: flow.saturation.kvCacheUsage,
+    sheddableHeadroom: flow.saturation.sheddableHeadroom,
     ...(flow.saturation.maxInFlightPerEndpoint === undefined
       ? {}
       : { maxInFlightPerEndpoint: flow.saturation.maxInFlightPerEndpoint }),

@@ -418,3 +418,43 @@ describe('renderStatusTable: models', () => {
     );
   });
 });
+
+describe('renderStatusTable: budgets', () => {
+  it('shows each budget and unit with the fleet’s use', () => {
+    const view = poolView(
+      pool({
+        ...HEALTHY_STATUS,
+        budgets: [
+          {
+            id: 'pool',
+            sidecars: 4,
+            requestsPerMinute: { limit: 600, used: 590, wanted: 1200 },
+            tokensPerMinute: { limit: 100000, used: 25000, wanted: 25000 },
+          },
+          { id: 'odd', sidecars: 1 },
+          { sidecars: 1 },
+        ] as never,
+      }),
+      'apps',
+    );
+    assert.equal(view.budgets.length, 2);
+    const text = renderStatusTable(view);
+    const tail = text.slice(text.indexOf('BUDGET'));
+    assert.equal(
+      tail,
+      [
+        'BUDGET  UNIT      PER MINUTE         USED  WANTED  SIDECARS',
+        'pool    requests         600    590 (98%)    1200         4',
+        'pool    tokens        100000  25000 (25%)   25000         4',
+        'USED and WANTED: the fleet over its last minute, as the sidecars last reported (WANTED counts what they refused or held for want of share).',
+        '',
+        'OK',
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('has no budgets rows for a pool without them', () => {
+    assert.deepEqual(poolView(pool(HEALTHY_STATUS), 'apps').budgets, []);
+  });
+});

@@ -202,6 +202,23 @@ function renderPool(view: PoolStatusView): string[] {
       ),
       "ENDPOINTS counts the ready endpoints whose backend declares the model (an alias: its model's).",
     );
+  if (view.budgets.length > 0)
+    lines.push(
+      '',
+      ...formatTable(
+        ['BUDGET', 'UNIT', 'PER MINUTE', 'USED', 'WANTED', 'SIDECARS'],
+        view.budgets.map((b) => [
+          b.id,
+          b.unit,
+          String(b.limit),
+          b.used === null ? '-' : `${b.used} (${Math.round((100 * b.used) / b.limit)}%)`,
+          dash(b.wanted),
+          dash(b.sidecars),
+        ]),
+        ['left', 'left', 'right', 'right', 'right', 'right'],
+      ),
+      'USED and WANTED: the fleet over its last minute, as the sidecars last reported (WANTED counts what they refused or held for want of share).',
+    );
   lines.push('', ...verdict(view));
   return lines;
 }

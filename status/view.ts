@@ -5,7 +5,7 @@
  *
  * The JSON shape is documented in docs/status.md; add fields, never rename or remove them.
  */
-import type { InferencePool } from '../crds/inference-pool.schema.ts';
+import type { InferencePool, InferencePoolStatus } from '../crds/inference-pool.schema.ts';
 
 /** 0: healthy. 1: something is unhealthy. (2, for usage errors and unreadable sources, is the CLI's.) */
 export type HealthExitCode = 0 | 1;
@@ -47,6 +47,18 @@ export interface PoolModelRow {
   aliasOf: string | null;
 }
 
+/** One budget of a pool and one of its units: from status.budgets. */
+export interface PoolBudgetRow {
+  id: string;
+  unit: 'requests' | 'tokens';
+  /** Per minute: the budget, and what the fleet used and wanted over its last minute. */
+  limit: number;
+  used: number | null;
+  wanted: number | null;
+  /** Sidecars sharing it. */
+  sidecars: number | null;
+}
+
 export interface PoolStatusView {
   source: 'kubernetes';
   pool: string;
@@ -69,6 +81,8 @@ export interface PoolStatusView {
    * none (no backend declares models, or an older controller wrote it).
    */
   models: PoolModelRow[];
+  /** status.budgets, one row per budget and unit. Empty when the pool has none. */
+  budgets: PoolBudgetRow[];
   exitCode: HealthExitCode;
   /** Why exitCode is 1, one line each; empty when it is 0. */
   problems: string[];
@@ -243,12 +257,36 @@ export function poolView(object: unknown, namespace: string): PoolStatusView {
     models: (status.models ?? [])
       .filter((m) => typeof m?.name === 'string')
       .map((m) => ({ name: m.name, endpoints: num(m.endpoints) ?? 0, aliasOf: str(m.aliasOf) })),
+    budgets: budgetRows(status.budgets),
     exitCode: 0,
     problems: [],
   };
   view.problems = poolProblems(view);
   view.exitCode = view.problems.length === 0 ? 0 : 1;
   return view;
+}
+
+function budgetRows(budgets: InferencePoolStatus['budgets']): PoolBudgetRow[] {
+  const rows: PoolBudgetRow[] = [];
+  for (const b of budgets ?? []) {
+    if (typeof b?.id !== 'string') continue;
+    for (const [unit, rates] of [
+      ['requests', b.requestsPerMinute],
+      ['tokens', b.tokensPerMinute],
+    ] as const) {
+      const limit = num(rates?.limit);
+      if (limit === null) continue;
+      rows.push({
+        id: b.id,
+        unit,
+        limit,
+        used: num(rates?.used),
+        wanted: num(rates?.wanted),
+        sidecars: num(b.sidecars),
+      });
+    }
+  }
+  return rows;
 }
 
 /**

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import {
+  budgetStatus,
   demandKey,
   sharesChanged,
   splitBudget,
@@ -122,6 +123,7 @@ describe('splitPool', () => {
     assert.ok(total <= 100 + 1e-9);
     assert.deepEqual(split.demand.get(demandKey('pool', 'requests')), {
       wanted: 90,
+      used: 60,
       sidecars: 3,
       unknown: 1,
     });
@@ -148,6 +150,16 @@ describe('splitPool', () => {
       .filter((s) => s.id === 'pool')
       .reduce((a, s) => a + s.requestsPerMinute!, 0);
     assert.ok(total <= part + 1e-9);
+  });
+
+  it('splits a tokens-only budget in tokens only', () => {
+    const split = splitPool({
+      budgets: [{ id: 'pool', tokensPerMinute: 1000 }],
+      perSidecarWorkload: false,
+      sidecars: [{ id: 'a' }, { id: 'b' }],
+      remote: () => [],
+    });
+    assert.deepEqual(split.shares.get('a'), [{ id: 'pool', tokensPerMinute: 500 }]);
   });
 
   it('hands nothing out with no sidecars', () => {
@@ -178,5 +190,37 @@ describe('sharesChanged', () => {
     );
     assert.equal(sharesChanged(a, [{ id: 'pool', requestsPerMinute: 100 }]), true);
     assert.equal(sharesChanged([{ id: 'pool' }], [{ id: 'pool' }]), false);
+  });
+});
+
+describe('budgetStatus', () => {
+  it('sums the fleet use and demand over this replica and the others', () => {
+    const budgets = [
+      { id: 'pool', requestsPerMinute: 100, tokensPerMinute: 1000 },
+      { id: 'workload:a', workload: 'a', requestsPerMinute: 10 },
+    ];
+    const local = new Map([
+      [demandKey('pool', 'requests'), { wanted: 50, used: 40.04, sidecars: 2, unknown: 0 }],
+      [demandKey('pool', 'tokens'), { wanted: 5, sidecars: 2, unknown: 0 }],
+    ]);
+    const rows = budgetStatus(budgets, local, (budget, unit) =>
+      budget === 'pool' && unit === 'requests'
+        ? [{ wanted: 30, used: 20, sidecars: 3, unknown: 1 }, undefined]
+        : [],
+    );
+    assert.deepEqual(rows, [
+      {
+        id: 'pool',
+        sidecars: 5,
+        requestsPerMinute: { limit: 100, used: 60, wanted: 80 },
+        tokensPerMinute: { limit: 1000, used: 0, wanted: 5 },
+      },
+      {
+        id: 'workload:a',
+        workload: 'a',
+        sidecars: 0,
+        requestsPerMinute: { limit: 10, used: 0, wanted: 0 },
+      },
+    ]);
   });
 });

@@ -352,3 +352,19 @@ describe('poolStatus: models', () => {
     assert.ok(!('models' in poolStatus(input())));
   });
 });
+
+describe('poolStatus: the budgets section', () => {
+  const budgets = [
+    {
+      id: 'pool',
+      sidecars: 4,
+      requestsPerMinute: { limit: 600, used: 590, wanted: 1200 },
+    },
+  ];
+  test('shows the budgets with the fleet’s use, and nothing for a pool without', () => {
+    assert.deepEqual(poolStatus(input({ budgets })).budgets, budgets);
+    assert.equal(poolStatus(input({ budgets: [] })).budgets, undefined);
+    assert.equal(poolStatus(input()).budgets, undefined);
+    assert.ok(Value.Check(InferencePoolStatusSchema, poolStatus(input({ budgets }))));
+  });
+});

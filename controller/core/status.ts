@@ -70,6 +70,8 @@ export interface PoolStatusInput {
    * detection is off, the section goes.
    */
   drift?: InferencePoolStatus['drift'] | null;
+  /** The pool's budgets with the fleet's use (`budgetStatus`); undefined or empty: none. */
+  budgets?: InferencePoolStatus['budgets'] | undefined;
 }
 
 /** The sidecars that count as connected: streaming, or heard from within `staleAfterMs`. */
@@ -122,6 +124,9 @@ export function poolStatus(input: PoolStatusInput): InferencePoolStatus {
           : new Set(result.snapshot.endpoints.map((e) => e.id)),
     }),
     ...driftSection(input.drift, previous?.drift),
+    ...(input.budgets === undefined || input.budgets.length === 0
+      ? {}
+      : { budgets: input.budgets.map((b) => ({ ...b })) }),
   };
 }
 

@@ -10,6 +10,7 @@ import {
   POOL_LABEL,
   POOLS_ANNOTATION,
   MODEL_DISCOVERY_ANNOTATION,
+  PRIORITY_ANNOTATION,
   SIDECAR_NAME,
   SKIPPED_ANNOTATION,
   decideInjection,
@@ -311,6 +312,33 @@ describe('decideInjection', () => {
     const bad = args({ [MODEL_DISCOVERY_ANNOTATION]: 'yes' });
     assert.ok(!bad.args.includes('--model-discovery'));
     assert.match(bad.warnings.join('\n'), /model-discovery is "yes"; it must be auto, on or off/);
+  });
+
+  it('passes the priority annotation on as --priority; a bad value warns', () => {
+    const args = (annotations: Record<string, string>) => {
+      const p = pod({ annotations });
+      const decision = decide(p);
+      const sidecar = (apply(p, decision) as Pod).spec.initContainers?.[0] as unknown as {
+        args: string[];
+      };
+      return {
+        args: sidecar.args,
+        warnings: decision.kind === 'injected' ? decision.warnings : [],
+      };
+    };
+    assert.ok(!args({}).args.includes('--priority'), "the pool's default without it");
+    const high = args({ [PRIORITY_ANNOTATION]: '10' }).args;
+    assert.equal(high[high.indexOf('--priority') + 1], '10');
+    const sheddable = args({ [PRIORITY_ANNOTATION]: '-1' }).args;
+    assert.equal(sheddable[sheddable.indexOf('--priority') + 1], '-1');
+    for (const value of ['high', '1.5', '99999999']) {
+      const bad = args({ [PRIORITY_ANNOTATION]: value });
+      assert.ok(!bad.args.includes('--priority'), value);
+      assert.match(
+        bad.warnings.join('\n'),
+        /switchyard.dev\/priority is ".*"; it must be an integer from -1000000 to 1000000/,
+      );
+    }
   });
 
   it('skips a pod whose annotation names an invalid pool, and says which', () => {

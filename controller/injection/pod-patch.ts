@@ -25,6 +25,21 @@ export const OPENAI_BASE_URL_ANNOTATION = 'switchyard.dev/inject-openai-base-url
  */
 export const MODEL_DISCOVERY_ANNOTATION = 'switchyard.dev/model-discovery';
 const MODEL_DISCOVERY_MODES: readonly string[] = ['auto', 'on', 'off'];
+/**
+ * The sidecar's `--priority` (flow control, issue 43): the priority of this pod's requests that
+ * carry no `x-switchyard-priority` header; an integer, higher first, negative = sheddable.
+ */
+export const PRIORITY_ANNOTATION = 'switchyard.dev/priority';
+const PRIORITY_PATTERN = /^[+-]?\d{1,7}$/;
+/** The largest priority magnitude, as the pool's `flowControl.defaultPriority` allows. */
+const MAX_PRIORITY = 1_000_000;
+
+/** The annotation's priority, or undefined when it is absent or not an integer in range. */
+function priorityOf(value: string | undefined): number | undefined {
+  if (value === undefined || !PRIORITY_PATTERN.test(value.trim())) return undefined;
+  const n = Number.parseInt(value, 10);
+  return Math.abs(n) <= MAX_PRIORITY ? n : undefined;
+}
 
 export const SIDECAR_NAME = 'switchyard-sidecar';
 export const TOKEN_VOLUME = 'switchyard-token';
@@ -99,6 +114,7 @@ export function sidecarContainer(
   config: InjectionConfig,
   pools: readonly string[],
   modelDiscovery = 'auto',
+  priority?: number,
 ): Record<string, unknown> {
   const { probes } = config;
   return {
@@ -125,6 +141,7 @@ export function sidecarContainer(
       '--log-level',
       config.logLevel,
       ...(modelDiscovery === 'auto' ? [] : ['--model-discovery', modelDiscovery]),
+      ...(priority === undefined ? [] : ['--priority', String(priority)]),
     ],
     env: [
       { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
@@ -266,10 +283,17 @@ export function decideInjection(input: InjectionInput): InjectionDecision {
       warnings.push(
         `switchyard: annotation ${MODEL_DISCOVERY_ANNOTATION} is ${JSON.stringify(discovery.slice(0, 40))}; it must be auto, on or off (auto used)`,
       );
+    const priorityValue = annotations[PRIORITY_ANNOTATION];
+    const priority = priorityOf(priorityValue);
+    if (priorityValue !== undefined && priority === undefined)
+      warnings.push(
+        `switchyard: annotation ${PRIORITY_ANNOTATION} is ${JSON.stringify(priorityValue.slice(0, 40))}; it must be an integer from -${MAX_PRIORITY} to ${MAX_PRIORITY}, like 10 or -1 (the pool's flowControl.defaultPriority used)`,
+      );
     const sidecar = sidecarContainer(
       config,
       followed.pools,
       MODEL_DISCOVERY_MODES.includes(discovery) ? discovery : 'auto',
+      priority,
     );
     if (spec.initContainers === undefined)
       patch.push({ op: 'add', path: '/spec/initContainers', value: [sidecar] });

@@ -17,11 +17,11 @@ export const SUMMARY_LABEL = 'switchyard.dev/sidecar-summary';
 const ANNOTATION = 'switchyard.dev/sidecars';
 /**
  * What this replica's sidecars want of each pool's budgets (issue 43), so that each replica hands
- * out only its part: `{pool: {"<budget>\u0000<unit>": [Σ wanted, sidecars, not yet reported]}}`.
+ * out only its part: `{pool: {"<budget>\u0000<unit>": [Σ wanted, sidecars, not yet reported, Σ used]}}`.
  * A separate annotation: replicas of an older version read the other one unchanged.
  */
 const DEMAND_ANNOTATION = 'switchyard.dev/budget-demand';
-type DemandSummary = Record<string, Record<string, [number, number, number]>>;
+type DemandSummary = Record<string, Record<string, [number, number, number, number?]>>;
 /** Keeps the annotation well under the 256 KiB limit of all annotations together. */
 const MAX_SIDECARS_PER_REPLICA = 1500;
 
@@ -145,7 +145,12 @@ export class ReplicaSummaries {
       demand[pool] = Object.fromEntries(
         [...byKey].map(([k, d]) => [
           k,
-          [Math.round(d.wanted * 1000) / 1000, d.sidecars, d.unknown],
+          [
+            Math.round(d.wanted * 1000) / 1000,
+            d.sidecars,
+            d.unknown,
+            Math.round((d.used ?? 0) * 1000) / 1000,
+          ],
         ]),
       );
     const demandText = JSON.stringify(demand);
@@ -234,9 +239,9 @@ export class ReplicaSummaries {
                 ? undefined
                 : new Map()
               : new Map(
-                  Object.entries(entries).map(([k, [wanted, n, unknown]]) => [
+                  Object.entries(entries).map(([k, [wanted, n, unknown, used]]) => [
                     k,
-                    { wanted, sidecars: n, unknown },
+                    { wanted, sidecars: n, unknown, used },
                   ]),
                 ),
           );

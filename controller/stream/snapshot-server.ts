@@ -294,6 +294,7 @@ export class SnapshotServer {
     if (channel === undefined) return;
     for (const s of channel.subscribers) s.res.end();
     clearTimeout(channel.splitTimer);
+    this.splitCostMs.delete(key);
     this.channels.delete(key);
   }
 

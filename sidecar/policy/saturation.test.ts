@@ -74,4 +74,25 @@ describe('isSaturated', () => {
     assert.equal(isSaturated(stale, 2, capped, MAX_AGE_MS + 1, MAX_AGE_MS), false);
     assert.equal(isSaturated(stale, 3, capped, MAX_AGE_MS + 1, MAX_AGE_MS), true);
   });
+
+  test('a headroom leaves part of the endpoint free: batch, in-flight bound and KV cache', () => {
+    const shed: SaturationRule = { kvCacheSaturation: 0.9, headroom: 0.25 };
+    // Batch 8 known, 4 run: 4 free; 0.25 of 8 = 2 reserved, so room until only 2 are free.
+    const load = loadOf({ running: 8, waiting: 1 }, { running: 4, waiting: 0 });
+    assert.equal(isSaturated(load, 0, shed, 0, MAX_AGE_MS), false);
+    assert.equal(isSaturated(load, 1, shed, 0, MAX_AGE_MS), false, '3 free');
+    assert.equal(isSaturated(load, 2, shed, 0, MAX_AGE_MS), true, '2 free: the reserve');
+    assert.equal(isSaturated(load, 2, rule, 0, MAX_AGE_MS), false, 'no headroom: room');
+    // KV cache: 0.9 × 0.75 = 0.675.
+    const kv = loadOf({ kvCacheUsage: 0.7, running: 1 });
+    assert.equal(isSaturated(kv, 0, shed, 0, MAX_AGE_MS), true);
+    assert.equal(isSaturated(kv, 0, rule, 0, MAX_AGE_MS), false);
+    // Without reports: of maxInFlightPerEndpoint 4, 1 is reserved.
+    const bound: SaturationRule = { ...shed, maxInFlightPerEndpoint: 4 };
+    assert.equal(isSaturated(new ReportedLoad(), 2, bound, 0, MAX_AGE_MS), false);
+    assert.equal(isSaturated(new ReportedLoad(), 3, bound, 0, MAX_AGE_MS), true);
+    // A reserve never takes the whole endpoint: of a bound of 1, none is reserved.
+    const one: SaturationRule = { kvCacheSaturation: 0.9, headroom: 1, maxInFlightPerEndpoint: 1 };
+    assert.equal(isSaturated(new ReportedLoad(), 0, one, 0, MAX_AGE_MS), false);
+  });
 });

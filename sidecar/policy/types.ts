@@ -78,6 +78,13 @@ export type RoomPickResult = PickResult | { kind: 'saturated' };
 export interface SaturationRule {
   readonly kvCacheSaturation: number;
   readonly maxInFlightPerEndpoint?: number | undefined;
+  /**
+   * The part of the endpoint this request must leave free (a sheddable request leaves room for
+   * the others): saturated while no more than ceil(batch × headroom) slots are free (of
+   * `maxInFlightPerEndpoint` without reports), or at KV-cache use of kvCacheSaturation ×
+   * (1 − headroom). Undefined or 0: up to the brim.
+   */
+  readonly headroom?: number | undefined;
 }
 
 export interface PickRequest {

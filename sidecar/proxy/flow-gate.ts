@@ -10,6 +10,7 @@
  * leaves the queue at once. The queue and ledger are pure (sidecar/policy); this holds the
  * timers, the client watches and the dispatch loop.
  */
+import { SHEDDABLE_HEADROOM } from '../../crds/policy-defaults.ts';
 import type { FlowWaiter, PoolFlow } from '../config/active-pool.ts';
 import type {
   BudgetTicket,
@@ -158,9 +159,11 @@ export class FlowGate {
     // First come, first served: nothing passes what waits at its priority or above.
     if (queue.waitingAbove(priority - 1)) {
       this.#enqueue(request, { kind: 'room', ticket }, tokens, now, undefined);
+      // What waits ahead may wait for its own budget only: a round soon lets this one past it.
+      this.kick();
       return;
     }
-    const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow));
+    const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow, priority));
     if (pick.kind !== 'saturated') {
       request.start(pick, ticket, undefined);
       return;
@@ -344,7 +347,7 @@ class Waiting implements FlowWaiter {
       }
       this.#for = { kind: 'room', ticket: admission.ticket };
     }
-    const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow));
+    const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow, request.priority));
     if (pick.kind === 'saturated') return 'saturated';
     const waited = this.#leave(nowMs);
     request.start(pick, this.#for.ticket, waited);
@@ -354,6 +357,7 @@ class Waiting implements FlowWaiter {
   evicted(): void {
     const now = this.#gate.deps.nowMs();
     const waited = this.#leave(now);
+    this.release(now);
     this.#gate.deps.metrics.refused('queue-full');
     this.request.refuse({
       reason: 'queue-full',
@@ -427,8 +431,13 @@ class Waiting implements FlowWaiter {
   }
 }
 
-function rule(flow: PoolFlow): SaturationRule {
-  return flow.policy;
+/**
+ * The saturation rule of a request: a sheddable one leaves the pool's headroom free for the
+ * others (SaturationRule.headroom); the others may fill an endpoint.
+ */
+function rule(flow: PoolFlow, priority: number): SaturationRule {
+  if (priority >= 0) return flow.policy;
+  return { ...flow.policy, headroom: flow.policy.sheddableHeadroom ?? SHEDDABLE_HEADROOM };
 }
 
 function sheddable(flow: PoolFlow, why: string): Refusal {

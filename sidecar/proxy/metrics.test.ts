@@ -225,3 +225,45 @@ describe('sidecar metrics', () => {
     assert.match(text, /^switchyard_breaker_state\{[^}]*\} 0$/m);
   });
 });
+
+describe('flow control metrics', () => {
+  test('refusals, queue wait and length by priority, budgets read at scrape time', async () => {
+    const metrics = new SidecarMetrics('chat');
+    metrics.flow.refused('budget');
+    metrics.flow.refused('budget');
+    metrics.flow.leftQueue(10, 0.02);
+    metrics.readFlowFrom(() => ({
+      queue: { countsByPriority: () => new Map([[10, 2]]) },
+      budgets: () => [
+        {
+          id: 'workload:batch',
+          workload: 'batch',
+          limit: { requestsPerMinute: 100 },
+          share: { requestsPerMinute: 50 },
+          used: { requests: 7, tokens: 900 },
+          wanted: { requests: 9, tokens: 1000 },
+        },
+      ],
+    }));
+    const text = await metrics.registry.metrics();
+    assert.match(text, /switchyard_flow_refusals_total\{pool="chat",reason="budget"\} 2/);
+    assert.match(
+      text,
+      /switchyard_flow_queue_wait_seconds_bucket\{le="0.025",pool="chat",priority="10"\} 1/,
+    );
+    assert.match(text, /switchyard_flow_queue_requests\{pool="chat",priority="10"\} 2/);
+    const budget = 'pool="chat",budget="workload:batch",unit="requests"';
+    assert.ok(text.includes(`switchyard_budget_used_per_minute{${budget}} 7`), text);
+    assert.ok(text.includes(`switchyard_budget_share_per_minute{${budget}} 50`));
+    assert.ok(text.includes(`switchyard_budget_limit_per_minute{${budget}} 100`));
+    // No tokens budget: no tokens series.
+    assert.ok(!text.includes('unit="tokens"'));
+  });
+
+  test('bounds the priority label: past 16 priorities, other', () => {
+    const metrics = new SidecarMetrics('chat');
+    for (let p = 0; p < 16; p++) assert.equal(metrics.priorityLabel(p), String(p));
+    assert.equal(metrics.priorityLabel(99), 'other');
+    assert.equal(metrics.priorityLabel(3), '3');
+  });
+});

@@ -24,7 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
 import { waitFor } from '../../harness/k8s/cluster.ts';
 import type { RunningProcess } from '../../harness/processes.ts';
-import { startServicePool, type ServicePool } from './test-controller.ts';
+import { POOL_PATH, startServicePool, type ServicePool } from './test-controller.ts';
 import { startSwitchyardIn } from './test-hosts.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
@@ -121,7 +121,7 @@ describe(
       await pool?.stop();
     });
 
-    it('keeps the fleet within the budget and gives the busy sidecar most of it', async () => {
+    it('keeps the fleet within the budget and gives the busy sidecar most of it', async (t) => {
       // Warm up: sidecar 0 busy; its demand reaches the controller within a report or two.
       await drive(0, 3_000);
       const window = 10_000;
@@ -137,9 +137,34 @@ describe(
       assert.ok(shares[0]! > 0.6 * RPM, `busy share ${shares[0]} of ${RPM}: ${String(shares)}`);
       const total = shares.reduce((a: number, s) => a + (s ?? 0), 0);
       assert.ok(total <= RPM * 1.001, `shares ${String(shares)} sum past the budget`);
+      t.diagnostic(
+        `busy: ${busy.ok} admitted, ${busy.refused} refused in ${window} ms; shares ${String(shares)}`,
+      );
+      // The pool's status shows the budget with the fleet's use.
+      const status = await waitFor(
+        'status.budgets with the fleet use',
+        async () => {
+          const p = await pool.cluster.request<{
+            status?: {
+              budgets?: {
+                id: string;
+                sidecars: number;
+                requestsPerMinute?: { limit: number; used: number };
+              }[];
+            };
+          }>('GET', POOL_PATH);
+          const b = p.body.status?.budgets?.find((x) => x.id === 'pool');
+          return b !== undefined && b.sidecars === 4 && (b.requestsPerMinute?.used ?? 0) > 0
+            ? b
+            : undefined;
+        },
+        { timeoutMs: 15_000 },
+      );
+      assert.equal(status.requestsPerMinute?.limit, RPM);
+      t.diagnostic(`status.budgets: ${JSON.stringify(status)}`);
     });
 
-    it('moves the share to where the load moves', async () => {
+    it('moves the share to where the load moves', async (t) => {
       await drive(2, 4_000);
       const window = 10_000;
       // Both busy now: the two together stay within the budget; neither is starved.
@@ -148,9 +173,12 @@ describe(
       assert.ok(b.ok >= (0.25 * RPM * window) / 60_000, `the new busy sidecar admitted ${b.ok}`);
       const shares = await Promise.all(sidecars.map((_, i) => shareOf(i)));
       assert.ok(shares[2]! > 0.3 * RPM, `moved share ${String(shares)}`);
+      t.diagnostic(
+        `two busy: ${a.ok} + ${b.ok} admitted in ${window} ms; shares ${String(shares)}`,
+      );
     });
 
-    it('holds the shares while the controller is gone', async () => {
+    it('holds the shares while the controller is gone', async (t) => {
       const before = await Promise.all(sidecars.map((_, i) => shareOf(i)));
       // kill -9 mid-traffic: the stream closes without a word.
       const traffic = Promise.all([drive(0, 12_000), drive(2, 12_000)]);
@@ -170,6 +198,179 @@ describe(
       const [c, d] = await Promise.all([drive(0, window), drive(2, window)]);
       assert.ok(c.ok + d.ok <= allowance(window), `admitted ${c.ok}+${d.ok} with no controller`);
       assert.ok(c.ok > 0 && d.ok > 0);
+      t.diagnostic(
+        `controller gone: ${a.ok}+${b.ok} in 12 s (killed at 2 s), then ${c.ok}+${d.ok} in ${window} ms; shares ${String(after)}`,
+      );
+    });
+  },
+);
+
+describe(
+  'a budget split over two controller replicas',
+  { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
+  () => {
+    let pool: ServicePool;
+    const sidecars: RunningProcess[] = [];
+    const clients: OpenAI[] = [];
+
+    const shareOf = async (i: number): Promise<number | undefined> => {
+      const res = await fetch(`${sidecars[i]!.adminUrl}/debug/flow`);
+      return res.ok ? poolShares(await res.json())[0] : undefined;
+    };
+    const sharesNow = (): Promise<(number | undefined)[]> =>
+      Promise.all(sidecars.map((_, i) => shareOf(i)));
+
+    /** When each request through sidecar `i` was admitted, until `until()`. */
+    const admitted: number[] = [];
+    const busy = async (i: number, until: () => boolean): Promise<void> => {
+      const worker = async (): Promise<void> => {
+        while (!until()) {
+          try {
+            await clients[i]!.chat.completions.create(
+              { model: 'tiny', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] },
+              { headers: { 'x-switchyard-priority': '-1' } },
+            );
+            admitted.push(performance.now());
+          } catch (err) {
+            if (err instanceof OpenAI.APIError && err.status === 429) await sleep(20);
+            else throw err;
+          }
+        }
+      };
+      await Promise.all([worker(), worker(), worker()]);
+    };
+
+    before(async () => {
+      pool = await startServicePool({
+        name: 'budget-replicas-e2e',
+        hosts: ['vllm'],
+        serve: (host) =>
+          startSwitchyardIn(host, ['sim', '--port', '8000', '--model', 'tiny', ...FAST_SIM]),
+        spec: ['flowControl:', '  maxQueueWait: 2s', `  budgets: [{requestsPerMinute: ${RPM}}]`],
+        controllers: [
+          ['--identity', 'controller-0'],
+          ['--identity', 'controller-1'],
+        ],
+      });
+      // Sidecars 0 and 1 on replica 0, 2 and 3 on replica 1.
+      for (let i = 0; i < 4; i++) {
+        const sidecar = await pool.startSidecar(`app-${i}`, pool.controllers[i < 2 ? 0 : 1]);
+        sidecars.push(sidecar);
+        clients.push(new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'unused', maxRetries: 0 }));
+      }
+    });
+
+    after(async () => {
+      await pool?.stop();
+    });
+
+    it('hands out no more than the budget over both replicas once their summaries are read', async (t) => {
+      let stop = false;
+      // One busy sidecar on each replica.
+      const traffic = Promise.all([busy(0, () => stop), busy(2, () => stop)]);
+      try {
+        // Each replica first sees the other's sidecars without their demand (an equal part), then
+        // their demand: within a few summary periods (5 s) the shares add up to the budget.
+        const shares = await waitFor(
+          'shares over both replicas that add up to at most the budget, the busy ones holding most',
+          async () => {
+            const s = await sharesNow();
+            if (s.some((x) => x === undefined)) return undefined;
+            const total = s.reduce((a: number, x) => a + x!, 0);
+            return total <= RPM * 1.01 && s[0]! > 0.3 * RPM && s[2]! > 0.3 * RPM ? s : undefined;
+          },
+          { timeoutMs: 40_000 },
+        );
+        t.diagnostic(`shares over two replicas: ${String(shares)}`);
+        const from = performance.now();
+        const window = 10_000;
+        await sleep(window);
+        const n = admitted.filter((at) => at >= from && at < from + window).length;
+        const allowed = (RPM * window) / 60_000 + (RPM * BURST_SECONDS) / 60;
+        t.diagnostic(`two replicas: ${n} admitted in ${window} ms (allowed ${allowed})`);
+        assert.ok(n <= allowed * 1.05, `admitted ${n}, allowed ${allowed}`);
+        assert.ok(n >= (0.5 * RPM * window) / 60_000, `admitted only ${n}`);
+      } finally {
+        stop = true;
+        await traffic;
+      }
+    });
+  },
+);
+
+describe(
+  'a tokens-per-minute budget shared by two sidecars',
+  { skip: !enabled && 'SWITCHYARD_K8S_TESTS=0' },
+  () => {
+    /** Tokens per minute: with ~10-20 tokens a request, about 10 requests a second. */
+    const TPM = 9_000;
+    let pool: ServicePool;
+    const sidecars: RunningProcess[] = [];
+    const clients: OpenAI[] = [];
+    /** Tokens of each admitted answer (its usage) and when it ended. */
+    const spent: { at: number; tokens: number }[] = [];
+
+    const busy = async (i: number, until: () => boolean): Promise<void> => {
+      const worker = async (): Promise<void> => {
+        while (!until()) {
+          try {
+            const answer = await clients[i]!.chat.completions.create(
+              { model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi there' }] },
+              { headers: { 'x-switchyard-priority': '-1' } },
+            );
+            spent.push({ at: performance.now(), tokens: answer.usage?.total_tokens ?? 0 });
+          } catch (err) {
+            if (err instanceof OpenAI.APIError && err.status === 429) await sleep(20);
+            else throw err;
+          }
+        }
+      };
+      await Promise.all([worker(), worker(), worker()]);
+    };
+
+    before(async () => {
+      pool = await startServicePool({
+        name: 'budget-tokens-e2e',
+        hosts: ['vllm'],
+        serve: (host) =>
+          startSwitchyardIn(host, ['sim', '--port', '8000', '--model', 'tiny', ...FAST_SIM]),
+        spec: ['flowControl:', '  maxQueueWait: 2s', `  budgets: [{tokensPerMinute: ${TPM}}]`],
+      });
+      for (let i = 0; i < 2; i++) {
+        const sidecar = await pool.startSidecar(`app-${i}`);
+        sidecars.push(sidecar);
+        clients.push(new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'unused', maxRetries: 0 }));
+      }
+    });
+
+    after(async () => {
+      await pool?.stop();
+    });
+
+    it('keeps the fleet’s tokens within the budget, the busy sidecar holding most of it', async (t) => {
+      let stop = false;
+      const traffic = busy(0, () => stop);
+      try {
+        await sleep(5_000); // its demand reaches the controller, its share follows
+        const from = performance.now();
+        const window = 10_000;
+        await sleep(window);
+        const tokens = spent
+          .filter((s) => s.at >= from && s.at < from + window)
+          .reduce((a, s) => a + s.tokens, 0);
+        // The budget's rate, the buckets' few seconds, and a reservation's error per request in
+        // flight (a request is charged its estimate at admission, settled to its usage at the end).
+        const allowed = (TPM * window) / 60_000 + (TPM * BURST_SECONDS) / 60 + 3 * 64;
+        const res = await fetch(`${sidecars[0]!.adminUrl}/debug/flow`);
+        t.diagnostic(
+          `tokens: ${tokens} in ${window} ms (allowed ${allowed}); /debug/flow ${JSON.stringify(await res.json())}`,
+        );
+        assert.ok(tokens > 0, 'the busy sidecar spent some of the budget');
+        assert.ok(tokens <= allowed, `spent ${tokens} tokens, allowed ${allowed}`);
+      } finally {
+        stop = true;
+        await traffic;
+      }
     });
   },
 );

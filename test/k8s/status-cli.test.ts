@@ -272,6 +272,7 @@ describe('switchyard status --pool on a real API server', { skip: !enabled }, ()
         'rows',
         'unlistedEndpoints',
         'models',
+        'budgets',
         'exitCode',
         'problems',
       ],

@@ -210,6 +210,75 @@ describe('flow control bounds', () => {
   });
 });
 
+describe("the pod's default priority", () => {
+  test('--priority -1 makes requests without the header sheddable', async () => {
+    const fixture = await startPool(
+      [{ name: 'a', flags: ['--slots', '1', '--decode-ms-per-token', '20'] }],
+      (urls) => flowPool(urls),
+      ['--load-scrape-every', '0', '--priority', '-1'],
+    );
+    try {
+      // With room, a sheddable request is served.
+      const busy = withPriority(fixture.client, undefined, { max_tokens: 60 });
+      await eventually(async () => (await simStats(fixture.sims[0]!)).inFlight === 1);
+      const err = await refusal(withPriority(fixture.client, undefined));
+      assert.equal(err.status, 429);
+      assert.equal(err.code, 'sheddable_refused');
+      // The header still wins: priority 0 waits and is served.
+      await withPriority(fixture.client, 0);
+      await busy;
+    } finally {
+      await fixture.stop();
+    }
+  });
+});
+
+describe('flow control budgets', () => {
+  test('a workload over its budget gets 429 over_budget; another workload is not held', async () => {
+    const fixture = await startPool(
+      [{ name: 'a', flags: ['--slots', '8'] }],
+      (urls) =>
+        balancePool(
+          urls,
+          [
+            '  flowControl:',
+            '    maxQueueWait: 500ms',
+            '    workload: {header: x-team}',
+            // 30 a minute: the bucket holds 2 s of it, one request; the next has room in 2 s.
+            '    budgets: [{workload: batch, requestsPerMinute: 30}]',
+          ].join('\n'),
+        ),
+      ['--load-scrape-every', '0'],
+    );
+    try {
+      const batch = { headers: { 'x-team': 'batch' } };
+      await fixture.client.chat.completions.create(hello() as never, batch);
+      const err = await refusal(fixture.client.chat.completions.create(hello() as never, batch));
+      assert.equal(err.status, 429);
+      assert.equal(err.code, 'over_budget');
+      assert.match(err.message, /workload "batch"/);
+      assert.ok(Number(err.headers?.get('retry-after')) >= 1);
+      // Another team has no budget: served at once, as often as it asks.
+      for (let i = 0; i < 3; i++) {
+        await fixture.client.chat.completions.create(hello() as never, {
+          headers: { 'x-team': 'chat' },
+        });
+      }
+      const flow = (await (await fetch(`${fixture.sidecar.adminUrl}/debug/flow`)).json()) as {
+        pools: { sharing: string; budgets: { id: string; used: { requests: number } }[] }[];
+      };
+      assert.equal(flow.pools[0]!.sharing, 'whole');
+      assert.deepEqual(
+        flow.pools[0]!.budgets.map((b) => [b.id, b.used.requests]),
+        [['workload:batch', 1]],
+      );
+      await refusals(fixture, 'budget', 1);
+    } finally {
+      await fixture.stop();
+    }
+  });
+});
+
 describe('the priority header', () => {
   let server: http.Server;
   const seen: string[][] = [];

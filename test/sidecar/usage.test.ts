@@ -3,11 +3,12 @@
  * `tokensPerMinute` budget), in front of a real simulator, with the official `openai` client:
  * the sidecar asks streamed chat and completions for their usage, hides the usage chunk from a
  * client that did not ask for it, leaves it to one that did, and learns the tokens of every
- * answer (read here from its debug log line `exchange over: tokens used`).
+ * answer: its debug log line `exchange over: tokens used` says them, and the pool's budget in
+ * `/debug/flow` is charged them (the flow gate settles the request's ticket with them).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { eventually, startPool, type PoolFixture } from '../helpers.ts';
+import { eventually, getJson, startPool, type PoolFixture } from '../helpers.ts';
 
 /** One simulator serving `m` (also asked for as `fast`, an alias), and a token budget. */
 const POOL = (url: string): string =>
@@ -31,9 +32,23 @@ interface TokensLine {
   tokens: number | null;
 }
 
+interface DebugFlow {
+  pools: { budgets: { id: string; used: { requests: number; tokens: number } }[] }[];
+}
+
 describe('token usage through a pool with a token budget', () => {
   let pool: PoolFixture;
   let seen = 0;
+  /** The tokens the pool's budget had been charged at the last look. */
+  let charged = 0;
+
+  /** Tokens the pool's budget was charged over the last minute, from `/debug/flow`. */
+  async function budgetUsed(): Promise<number> {
+    const flow = await getJson<DebugFlow>(`${pool.sidecar.adminUrl}/debug/flow`);
+    const budget = flow.pools[0]?.budgets.find((b) => b.id === 'pool');
+    assert.ok(budget !== undefined, `no pool budget in /debug/flow: ${JSON.stringify(flow)}`);
+    return budget.used.tokens;
+  }
 
   /** The `tokens used` log lines written since the last call: one per exchange that ended. */
   async function tokensLogged(count: number): Promise<TokensLine[]> {
@@ -52,6 +67,14 @@ describe('token usage through a pool with a token budget', () => {
     );
     const fresh = lines.slice(seen);
     seen = lines.length;
+    // The budget was charged what the answers used (settled as the line was logged); an answer
+    // without usage is charged its estimate instead.
+    const used = await budgetUsed();
+    if (fresh.every((l) => l.tokens !== null)) {
+      const sum = fresh.reduce((n, l) => n + (l.tokens ?? 0), 0);
+      assert.equal(used - charged, sum, 'the budget was charged the tokens used');
+    } else assert.ok(used > charged, 'an answer without usage is charged its estimate');
+    charged = used;
     return fresh;
   }
 

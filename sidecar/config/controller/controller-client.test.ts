@@ -23,6 +23,7 @@ import {
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
 import {
+  sharesFileOf,
   startControllerClient,
   type ControllerClient,
   type ControllerClientOptions,
@@ -739,6 +740,41 @@ describe('controller client', () => {
     fc.dropAll();
     await eventually(() => !h.client.connected(), 'disconnected');
     assert.equal(shares.length, 1, 'nothing resets the shares when the stream closes');
+  });
+
+  test('the last shares are kept beside the cache and restored while the controller is down', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    const cacheFile = join(dir, 'shares-snapshot.json');
+    const first: PoolShares[] = [];
+    const h = await client(t, fc, { cacheFile, onShares: (s) => first.push(s) });
+    await eventually(() => h.applied.length === 1, 'the snapshot');
+    const event = { budgets: [{ id: 'pool', requestsPerMinute: 42 }] };
+    fc.broadcast(sseEvent(event, 'shares'));
+    await eventually(() => first.length === 1, 'the shares');
+    await h.client.close();
+    assert.equal(sharesFileOf(cacheFile), join(dir, 'shares-snapshot.shares.json'));
+    assert.equal(sharesFileOf('/x/cache'), '/x/cache.shares');
+    assert.equal((await stat(sharesFileOf(cacheFile))).mode & 0o777, 0o600);
+    const restored: PoolShares[] = [];
+    const down = 'http://127.0.0.1:9'; // nothing listens: connection refused
+    const again = await client(t, down, { cacheFile, onShares: (s) => restored.push(s) });
+    await again.client.ready;
+    assert.deepEqual(restored, [event]);
+    await again.client.close();
+    // A corrupt or invalid shares cache is logged and ignored.
+    for (const [text, message] of [
+      ['{"budgets": [', /not valid JSON/],
+      ['{"budgets": 1}', /shares cache is invalid/],
+    ] as const) {
+      await writeFile(sharesFileOf(cacheFile), text);
+      const none: PoolShares[] = [];
+      const bad = await client(t, down, { cacheFile, onShares: (s) => none.push(s) });
+      await bad.client.ready;
+      assert.equal(none.length, 0);
+      assert.equal(logged(bad, 'warn', message).length, 1);
+      await bad.client.close();
+    }
   });
 
   test('with budgets, reports carry them every budget period and at once on demand', async (t) => {

@@ -13,9 +13,11 @@
  * endpoint may carry an `apiKey`). JSON syntax errors are logged without their message, which
  * quotes the offending text.
  */
+import { readFile } from 'node:fs/promises';
 import { http, https } from '../../../lib/node-http.ts';
 import type { Logger } from 'pino';
 import {
+  parseShares,
   reportPath,
   snapshotStreamPath,
   type BudgetDemand,
@@ -27,7 +29,7 @@ import {
 import { describeError } from './describe-error.ts';
 import { Reporter } from './reporter.ts';
 import { SnapshotApplier, type SnapshotSource } from './snapshot-applier.ts';
-import { SnapshotCache } from './snapshot-cache.ts';
+import { SnapshotCache, writeFileAtomic } from './snapshot-cache.ts';
 import { SnapshotStream, type BackoffOptions } from './snapshot-stream.ts';
 import { SocketTracker } from './socket-tracker.ts';
 import { DEFAULT_MAX_EVENT_SIZE } from './sse-parser.ts';
@@ -45,7 +47,10 @@ export interface ControllerClientOptions {
   caFile?: string | undefined;
   /** Who reports: the pod name. */
   sidecarId: string;
-  /** Where the last applied snapshot is kept (0600, atomic) and restored from at start. */
+  /**
+   * Where the last applied snapshot is kept (0600, atomic) and restored from at start; the last
+   * budget shares are kept beside it (`sharesFileOf`).
+   */
   cacheFile?: string | undefined;
   /** No byte from the controller for this long → reconnect. Default 35 s (3 heartbeats + slack). */
   heartbeatTimeoutMs?: number | undefined;
@@ -169,6 +174,83 @@ function settingsOf(options: ControllerClientOptions): Settings {
   };
 }
 
+/**
+ * Where the last `shares` event is kept beside the snapshot cache: `snapshot.json` →
+ * `snapshot.shares.json`. Restored at start, so a sidecar restarted while the controller is down
+ * keeps enforcing its last share (its part of a split whose sum is within the budget) instead of
+ * none.
+ */
+export function sharesFileOf(cacheFile: string): string {
+  return cacheFile.endsWith('.json')
+    ? `${cacheFile.slice(0, -'.json'.length)}.shares.json`
+    : `${cacheFile}.shares`;
+}
+
+/** The last shares on disk: one write at a time, only the newest pending. */
+class SharesCache {
+  readonly #file: string | undefined;
+  readonly #log: Logger;
+  #pending: PoolShares | undefined;
+  #writing: Promise<void> | undefined;
+
+  constructor(file: string | undefined, log: Logger) {
+    this.#file = file;
+    this.#log = log;
+  }
+
+  /** The cached shares, or undefined (missing, unreadable or invalid: logged, ignored). */
+  async restore(): Promise<PoolShares | undefined> {
+    if (this.#file === undefined) return undefined;
+    let text: string;
+    try {
+      text = await readFile(this.#file, 'utf8');
+    } catch {
+      return undefined; // none yet: a pool without budgets, or never got shares
+    }
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      this.#log.warn({ sharesFile: this.#file }, 'the shares cache is not valid JSON; ignored');
+      return undefined;
+    }
+    const parsed = parseShares(value);
+    if (!parsed.ok) {
+      this.#log.warn(
+        { sharesFile: this.#file, errors: parsed.errors },
+        'the shares cache is invalid; ignored',
+      );
+      return undefined;
+    }
+    return parsed.value;
+  }
+
+  save(shares: PoolShares): void {
+    const file = this.#file;
+    if (file === undefined) return;
+    this.#pending = shares;
+    this.#writing ??= (async () => {
+      while (this.#pending !== undefined) {
+        const next = this.#pending;
+        this.#pending = undefined;
+        try {
+          await writeFileAtomic(file, JSON.stringify(next));
+        } catch (err) {
+          this.#log.warn(
+            { sharesFile: file, err: describeError(err) },
+            'cannot write the shares cache; a restart while the controller is down will start without budget shares',
+          );
+        }
+      }
+      this.#writing = undefined;
+    })();
+  }
+
+  async close(): Promise<void> {
+    await this.#writing;
+  }
+}
+
 /** Starts subscribing at once (after the cache was read); see `ControllerClient`. */
 export function startControllerClient(options: ControllerClientOptions): ControllerClient {
   const settings = settingsOf(options);
@@ -189,6 +271,12 @@ export function startControllerClient(options: ControllerClientOptions): Control
 
   const tracker = new SocketTracker();
   const cache = new SnapshotCache({ file: options.cacheFile, log });
+  const sharesCache = new SharesCache(
+    options.onShares === undefined || options.cacheFile === undefined
+      ? undefined
+      : sharesFileOf(options.cacheFile),
+    log,
+  );
   const applier = new SnapshotApplier({
     pool: { namespace, name: pool },
     apply: (snapshot, source) => options.onSnapshot(snapshot, source),
@@ -228,14 +316,22 @@ export function startControllerClient(options: ControllerClientOptions): Control
       if (applier.accept(snapshot, 'stream')) reporter.sendNow();
     },
     onLoad: (load) => options.onLoad?.(load),
-    onShares: (shares) => options.onShares?.(shares),
+    onShares: (shares) => {
+      options.onShares?.(shares);
+      sharesCache.save(shares);
+    },
   });
 
   let closing: Promise<void> | undefined;
   const ready = cache
     .restore()
-    .then((cached) => {
+    .then(async (cached) => {
       if (cached !== undefined && closing === undefined) applier.accept(cached, 'cache');
+      const shares = await sharesCache.restore();
+      if (shares !== undefined && closing === undefined) {
+        log.info({ budgets: shares.budgets.length }, 'budget shares restored from the cache');
+        options.onShares?.(shares);
+      }
     })
     .catch((err: unknown) => {
       log.warn({ err: describeError(err) }, 'restoring the snapshot cache failed; ignored');
@@ -250,6 +346,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
       await reporter.closed();
       await tracker.closeAll();
       await cache.close();
+      await sharesCache.close();
     })();
     return closing;
   };
