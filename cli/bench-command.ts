@@ -5,6 +5,8 @@ import {
   INSTALL,
   LOAD_SOURCES,
   POLICY_NAMES as BENCH_POLICY_NAMES,
+  PRIORITY_SCENARIO,
+  PRIORITY_VARIANT_NAMES,
   SCENARIOS,
   type LoadSource,
 } from '../lib/bench-names.ts';
@@ -14,15 +16,15 @@ const REPO = fileURLToPath(new URL('../', import.meta.url));
 const DEFAULT_TRACE = fileURLToPath(
   new URL('../../shared/traces/mooncake-synthetic.jsonl', import.meta.url),
 );
-const SCENARIO_NAMES: readonly string[] = SCENARIOS;
+const SCENARIO_NAMES: readonly string[] = [...SCENARIOS, PRIORITY_SCENARIO];
 const POLICY_NAMES: readonly string[] = BENCH_POLICY_NAMES;
 
 const list =
-  (allowed: readonly string[], what: string) =>
+  (allowed: readonly string[], what: string, all: readonly string[] = allowed) =>
   (value: string): string[] => {
     const items =
       value === 'all'
-        ? [...allowed]
+        ? [...all]
         : value
             .split(',')
             .map((v) => v.trim())
@@ -61,6 +63,9 @@ interface BenchFlags {
   replot?: boolean;
   dumpRequests?: boolean;
   loadSource: LoadSource;
+  variants?: string[];
+  window: number;
+  ramp: number;
 }
 
 /** `switchyard bench`: the routing benchmark (docs/benchmarks.md#routing). */
@@ -93,9 +98,34 @@ export function addBenchCommand(program: Command): void {
         .argParser(list(POLICY_NAMES, 'policy')),
     )
     .addOption(
-      new Option('--scenario <list>', `comma-separated, or all: ${SCENARIO_NAMES.join(', ')}`)
+      new Option(
+        '--scenario <list>',
+        `comma-separated, or all (every one but ${PRIORITY_SCENARIO}, which runs on its own): ${SCENARIO_NAMES.join(', ')}`,
+      )
         .default(['steady', 'fast-failure'], 'steady,fast-failure')
-        .argParser(list(SCENARIO_NAMES, 'scenario')),
+        .argParser(list(SCENARIO_NAMES, 'scenario', SCENARIOS)),
+    )
+    .addOption(
+      new Option(
+        '--variants <list>',
+        `--scenario ${PRIORITY_SCENARIO}: comma-separated, or all (default): ${PRIORITY_VARIANT_NAMES.join(', ')}`,
+      ).argParser(list(PRIORITY_VARIANT_NAMES, 'variant')),
+    )
+    .addOption(
+      new Option(
+        '--window <seconds>',
+        `--scenario ${PRIORITY_SCENARIO}: measured wall seconds per variant`,
+      )
+        .default(60)
+        .argParser(positiveNumber),
+    )
+    .addOption(
+      new Option(
+        '--ramp <seconds>',
+        `--scenario ${PRIORITY_SCENARIO}: wall seconds of traffic before the window (not measured)`,
+      )
+        .default(10)
+        .argParser(positiveNumber),
     )
     .addOption(
       new Option(
@@ -185,7 +215,8 @@ export function addBenchCommand(program: Command): void {
         '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin\n' +
         '  switchyard bench --scenario conversations --routers 16 --policies switchyard,smg-cache-aware,smg-cache-aware-central\n' +
         '  switchyard bench --scenario lora --policies switchyard,round-robin,least-connections,p2c  # 16 LoRA adapters, 4 resident per server\n' +
-        '  switchyard bench --routers 16 --load-source controller  # 16 sidecars fed by one scraper, as in Kubernetes',
+        '  switchyard bench --routers 16 --load-source controller  # 16 sidecars fed by one scraper, as in Kubernetes\n' +
+        '  switchyard bench --scenario priority --routers 4  # interactive chat beside a batch flood, with and without flow control (bench/results/routing-priority/)',
     )
     .action(async (flags: BenchFlags) => {
       if (flags.replot === true) {
@@ -197,6 +228,41 @@ export function addBenchCommand(program: Command): void {
           process.stderr.write(`switchyard bench: ${(err as Error).message}\n`);
           process.exit(2);
         }
+        return;
+      }
+      if (flags.scenario.includes(PRIORITY_SCENARIO)) {
+        if (flags.scenario.length > 1) {
+          process.stderr.write(
+            `switchyard bench: --scenario ${PRIORITY_SCENARIO} runs on its own (its own clients, not the trace); run the others separately\n`,
+          );
+          process.exit(2);
+        }
+        for (const signal of ['SIGINT', 'SIGTERM'] as const)
+          process.once(signal, () => {
+            process.stderr.write(
+              `\nswitchyard bench: ${signal}, stopping the simulators and routers\n`,
+            );
+            process.exit(130);
+          });
+        const { runPriorityBench } = await import('../bench/routing/priority.ts');
+        const out = flags.out.endsWith('bench/results/routing')
+          ? `${flags.out}-priority`
+          : flags.out;
+        const results = await runPriorityBench({
+          backends: flags.backends,
+          routers: flags.routers,
+          variants: flags.variants,
+          speed: flags.speed,
+          seed: flags.seed,
+          windowS: flags.window,
+          rampS: flags.ramp,
+          out,
+          quiet: flags.quiet === true,
+          loadSource: flags.loadSource,
+        });
+        const failed = results.targets.filter((t) => t.met === false).length;
+        if (failed > 0 && flags.quiet !== true)
+          process.stderr.write(`${failed} target(s) not met: see ${out}\n`);
         return;
       }
       if (!existsSync(flags.trace)) {

@@ -18,6 +18,23 @@ export const SCENARIOS = [
 export type ScenarioName = (typeof SCENARIOS)[number];
 
 /**
+ * Issue 43's scenario: interactive chat beside a batch flood on saturated servers, with and
+ * without flow control (bench/routing/priority.ts). Its own runner, not a trace replay, so it is
+ * not among SCENARIOS and `--scenario all` leaves it out; its variants are PRIORITY_VARIANT_NAMES.
+ */
+export const PRIORITY_SCENARIO = 'priority';
+export const PRIORITY_VARIANT_NAMES = [
+  'interactive-only',
+  'switchyard-flow',
+  'switchyard',
+  'least-connections',
+  'smg-cache-aware',
+  'vllm-router-cache-aware',
+  'litellm-least-busy-central',
+  'smg-cache-aware-central',
+] as const;
+
+/**
  * Who scrapes the servers' load for switchyard's sidecars in the bench: each sidecar itself, as a
  * standalone sidecar does, or one controller stream that every sidecar subscribes to, as in
  * Kubernetes (bench/routing/load-relay.ts).

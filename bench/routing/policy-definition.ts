@@ -45,6 +45,8 @@ export interface RouterContext {
    * one controller stream all of them subscribe to (as in Kubernetes, load-relay.ts).
    */
   loadSource: LoadSource;
+  /** More of the pool file's spec for switchyard's sidecars (the priority scenario's flowControl). */
+  poolSpec?: Record<string, unknown> | undefined;
 }
 
 export type Family = 'baseline' | 'switchyard' | 'oracle' | 'peer';

@@ -62,6 +62,7 @@ function poolYaml(ctx: RouterContext, affinity: 'Prefix' | 'None'): string {
   };
   // The sidecar measures wall time; the simulators run `speed` times faster than simulated time.
   if (ctx.costWeightPerMs !== undefined) spec['costWeightPerMs'] = ctx.costWeightPerMs * ctx.speed;
+  Object.assign(spec, ctx.poolSpec);
   return stringify({
     apiVersion: 'switchyard.dev/v1alpha1',
     kind: 'InferencePool',
