@@ -37,7 +37,7 @@ export const EndpointHealthReportSchema = Type.Object({
 
 /**
  * What one sidecar used of one budget and wanted (issue 43), as rates per minute: `used` over its
- * last minute (status shows it), `wanted` over its last 5 s (what it used plus what it refused or
+ * last minute (status shows it), `wanted` over its last 2 s (what it used plus what it refused or
  * still holds for want of share), so that a share follows demand that moves between sidecars.
  * The controller re-splits the budget's shares from the wants.
  */

@@ -56,13 +56,20 @@ describe('splitBudget', () => {
     );
   });
 
-  it('splits the spare equally when the wants fit', () => {
+  it('splits the spare half equally, half by the wants, when the wants fit', () => {
     const shares = splitBudget(100, [
       { id: 'busy', wanted: 40 },
       { id: 'idle', wanted: 0 },
     ]);
-    assert.equal(shares.get('busy'), 70);
-    assert.equal(shares.get('idle'), 30);
+    // Spare 60: 30 in equal parts (15 each), 30 by the wants (all to busy).
+    assert.equal(shares.get('busy'), 85);
+    assert.equal(shares.get('idle'), 15);
+    // Nobody wants anything: all of it in equal parts.
+    const none = splitBudget(100, [
+      { id: 'a', wanted: 0 },
+      { id: 'b', wanted: 0 },
+    ]);
+    assert.equal(none.get('a'), 50);
   });
 
   it('water-fills when the wants do not fit', () => {
@@ -130,7 +137,8 @@ describe('splitPool', () => {
     assert.equal(split.replicaLimits.get(demandKey('pool', 'requests')), 100);
     // workload:a: spent by busy and new only; busy has not reported it: wants 0.
     const wa = split.shares.get('new')!.find((s) => s.id === 'workload:a')!;
-    assert.equal(wa.requestsPerMinute, 7.5); // 5 (an equal part) + half the spare 5
+    // 5 (an equal part of 10, unknown) + a quarter of the spare 5 + its half by the wants.
+    assert.equal(wa.requestsPerMinute, 8.75);
     assert.equal(wa.tokensPerMinute, undefined);
   });
 

@@ -6,9 +6,11 @@
  * `ProportionalShare` algorithms): every client says what it wants, and the server hands out
  * capacity so that the sum never passes the limit. Two cases:
  *
- * - Σ wanted ≤ limit: everyone gets what it wants plus an equal part of the spare
- *   (limit − Σ wanted). The spare is handed out rather than kept, so that demand moving from one
- *   sidecar to another finds room there before the next re-split.
+ * - Σ wanted ≤ limit: everyone gets what it wants plus a part of the spare (limit − Σ wanted):
+ *   half of it in equal parts, so that demand moving from one sidecar to another finds room there
+ *   before the next re-split, and half in proportion to the wants, so that a busy sidecar has room
+ *   for its bursts (bench:budget: with the spare in equal parts alone, 16 sidecars and a workload
+ *   at half its budget, the 4 busy sidecars' requests waited out maxQueueWait 36 times in 5 min).
  * - Σ wanted > limit: max-min fair (water-filling) over the wants: those that want less than an
  *   equal part get what they want, the rest is split equally among the others.
  *
@@ -62,8 +64,14 @@ function splitWants(limit: number, wants: ArrayLike<number | undefined>): Float6
     total += w;
   }
   if (total <= cap) {
-    const spare = (cap - total) / n;
-    for (let i = 0; i < n; i++) shares[i] = floorGrain(shares[i]! + spare);
+    const spare = cap - total;
+    // All of it in equal parts while nobody wants anything.
+    const proportional = total > 0 ? spare / 2 : 0;
+    const equalPart = (spare - proportional) / n;
+    for (let i = 0; i < n; i++) {
+      const extra = total > 0 ? (proportional * shares[i]!) / total : 0;
+      shares[i] = floorGrain(shares[i]! + equalPart + extra);
+    }
     return shares;
   }
   // Water-filling: the level λ where Σ min(wanted, λ) = limit, found over the wants in order

@@ -226,8 +226,8 @@ describe('BudgetLedger configure', () => {
     admitted(ledger.tryAdmit('a', 20, 200));
     // A removed unit no longer limits.
     ledger.configure([pool({ requestsPerMinute: 60 })], 'whole', 200);
-    // The report's want is the last 5 s as a rate per minute: 2 requests × 12.
-    assert.deepEqual(ledger.demand(200), [{ id: 'pool', requests: { used: 2, wanted: 24 } }]);
+    // The report's want is the last 2 s as a rate per minute: 2 requests × 30.
+    assert.deepEqual(ledger.demand(200), [{ id: 'pool', requests: { used: 2, wanted: 60 } }]);
   });
 
   test('switching to shared forgets the whole share; back to whole restores it', () => {
@@ -270,7 +270,7 @@ describe('BudgetLedger settle and estimates', () => {
     const ticket = admitted(ledger.tryAdmit('w', 150, 0));
     ledger.settle(ticket, undefined, 0);
     assert.equal(ledger.tryAdmit(undefined, 60, 0).kind, 'over');
-    assert.deepEqual(ledger.demand(0), [{ id: 'pool', tokens: { used: 150, wanted: 150 * 12 } }]);
+    assert.deepEqual(ledger.demand(0), [{ id: 'pool', tokens: { used: 150, wanted: 150 * 30 } }]);
     // Nothing learned.
     assert.equal(ledger.estimateTokens('w', 400), 100 + DEFAULT_COMPLETION_TOKENS);
   });
@@ -302,19 +302,35 @@ describe('BudgetLedger settle and estimates', () => {
 });
 
 describe('BudgetLedger demand and status', () => {
-  test('used over the last minute, wanted over the last 5 s, per budget and unit', () => {
+  test('a request held waiting for budget is wanted in every report until released', () => {
+    const ledger = wholeLedger([pool({ requestsPerMinute: 60, tokensPerMinute: 6000 })]);
+    ledger.holdWant(undefined, 100);
+    ledger.holdWant(undefined, Number.NaN);
+    // Long after any event: the two waiting requests are still wanted (× 30 per minute).
+    assert.deepEqual(ledger.demand(30_000), [
+      { id: 'pool', requests: { used: 0, wanted: 60 }, tokens: { used: 0, wanted: 3000 } },
+    ]);
+    ledger.releaseWant(undefined, 100);
+    ledger.releaseWant(undefined, 0);
+    ledger.releaseWant(undefined, 50); // one too many: never below nothing
+    assert.deepEqual(ledger.demand(30_000), [
+      { id: 'pool', requests: { used: 0, wanted: 0 }, tokens: { used: 0, wanted: 0 } },
+    ]);
+  });
+
+  test('used over the last minute, wanted over the last 2 s, per budget and unit', () => {
     const ledger = wholeLedger([
       pool({ requestsPerMinute: 60, tokensPerMinute: 6000 }),
       own('a', { tokensPerMinute: 600 }),
     ]);
     ledger.settle(admitted(ledger.tryAdmit('a', 20, 0)), 30, 1000);
     ledger.settle(admitted(ledger.tryAdmit(undefined, 50, 0)), 50, 1000);
-    ledger.noteWanted('a', 40, 2000);
-    ledger.noteWanted('a', Number.NaN, 2000);
-    // `used` over the minute; `wanted` over the last 5 s, as a rate per minute (× 12).
-    assert.deepEqual(ledger.demand(2000), [
-      { id: 'pool', requests: { used: 2, wanted: 48 }, tokens: { used: 80, wanted: 1440 } },
-      { id: 'workload:a', tokens: { used: 30, wanted: 840 } },
+    ledger.noteWanted('a', 40, 1000);
+    ledger.noteWanted('a', Number.NaN, 1000);
+    // `used` over the minute; `wanted` over the last 2 s, as a rate per minute (× 30).
+    assert.deepEqual(ledger.demand(1000), [
+      { id: 'pool', requests: { used: 2, wanted: 120 }, tokens: { used: 80, wanted: 3600 } },
+      { id: 'workload:a', tokens: { used: 30, wanted: 2100 } },
     ]);
     // 10 s later the want has gone, the use of the minute stays.
     assert.deepEqual(ledger.demand(10_000), [

@@ -122,6 +122,12 @@ export interface BudgetLedgerApi {
   tryAdmit(workload: string | undefined, estimatedTokens: number, nowMs: number): BudgetAdmission;
   /** A request that waits or was refused for want of budget: counted once into `wanted`. */
   noteWanted(workload: string | undefined, estimatedTokens: number, nowMs: number): void;
+  /**
+   * A request now waits in the queue for budget: wanted in every report until `releaseWant`
+   * (admitted, refused, gone), so that its sidecar keeps the share it needs.
+   */
+  holdWant(workload: string | undefined, estimatedTokens: number): void;
+  releaseWant(workload: string | undefined, estimatedTokens: number): void;
   /** The admitted request ended: its actual tokens (undefined: unknown, the estimate stands). */
   settle(ticket: BudgetTicket, tokens: number | undefined, nowMs: number): void;
   /** Tokens to reserve for a request: a learned mean per workload, or from the prompt's size. */

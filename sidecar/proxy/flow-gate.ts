@@ -325,6 +325,8 @@ class Waiting implements FlowWaiter {
     const pick = request.pickRequest();
     this.constrained = pick.model !== undefined || pick.pinnedEndpointId !== undefined;
     this.#unwatch = request.watchClient(() => this.#clientGone());
+    // Waiting for budget: wanted in every report while it waits (BudgetLedgerApi.holdWant).
+    if (waitingFor.kind === 'budget') gate.deps.flow.ledger.holdWant(request.workload, tokens);
   }
 
   arm(maxWaitMs: number): void {
@@ -345,6 +347,7 @@ class Waiting implements FlowWaiter {
         this.#for = { kind: 'budget', budgetId: admission.budgetId };
         return { budgetId: admission.budgetId };
       }
+      ledger.releaseWant(request.workload, this.#tokens);
       this.#for = { kind: 'room', ticket: admission.ticket };
     }
     const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow, request.priority));
@@ -422,6 +425,9 @@ class Waiting implements FlowWaiter {
   /** Out of the queue for good: timer and watch stopped, wait observed; returns the wait. */
   #leave(now: number): number {
     this.#done = true;
+    if (this.#for.kind === 'budget') {
+      this.#gate.deps.flow.ledger.releaseWant(this.request.workload, this.#tokens);
+    }
     this.entry = undefined;
     if (this.#timer !== undefined) this.#gate.timers.clearTimeout(this.#timer);
     this.#unwatch();
