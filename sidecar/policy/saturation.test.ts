@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { isSaturated } from './saturation.ts';
+import { isQueueing, isSaturated } from './saturation.ts';
 import { ReportedLoad, type ServerLoadReport } from './server-load.ts';
 import type { SaturationRule } from './types.ts';
 
@@ -80,9 +80,31 @@ describe('isSaturated', () => {
     // Batch 8 known, 4 run: 4 free; 0.25 of 8 = 2 reserved, so room until only 2 are free.
     const load = loadOf({ running: 8, waiting: 1 }, { running: 4, waiting: 0 });
     assert.equal(isSaturated(load, 0, shed, 0, MAX_AGE_MS), false);
-    assert.equal(isSaturated(load, 1, shed, 0, MAX_AGE_MS), false, '3 free');
-    assert.equal(isSaturated(load, 2, shed, 0, MAX_AGE_MS), true, '2 free: the reserve');
+    // One request per fresh report with a headroom: the others see the same free slots.
+    assert.equal(isSaturated(load, 1, shed, 0, MAX_AGE_MS), true, 'one sent since the report');
     assert.equal(isSaturated(load, 2, rule, 0, MAX_AGE_MS), false, 'no headroom: room');
+    assert.equal(
+      isSaturated(
+        loadOf({ running: 8, waiting: 1 }, { running: 5, waiting: 0 }),
+        0,
+        shed,
+        0,
+        MAX_AGE_MS,
+      ),
+      false,
+      '3 free',
+    );
+    assert.equal(
+      isSaturated(
+        loadOf({ running: 8, waiting: 1 }, { running: 6, waiting: 0 }),
+        0,
+        shed,
+        0,
+        MAX_AGE_MS,
+      ),
+      true,
+      '2 free: the reserve',
+    );
     // KV cache: 0.9 × 0.75 = 0.675.
     const kv = loadOf({ kvCacheUsage: 0.7, running: 1 });
     assert.equal(isSaturated(kv, 0, shed, 0, MAX_AGE_MS), true);
@@ -94,5 +116,12 @@ describe('isSaturated', () => {
     // A reserve never takes the whole endpoint: of a bound of 1, none is reserved.
     const one: SaturationRule = { kvCacheSaturation: 0.9, headroom: 1, maxInFlightPerEndpoint: 1 };
     assert.equal(isSaturated(new ReportedLoad(), 0, one, 0, MAX_AGE_MS), false);
+  });
+
+  test('isQueueing: a fresh report of requests waiting', () => {
+    assert.equal(isQueueing(loadOf({ running: 6, waiting: 2 }), 0, MAX_AGE_MS), true);
+    assert.equal(isQueueing(loadOf({ running: 6, waiting: 0 }), 0, MAX_AGE_MS), false);
+    assert.equal(isQueueing(loadOf({ waiting: 2 }), MAX_AGE_MS + 1, MAX_AGE_MS), false);
+    assert.equal(isQueueing(new ReportedLoad(), 0, MAX_AGE_MS), false);
   });
 });

@@ -36,6 +36,9 @@ export function isSaturated(
   )
     return true;
   const free = reported.freeSlots(inFlight, nowMs, maxAgeMs);
+  // With a headroom, one request per fresh report: every sidecar sees the same free slots in
+  // the same report, and each sending into them at once would queue the server (docs/flow-control.md).
+  if (headroom > 0 && (reported.addedSinceReport(inFlight, nowMs, maxAgeMs) ?? 0) >= 1) return true;
   if (free !== undefined) return free <= reserved(reported.batch(nowMs) ?? 0, headroom);
   if (last !== undefined && (last.waiting ?? 0) > 0) return true;
   if (last !== undefined && (last.running !== undefined || last.waiting !== undefined))
@@ -47,4 +50,14 @@ export function isSaturated(
 /** The slots of `size` a request with this headroom leaves free (at most all but none). */
 function reserved(size: number, headroom: number): number {
   return headroom <= 0 ? 0 : Math.min(Math.ceil(size * headroom), Math.max(0, size - 1));
+}
+
+/**
+ * Whether the server's fresh report shows requests waiting in its own queue. A request with a
+ * headroom (a sheddable one) finds no room in a tier while any of its endpoints queues: the queue
+ * says the sidecars' sheddable work overshot somewhere, and more of it would only lengthen the
+ * queues the others then wait behind.
+ */
+export function isQueueing(reported: ReportedLoad, nowMs: number, maxAgeMs: number): boolean {
+  return (reported.last(nowMs, maxAgeMs)?.waiting ?? 0) > 0;
 }

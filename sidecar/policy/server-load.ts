@@ -165,6 +165,16 @@ export class ReportedLoad {
   }
 
   /**
+   * How many more of this sidecar's requests are in flight there than when the fresh report (at
+   * most `maxAgeMs` old) was measured (started minus finished since); undefined without one.
+   */
+  addedSinceReport(local: number, nowMs: number, maxAgeMs: number): number | undefined {
+    const r = this.#reading;
+    if (r === undefined || !(nowMs - r.atMs <= maxAgeMs)) return undefined;
+    return local - r.localAtReport;
+  }
+
+  /**
    * The server's batch as this sidecar knows it: the most requests it has reported running at
    * once, while it has reported a waiting queue within `BATCH_KNOWN_FOR_MS`; else undefined.
    */

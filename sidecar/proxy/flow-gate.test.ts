@@ -92,9 +92,9 @@ interface Seen {
   watching: boolean;
 }
 
-function setup(p: FlowControlPolicy = policy()) {
+function setup(p: FlowControlPolicy = policy(), sharing: 'whole' | 'shared' = 'whole') {
   const timers = new FakeTimers();
-  const flow = new PoolFlow(p, 'whole', { nowMs: () => timers.now }, undefined);
+  const flow = new PoolFlow(p, sharing, { nowMs: () => timers.now }, undefined);
   const counted = { refused: [] as RefusalReason[], left: [] as [number, number][] };
   const gate = new FlowGate({
     poolName: 'chat',
@@ -327,6 +327,25 @@ describe('FlowGate', () => {
     gate.admit(shed.request);
     assert.equal(shed.seen.refused?.code, 'over_budget');
     assert.equal(shed.seen.refused?.reason, 'budget');
+  });
+
+  it('under a controller share, waits for budget rather than refusing on the current share', () => {
+    const { gate, request, flow, timers } = setup(
+      policy({ maxQueueWaitMs: 100, budgets: [{ id: 'pool', requestsPerMinute: 60 }] }),
+      'shared',
+    );
+    flow.applyShares([{ id: 'pool', requestsPerMinute: 1 }], undefined);
+    const seen = [request('a', 0), request('b', 0)];
+    for (const r of seen) gate.admit(r.request);
+    // One admitted; the other waits (its share may grow at the next re-split).
+    assert.equal(seen.filter((r) => r.seen.refused !== undefined).length, 0);
+    assert.equal(flow.queue.size, 1);
+    // A bigger share comes: it starts.
+    flow.applyShares([{ id: 'pool', requestsPerMinute: 6000 }], undefined);
+    timers.advance(50);
+    timers.poll();
+    assert.equal(flow.queue.size, 0);
+    assert.ok(seen.every((r) => r.seen.started !== undefined));
   });
 
   it('does not let one workload over its budget block another behind it', () => {

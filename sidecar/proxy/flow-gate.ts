@@ -144,7 +144,12 @@ export class FlowGate {
       const admission = ledger.tryAdmit(workload, tokens, now);
       if (admission.kind === 'over') {
         ledger.noteWanted(workload, tokens, now);
-        if (priority < 0 || admission.waitMs > policy.maxQueueWaitMs) {
+        // The wait is known only for a budget held whole: a controller's share may grow at the
+        // next re-split (this sidecar reports its want at once), so under one the request waits
+        // out maxQueueWait rather than being refused on the current share (bench:budget: demand
+        // moved to a sidecar before its share did, and under-budget requests were refused).
+        const known = flow.sharing === 'whole';
+        if (priority < 0 || (known && admission.waitMs > policy.maxQueueWaitMs)) {
           metrics.refused('budget');
           request.refuse(overBudget(admission.budgetId, admission.waitMs, undefined));
           return;
