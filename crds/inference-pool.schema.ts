@@ -31,6 +31,7 @@ import {
   AFFINITY_SLOWDOWN_MIN_SAMPLES,
   CLIENT_STALL_MS,
   HEALTH_CONSECUTIVE_ERRORS,
+  SHEDDABLE_HEADROOM,
 } from './policy-defaults.ts';
 import { DURATION_MAX_LENGTH, DURATION_MIN_LENGTH, DURATION_PATTERN } from './duration.ts';
 import {
@@ -583,10 +584,10 @@ export const SaturationSchema = Type.Object(
     }),
     sheddableHeadroom: Type.Number({
       description:
-        'The part of each endpoint that sheddable requests (negative priority) leave free for the others, a fraction of its batch (the most requests its server has been seen running while it queued more), of maxInFlightPerEndpoint, and of kvCacheUsage: with 0.25 a server of 8 slots takes a sheddable request only while 3 of them are free, and only below 75 % of kvCacheUsage, so a request of priority 0 or more arriving a moment later finds room at once instead of waiting behind batch work. 0: sheddable requests fill endpoints to the brim. From 0 to 1. Default: 0.25.',
+        'The part of each endpoint that sheddable requests (negative priority) leave free for the others, a fraction of its batch (the most requests its server has been seen running while it queued more), of maxInFlightPerEndpoint, and of kvCacheUsage: with 0.2 a server of 8 slots takes a sheddable request only while more than 2 of them are free (0.2 × 8 rounded up), and only below 80 % of kvCacheUsage, so that a request of priority 0 or more arriving a moment later finds room at once instead of waiting behind batch work. 0: sheddable requests fill endpoints to the brim. From 0 to 1. Default: 0.2.',
       minimum: 0,
       maximum: 1,
-      default: 0.25,
+      default: SHEDDABLE_HEADROOM,
     }),
     maxInFlightPerEndpoint: Type.Optional(
       Type.Integer({

@@ -87,7 +87,7 @@ export const CLIENT_STALL_MS = 60_000;
  * The part of an endpoint that sheddable requests leave free for higher priorities when a policy
  * does not say (`flowControl.saturation.sheddableHeadroom`, docs/flow-control.md).
  */
-export const SHEDDABLE_HEADROOM = 0.25;
+export const SHEDDABLE_HEADROOM = 0.2;
 
 /**
  * The id of a pool's budget (flow control, issue 43): `pool` for the pool-wide one,

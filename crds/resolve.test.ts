@@ -88,7 +88,7 @@ describe('resolvePool: the reference examples', () => {
         maxQueuedRequests: 500,
         maxQueuedBytes: 33_554_432,
         kvCacheSaturation: 0.9,
-        sheddableHeadroom: 0.25,
+        sheddableHeadroom: 0.2,
         maxInFlightPerEndpoint: 32,
         workload: { kind: 'Header', header: 'x-team' },
         budgets: [
@@ -505,7 +505,7 @@ describe('resolvePolicy: flow control', () => {
       maxQueuedRequests: 1000,
       maxQueuedBytes: 67_108_864,
       kvCacheSaturation: 0.95,
-      sheddableHeadroom: 0.25,
+      sheddableHeadroom: 0.2,
       budgets: [],
     });
   });

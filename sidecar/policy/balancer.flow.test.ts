@@ -50,15 +50,6 @@ describe('Balancer.pickWithRoom', () => {
     assert.equal(idOf(balancer.pickWithRoom({}, oneEach)), second.attempt.endpoint.id);
   });
 
-  test('with a headroom, a tier where any server queues has no room at all', () => {
-    const { balancer } = setupBalancer();
-    balancer.reportLoad('b', { waiting: 2 });
-    const shed: SaturationRule = { ...byKv, headroom: 0.25 };
-    assert.deepEqual(balancer.pickWithRoom({}, shed), { kind: 'saturated' });
-    // Without one, the others have room.
-    assert.notEqual(idOf(balancer.pickWithRoom({}, byKv)), 'b');
-  });
-
   test('pick itself is unchanged: it sends to a saturated endpoint', () => {
     const { balancer } = setupBalancer({ endpoints: [endpoint('a')] });
     balancer.reportLoad('a', { waiting: 5, kvCacheUsage: 1 });

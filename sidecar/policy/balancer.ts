@@ -39,7 +39,7 @@ import { AdapterResidency } from './adapter-residency.ts';
 import { ModelLists, modelNotServed, servedAnywhere } from './model-filter.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, type ServerLoadReport } from './server-load.ts';
-import { isQueueing, isSaturated } from './saturation.ts';
+import { isSaturated } from './saturation.ts';
 import { SlowDetection } from './slow-detection.ts';
 import type {
   Attempt,
@@ -210,8 +210,6 @@ export class Balancer implements PoolBalancer {
     let roomy = candidates;
     if (rule !== undefined) {
       const maxAge = this.#reportMaxAgeMs;
-      if ((rule.headroom ?? 0) > 0 && candidates.some((s) => isQueueing(s.reported, now, maxAge)))
-        return { kind: 'saturated' };
       roomy = candidates.filter((s) => !isSaturated(s.reported, s.inFlight, rule, now, maxAge));
       if (roomy.length === 0) return { kind: 'saturated' };
     }

@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { isQueueing, isSaturated } from './saturation.ts';
+import { isSaturated } from './saturation.ts';
 import { ReportedLoad, type ServerLoadReport } from './server-load.ts';
 import type { SaturationRule } from './types.ts';
 
@@ -116,12 +116,5 @@ describe('isSaturated', () => {
     // A reserve never takes the whole endpoint: of a bound of 1, none is reserved.
     const one: SaturationRule = { kvCacheSaturation: 0.9, headroom: 1, maxInFlightPerEndpoint: 1 };
     assert.equal(isSaturated(new ReportedLoad(), 0, one, 0, MAX_AGE_MS), false);
-  });
-
-  test('isQueueing: a fresh report of requests waiting', () => {
-    assert.equal(isQueueing(loadOf({ running: 6, waiting: 2 }), 0, MAX_AGE_MS), true);
-    assert.equal(isQueueing(loadOf({ running: 6, waiting: 0 }), 0, MAX_AGE_MS), false);
-    assert.equal(isQueueing(loadOf({ waiting: 2 }), MAX_AGE_MS + 1, MAX_AGE_MS), false);
-    assert.equal(isQueueing(new ReportedLoad(), 0, MAX_AGE_MS), false);
   });
 });

@@ -51,13 +51,3 @@ export function isSaturated(
 function reserved(size: number, headroom: number): number {
   return headroom <= 0 ? 0 : Math.min(Math.ceil(size * headroom), Math.max(0, size - 1));
 }
-
-/**
- * Whether the server's fresh report shows requests waiting in its own queue. A request with a
- * headroom (a sheddable one) finds no room in a tier while any of its endpoints queues: the queue
- * says the sidecars' sheddable work overshot somewhere, and more of it would only lengthen the
- * queues the others then wait behind.
- */
-export function isQueueing(reported: ReportedLoad, nowMs: number, maxAgeMs: number): boolean {
-  return (reported.last(nowMs, maxAgeMs)?.waiting ?? 0) > 0;
-}
