@@ -796,20 +796,7 @@ export class SidecarProxy {
     routed.pool.balancer.recordRequest();
     const { account, ...init } = routed;
     const flow = routed.pool.flow;
-    if (flow === undefined) {
-      const exchange = new Exchange(this.exchangeDeps, {
-        raw: Buffer.alloc(0),
-        fields: undefined,
-        streamed: false,
-        affinity: {},
-        metrics: account.metrics,
-        ...init,
-        ...parts,
-      });
-      exchange.start();
-      return exchange;
-    }
-    // The budget ticket, once admitted: settled when the exchange ends.
+    // The budget ticket, once admitted: settled when the exchange ends (flow control only).
     let settle: ((tokens: number | undefined) => void) | undefined;
     const exchange = new Exchange(this.exchangeDeps, {
       raw: Buffer.alloc(0),
@@ -819,9 +806,10 @@ export class SidecarProxy {
       metrics: account.metrics,
       ...init,
       ...parts,
-      onEnd: (end) => settle?.(end.tokens),
+      ...(flow === undefined ? {} : { onEnd: (end) => settle?.(end.tokens) }),
     });
-    this.#gate(flow, routed, account.metrics, exchange, parts, (s) => (settle = s));
+    if (flow === undefined) exchange.start();
+    else this.#gate(flow, routed, account.metrics, exchange, parts, (s) => (settle = s));
     return exchange;
   }
 

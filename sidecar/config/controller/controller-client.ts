@@ -29,7 +29,7 @@ import {
 import { describeError } from './describe-error.ts';
 import { Reporter } from './reporter.ts';
 import { SnapshotApplier, type SnapshotSource } from './snapshot-applier.ts';
-import { SnapshotCache, writeFileAtomic } from './snapshot-cache.ts';
+import { LatestFileWriter, SnapshotCache } from './snapshot-cache.ts';
 import { SnapshotStream, type BackoffOptions } from './snapshot-stream.ts';
 import { SocketTracker } from './socket-tracker.ts';
 import { DEFAULT_MAX_EVENT_SIZE } from './sse-parser.ts';
@@ -190,8 +190,7 @@ export function sharesFileOf(cacheFile: string): string {
 class SharesCache {
   readonly #file: string | undefined;
   readonly #log: Logger;
-  #pending: PoolShares | undefined;
-  #writing: Promise<void> | undefined;
+  #writer: LatestFileWriter<PoolShares> | undefined;
 
   constructor(file: string | undefined, log: Logger) {
     this.#file = file;
@@ -228,26 +227,20 @@ class SharesCache {
   save(shares: PoolShares): void {
     const file = this.#file;
     if (file === undefined) return;
-    this.#pending = shares;
-    this.#writing ??= (async () => {
-      while (this.#pending !== undefined) {
-        const next = this.#pending;
-        this.#pending = undefined;
-        try {
-          await writeFileAtomic(file, JSON.stringify(next));
-        } catch (err) {
-          this.#log.warn(
-            { sharesFile: file, err: describeError(err) },
-            'cannot write the shares cache; a restart while the controller is down will start without budget shares',
-          );
-        }
-      }
-      this.#writing = undefined;
-    })();
+    this.#writer ??= new LatestFileWriter<PoolShares>(
+      file,
+      () => undefined,
+      (err) =>
+        this.#log.warn(
+          { sharesFile: file, err: describeError(err) },
+          'cannot write the shares cache; a restart while the controller is down will start without budget shares',
+        ),
+    );
+    this.#writer.save(shares);
   }
 
   async close(): Promise<void> {
-    await this.#writing;
+    await this.#writer?.idle();
   }
 }
 

@@ -21,8 +21,7 @@ export class SnapshotCache {
   readonly #options: SnapshotCacheOptions;
   #closed = false;
   /** The newest snapshot not yet written: writes coalesce, only the newest matters. */
-  #pending: PoolSnapshot | undefined;
-  #writing: Promise<void> | undefined;
+  #writer: LatestFileWriter<PoolSnapshot> | undefined;
 
   constructor(options: SnapshotCacheOptions) {
     this.#options = options;
@@ -60,28 +59,63 @@ export class SnapshotCache {
   save(snapshot: PoolSnapshot): void {
     const { file, log } = this.#options;
     if (file === undefined) return;
-    this.#pending = snapshot;
+    this.#writer ??= new LatestFileWriter<PoolSnapshot>(
+      file,
+      (written) =>
+        log.debug({ cacheFile: file, version: written.version }, 'snapshot cache written'),
+      (err) =>
+        log.warn(
+          { cacheFile: file, err: describeError(err) },
+          'cannot write the snapshot cache; a restart while the controller is down will start empty',
+        ),
+    );
+    this.#writer.save(snapshot);
+  }
+
+  /** Restores nothing from now on; resolves once the writes already asked for are done. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#writer?.idle();
+  }
+}
+
+/**
+ * Writes the latest value it was given to `file` (JSON, atomically, 0600), one write at a time:
+ * values given while a write is in progress coalesce into the newest. The snapshot cache and the
+ * budget shares beside it are written so.
+ */
+export class LatestFileWriter<T> {
+  readonly #file: string;
+  readonly #written: (value: T) => void;
+  readonly #failed: (err: unknown) => void;
+  #pending: T | undefined;
+  #writing: Promise<void> | undefined;
+
+  constructor(file: string, written: (value: T) => void, failed: (err: unknown) => void) {
+    this.#file = file;
+    this.#written = written;
+    this.#failed = failed;
+  }
+
+  save(value: T): void {
+    this.#pending = value;
     this.#writing ??= (async () => {
       while (this.#pending !== undefined) {
         const next = this.#pending;
         this.#pending = undefined;
         try {
-          await writeFileAtomic(file, JSON.stringify(next));
-          log.debug({ cacheFile: file, version: next.version }, 'snapshot cache written');
+          await writeFileAtomic(this.#file, JSON.stringify(next));
+          this.#written(next);
         } catch (err) {
-          log.warn(
-            { cacheFile: file, err: describeError(err) },
-            'cannot write the snapshot cache; a restart while the controller is down will start empty',
-          );
+          this.#failed(err);
         }
       }
       this.#writing = undefined;
     })();
   }
 
-  /** Restores nothing from now on; resolves once the writes already asked for are done. */
-  async close(): Promise<void> {
-    this.#closed = true;
+  /** Resolves once the writes already asked for are done. */
+  async idle(): Promise<void> {
     await this.#writing;
   }
 }
