@@ -18,6 +18,7 @@
  * (or --out). `--minutes` shortens a run (the committed one is 5).
  */
 import http from 'node:http';
+import { agentFor, closeReplayAgents } from '../routing/replay.ts';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -293,16 +294,6 @@ async function splitFleet(flags: Flags, sims: SimFleet, dir: string): Promise<Fl
   }
 }
 
-const agents = new Map<string, http.Agent>();
-const agentFor = (url: string): http.Agent => {
-  let a = agents.get(url);
-  if (a === undefined) {
-    a = new http.Agent({ keepAlive: true, maxSockets: Infinity });
-    agents.set(url, a);
-  }
-  return a;
-};
-
 interface Answer {
   status: number;
   code: string | undefined;
@@ -495,8 +486,7 @@ async function runMode(
       log(`${mode}: ${fleet.describe}; ${flags.minutes} min of traffic`);
       records = await drive(fleet.urls, flags, perRequest);
     } finally {
-      for (const a of agents.values()) a.destroy();
-      agents.clear();
+      closeReplayAgents();
       await fleet.stop();
     }
     await sims.idle();

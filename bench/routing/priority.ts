@@ -26,7 +26,7 @@ import { conversationWorkload, turnMessages, type Conversation } from './convers
 import { quantiles, type Quantiles } from './metrics.ts';
 import { BENCH_CLIENT_KEY, type PolicyDefinition, type RouterSet } from './policy-definition.ts';
 import { pseudoText } from './prompt.ts';
-import { chatPayload } from './replay.ts';
+import { agentFor, chatPayload, closeReplayAgents } from './replay.ts';
 import { POLICIES } from './routers.ts';
 import { BASE_BACKEND, type BackendSpec } from './scenarios.ts';
 import type { LoadSource } from '../../lib/bench-names.ts';
@@ -217,16 +217,6 @@ export interface PriorityResults {
   machine: { cpus: number; node: string };
   durationS: number;
 }
-
-const agents = new Map<string, http.Agent>();
-const agentFor = (url: string): http.Agent => {
-  let a = agents.get(url);
-  if (a === undefined) {
-    a = new http.Agent({ keepAlive: true, maxSockets: Infinity });
-    agents.set(url, a);
-  }
-  return a;
-};
 
 interface Attempt {
   status: number;
@@ -641,8 +631,7 @@ export async function runPriorityBench(settings: PrioritySettings): Promise<Prio
           },
         });
       } finally {
-        for (const a of agents.values()) a.destroy();
-        agents.clear();
+        closeReplayAgents();
         await routers.stop();
         await fleet.idle(60_000);
       }

@@ -41,7 +41,8 @@ export interface ReplayOptions {
 }
 
 const agents = new Map<string, http.Agent>();
-function agentFor(url: string): http.Agent {
+/** One keep-alive agent per router URL, shared by the benches' clients; `closeReplayAgents` ends them. */
+export function agentFor(url: string): http.Agent {
   let agent = agents.get(url);
   if (agent === undefined) {
     agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
