@@ -146,6 +146,30 @@ export const ServiceRefSchema = Type.Object(
   },
 );
 
+/** The API group of the Gateway API inference extension's InferencePool (GAIE v1). */
+export const GAIE_GROUP = 'inference.networking.k8s.io';
+export const GAIE_VERSION = 'v1';
+export const GAIE_PLURAL = 'inferencepools';
+
+export const InferencePoolRefSchema = Type.Object(
+  {
+    name: Type.String({
+      description:
+        "Name of an InferencePool of the Gateway API inference extension (inference.networking.k8s.io/v1) in this pool's namespace. Required. A DNS subdomain, at most 253 characters.",
+      minLength: 1,
+      maxLength: 253,
+      pattern: DNS_SUBDOMAIN,
+      errorMessage:
+        'must be an InferencePool name: lower-case letters, digits, "-" and ".", starting and ending with a letter or digit',
+    }),
+  },
+  {
+    description:
+      "A Gateway API inference extension pool (inference.networking.k8s.io/v1 InferencePool) in the pool's namespace: every ready pod its spec.selector matches becomes an endpoint on each of its spec.targetPorts, reached over plain http and followed live. Its endpoint picker is not used: this pool's own policy (failover order, cost, breakers, affinity) picks among its pods. Needs the controller: a standalone pool file cannot use it.",
+    additionalProperties: false,
+  },
+);
+
 /** A reference to one key of a Secret in the pool's namespace; `what` the value is. */
 function secretKeyRef(what: string, keyExample: string, description: string) {
   return Type.Object(
@@ -234,9 +258,10 @@ export const BackendSchema = Type.Object(
         'must be a name of lower-case letters, digits and "-", starting and ending with a letter or digit, like in-cluster or provider-2',
     }),
     service: Type.Optional(ServiceRefSchema),
+    inferencePoolRef: Type.Optional(InferencePoolRefSchema),
     url: Type.Optional(
       url(
-        'Base URL of one endpoint, including the API prefix, e.g. `https://api.example.com/v1` or `http://10.0.0.7:8000/v1`; requests go to `<url>/chat/completions` and so on. http or https, no user, query or fragment; a trailing "/" is ignored. Set exactly one of service, url or urls.',
+        'Base URL of one endpoint, including the API prefix, e.g. `https://api.example.com/v1` or `http://10.0.0.7:8000/v1`; requests go to `<url>/chat/completions` and so on. http or https, no user, query or fragment; a trailing "/" is ignored. Set exactly one of service, inferencePoolRef, url or urls.',
       ),
     ),
     urls: Type.Optional(
@@ -246,7 +271,7 @@ export const BackendSchema = Type.Object(
         ),
         {
           description:
-            'Base URLs of several endpoints that make up this one backend (one model served by several replicas): 1 to 64 distinct URLs, each like the url field. Set exactly one of service, url or urls.',
+            'Base URLs of several endpoints that make up this one backend (one model served by several replicas): 1 to 64 distinct URLs, each like the url field. Set exactly one of service, inferencePoolRef, url or urls.',
           minItems: 1,
           maxItems: 64,
           'x-kubernetes-list-type': 'set',
@@ -319,7 +344,7 @@ export const BackendSchema = Type.Object(
   },
   {
     description:
-      'One backend: a Service or one or more URLs serving the same models at the same price. Set exactly one of service, url or urls.',
+      'One backend: a Service, a Gateway API inference extension InferencePool, or one or more URLs serving the same models at the same price. Set exactly one of service, inferencePoolRef, url or urls.',
     additionalProperties: false,
     'x-kubernetes-validations': celValidations(BACKEND_RULES),
   },
@@ -715,6 +740,42 @@ export const FlowControlSchema = Type.Object(
   },
 );
 
+// ---------------------------------------------------------------------------------------------
+// spec.scaleFromZero
+// ---------------------------------------------------------------------------------------------
+
+/** Largest `spec.scaleFromZero.maxBytes`: 16 GiB, as for the flow-control queue. */
+export const MAX_HELD_BYTES = MAX_QUEUE_BYTES;
+
+export const ScaleFromZeroSchema = Type.Object(
+  {
+    maxWait: duration(
+      `Longest a request is held while the pool has no ready endpoint; then it gets a 503 with Retry-After, as a pool with no endpoint answers at once without scaleFromZero. Model servers take minutes to start (image pull, weights), and the openai clients wait 10 minutes by default. ${DURATION_SYNTAX} Default: 5m.`,
+      '5m',
+    ),
+    maxRequests: Type.Integer({
+      description:
+        'Most requests of this pool held at once by one sidecar; one more gets the 503 at once. An integer from 1 to 100000. Default: 100.',
+      minimum: 1,
+      maximum: 100_000,
+      default: 100,
+      format: 'int32',
+    }),
+    maxBytes: Type.Integer({
+      description: `Most bytes of request bodies one sidecar holds for this pool (held bodies stay in its memory); a request whose body does not fit gets the 503 at once. An integer number of bytes from 0 to ${MAX_HELD_BYTES} (16 GiB). Default: 16777216.`,
+      minimum: 0,
+      maximum: MAX_HELD_BYTES,
+      default: 16_777_216,
+      format: 'int64',
+    }),
+  },
+  {
+    description:
+      'Scale from zero (docs/autoscaling.md): while the pool has no ready endpoint, each sidecar holds requests, bounded in time, count and bytes, and reports them, so that an autoscaler scaling on switchyard_pool_demand_held_requests brings the first server up; held requests go out once an endpoint is ready. A client that disconnects while held is dropped at once. Unset: off, a pool with no ready endpoint answers 503 at once.',
+    additionalProperties: false,
+  },
+);
+
 export const AliasSchema = Type.Object(
   {
     name: Type.String({
@@ -794,6 +855,7 @@ export const InferencePoolSpecSchema = Type.Object(
     timeouts: TimeoutsSchema,
     drift: DriftSchema,
     flowControl: Type.Optional(FlowControlSchema),
+    scaleFromZero: Type.Optional(ScaleFromZeroSchema),
   },
   {
     description:

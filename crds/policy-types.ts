@@ -163,6 +163,20 @@ export const FlowControlPolicySchema = Type.Object({
   budgets: Type.Array(BudgetPolicySchema),
 });
 
+/**
+ * Scale from zero (issue 44), resolved: while the pool has no ready endpoint, each sidecar holds
+ * requests up to these bounds and reports them (`PoolDemand.held`). Absent from a policy: off, a
+ * pool with no endpoint answers 503 at once (as before).
+ */
+export const ScaleFromZeroPolicySchema = Type.Object({
+  /** Longest a request is held before a 503 with Retry-After. */
+  maxWaitMs: PositiveMs,
+  /** Most requests one sidecar holds for this pool; one more gets the 503 at once. */
+  maxRequests: Type.Integer({ minimum: 1 }),
+  /** Most bytes of request bodies one sidecar holds for this pool. */
+  maxBytes: Type.Integer({ minimum: 0 }),
+});
+
 /** The resolved policy of one pool: every default applied, every duration in ms. */
 export const PoolPolicySchema = Type.Object({
   mode: ModeSchema,
@@ -191,6 +205,11 @@ export const PoolPolicySchema = Type.Object({
    * a snapshot of an older controller still applies.
    */
   flowControl: Type.Optional(FlowControlPolicySchema),
+  /**
+   * Scale from zero, when the pool sets `spec.scaleFromZero` (docs/autoscaling.md). Optional, so
+   * that a snapshot of an older controller still applies.
+   */
+  scaleFromZero: Type.Optional(ScaleFromZeroPolicySchema),
 });
 
 /** What the last successful drift probe of an endpoint saw. */
@@ -289,6 +308,7 @@ export type DriftPolicy = Static<typeof DriftPolicySchema>;
 export type WorkloadSource = Static<typeof WorkloadSourceSchema>;
 export type BudgetPolicy = Static<typeof BudgetPolicySchema>;
 export type FlowControlPolicy = Static<typeof FlowControlPolicySchema>;
+export type ScaleFromZeroPolicy = Static<typeof ScaleFromZeroPolicySchema>;
 export type ModelAlias = Static<typeof ModelAliasSchema>;
 export type PoolPolicy = Static<typeof PoolPolicySchema>;
 export type EndpointProbe = Static<typeof EndpointProbeSchema>;

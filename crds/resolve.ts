@@ -3,7 +3,7 @@
  * applied, every duration in ms), the endpoint list, and the upstream timeouts.
  *
  * `resolvePool` is for a STANDALONE pool file: only `url`/`urls` backends can be resolved, and
- * API keys come from the sidecar's environment (`apiKeyEnv`). `service` backends and
+ * API keys come from the sidecar's environment (`apiKeyEnv`). `service` and `inferencePoolRef` backends and
  * `apiKeySecretRef` need the controller, which resolves them from EndpointSlices and Secrets with
  * `resolvePolicy` and `urlEndpoints` from here.
  *
@@ -51,6 +51,12 @@ export function resolvePool(pool: InferencePool, env: Environment): PoolResoluti
     if (backend.service !== undefined) {
       errors.push({
         path: joinPath(path, 'service'),
+        message: 'needs Kubernetes; a standalone pool file can only use url or urls',
+      });
+    }
+    if (backend.inferencePoolRef !== undefined) {
+      errors.push({
+        path: joinPath(path, 'inferencePoolRef'),
         message: 'needs Kubernetes; a standalone pool file can only use url or urls',
       });
     }
@@ -141,6 +147,16 @@ export function resolvePolicy(spec: InferencePoolSpec): PolicyResolution {
             spec.flowControl,
             ms('flowControl', 'maxQueueWait', spec.flowControl.maxQueueWait),
           ),
+        }),
+    // Left out when unset, so that a pool without it keeps its snapshot hash.
+    ...(spec.scaleFromZero === undefined
+      ? {}
+      : {
+          scaleFromZero: {
+            maxWaitMs: ms('scaleFromZero', 'maxWait', spec.scaleFromZero.maxWait),
+            maxRequests: spec.scaleFromZero.maxRequests,
+            maxBytes: spec.scaleFromZero.maxBytes,
+          },
         }),
   };
   const resolvedTimeouts: PoolTimeouts = {

@@ -100,7 +100,8 @@ describe('semantic rules', () => {
       [
         {
           path: 'spec.backends[1]',
-          message: 'a backend needs one of service, url or urls, and this one sets none',
+          message:
+            'a backend needs one of service, inferencePoolRef, url or urls, and this one sets none',
         },
       ],
     );

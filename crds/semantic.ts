@@ -83,20 +83,23 @@ function record(self: unknown): Record<string, unknown> {
 // ---------------------------------------------------------------------------------------------
 
 function sourceCount(b: Record<string, unknown>): number {
-  return ['service', 'url', 'urls'].filter((k) => isSet(b, k)).length;
+  return ['service', 'inferencePoolRef', 'url', 'urls'].filter((k) => isSet(b, k)).length;
 }
 
 export const BACKEND_SINGLE_SOURCE: SemanticRule = {
-  rule: '(has(self.service) ? 1 : 0) + (has(self.url) ? 1 : 0) + (has(self.urls) ? 1 : 0) <= 1',
-  message: 'a backend takes exactly one of service, url or urls, and this one sets more than one',
+  rule:
+    '(has(self.service) ? 1 : 0) + (has(self.inferencePoolRef) ? 1 : 0) + ' +
+    '(has(self.url) ? 1 : 0) + (has(self.urls) ? 1 : 0) <= 1',
+  message:
+    'a backend takes exactly one of service, inferencePoolRef, url or urls, and this one sets more than one',
   check(self) {
     return sourceCount(record(self)) <= 1 ? undefined : this.message;
   },
 };
 
 export const BACKEND_HAS_SOURCE: SemanticRule = {
-  rule: 'has(self.service) || has(self.url) || has(self.urls)',
-  message: 'a backend needs one of service, url or urls, and this one sets none',
+  rule: 'has(self.service) || has(self.inferencePoolRef) || has(self.url) || has(self.urls)',
+  message: 'a backend needs one of service, inferencePoolRef, url or urls, and this one sets none',
   check(self) {
     return sourceCount(record(self)) >= 1 ? undefined : this.message;
   },
@@ -123,15 +126,17 @@ function insecureAllowed(b: Record<string, unknown>): boolean {
 
 export const SERVICE_KEY_NEEDS_OPT_IN: SemanticRule = {
   rule:
-    '!has(self.service) || !has(self.apiKeySecretRef) || ' +
+    '!(has(self.service) || has(self.inferencePoolRef)) || !has(self.apiKeySecretRef) || ' +
     '(has(self.allowInsecureApiKey) && self.allowInsecureApiKey)',
   message:
-    'a service backend is called over plain http, so the key of apiKeySecretRef would cross ' +
-    'the network in clear: set allowInsecureApiKey: true to accept that',
+    'a service or inferencePoolRef backend is called over plain http, so the key of ' +
+    'apiKeySecretRef would cross the network in clear: set allowInsecureApiKey: true to accept that',
   fieldPath: '.apiKeySecretRef',
   check(self) {
     const b = record(self);
-    return isSet(b, 'service') && isSet(b, 'apiKeySecretRef') && !insecureAllowed(b)
+    return (isSet(b, 'service') || isSet(b, 'inferencePoolRef')) &&
+      isSet(b, 'apiKeySecretRef') &&
+      !insecureAllowed(b)
       ? this.message
       : undefined;
   },
@@ -161,8 +166,8 @@ export const TLS_NEEDS_HTTPS: SemanticRule = {
     "!has(self.tls) || has(self.service) || (has(self.url) && self.url.startsWith('https://')) || " +
     "(has(self.urls) && self.urls.all(u, u.startsWith('https://')))",
   message:
-    'tls checks the certificates of https endpoints, and this backend has an http:// url: ' +
-    'use https:// urls or remove tls',
+    'tls checks the certificates of https endpoints, and this backend has an http:// url or ' +
+    'is an inferencePoolRef (plain http): use https:// urls or remove tls',
   fieldPath: '.tls',
   check(self) {
     const b = record(self);

@@ -48,6 +48,24 @@ export const BudgetDemandSchema = Type.Object({
   tokens: Type.Optional(Type.Object({ used: NonNegative, wanted: NonNegative })),
 });
 
+/**
+ * What one sidecar sees of its pool's demand (issue 44), for the controller's autoscaling gauges:
+ * rates over the sidecar's last report period, counts as they are when the report is sent.
+ */
+export const PoolDemandSchema = Type.Object({
+  /** Requests the app sent to this pool, per second. */
+  requestsPerSecond: NonNegative,
+  /**
+   * Requests the sidecar answered itself with a 429 or 503 (no live endpoint, queue full or timed
+   * out, over budget, sheddable refused), per second.
+   */
+  shedPerSecond: NonNegative,
+  /** Requests waiting now in the flow-control queue (for an endpoint with room or for budget). */
+  queued: Type.Integer({ minimum: 0 }),
+  /** Requests held now because the pool has no ready endpoint (spec.scaleFromZero). */
+  held: Type.Integer({ minimum: 0 }),
+});
+
 export const SidecarReportSchema = Type.Object({
   /** Who reports: the pod name from the token, or a name the sidecar chose (standalone tools). */
   sidecar: Type.String({ minLength: 1, maxLength: 253 }),
@@ -57,6 +75,8 @@ export const SidecarReportSchema = Type.Object({
   endpoints: Type.Array(EndpointHealthReportSchema, { maxItems: 10_000 }),
   /** Budget use and demand, when the pool has budgets. Optional: older sidecars send none. */
   budgets: Type.Optional(Type.Array(BudgetDemandSchema, { maxItems: 1_000 })),
+  /** The pool's demand as this sidecar sees it. Optional: older sidecars send none. */
+  demand: Type.Optional(PoolDemandSchema),
 });
 
 /** One budget's share for one sidecar: what it may spend per minute until the next `shares`. */

@@ -29,6 +29,7 @@ import type {
   PoolSharesSchema,
   PoolSnapshotSchema,
   SidecarReportSchema,
+  PoolDemandSchema,
   SnapshotMessage,
 } from './snapshot.schema.ts';
 
@@ -67,6 +68,7 @@ export type EndpointHealthReport = Static<typeof EndpointHealthReportSchema>;
 export type PoolLoad = Static<typeof PoolLoadSchema>;
 export type EndpointLoad = Static<typeof EndpointLoadSchema>;
 export type BudgetDemand = Static<typeof BudgetDemandSchema>;
+export type PoolDemand = Static<typeof PoolDemandSchema>;
 export type BudgetShare = Static<typeof BudgetShareSchema>;
 export type PoolShares = Static<typeof PoolSharesSchema>;
 

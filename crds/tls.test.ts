@@ -30,7 +30,7 @@ describe('spec.backends[].tls', () => {
 
   it('rejects contradictions with the messages of the CRD rules', () => {
     assert.deepEqual(errorsOf({ url: 'http://a.example/v1', tls: { caBundle: CA } }), [
-      'spec.backends[0].tls: tls checks the certificates of https endpoints, and this backend has an http:// url: use https:// urls or remove tls',
+      'spec.backends[0].tls: tls checks the certificates of https endpoints, and this backend has an http:// url or is an inferencePoolRef (plain http): use https:// urls or remove tls',
     ]);
     assert.equal(
       errorsOf({ urls: ['https://a.example/v1', 'http://b.example/v1'], tls: {} }).length,

@@ -293,7 +293,7 @@ describe('validatePool: unknown fields', () => {
     const errors = lines(doc);
     assert.ok(
       errors.includes(
-        'spec["a key"]: unknown field; the fields here are mode, costWeightPerMs, defaultTtft, models, aliases, backends, affinity, health, retry, coldStart, timeouts, drift, flowControl',
+        'spec["a key"]: unknown field; the fields here are mode, costWeightPerMs, defaultTtft, models, aliases, backends, affinity, health, retry, coldStart, timeouts, drift, flowControl, scaleFromZero',
       ),
       errors.join('\n'),
     );
