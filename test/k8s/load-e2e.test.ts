@@ -287,24 +287,30 @@ describe(
       assert.deepEqual(complaints, []);
     });
 
-    it("the leader exports the pool's autoscaling gauges: its servers' load, the sidecars' demand", async () => {
+    /** The replica holding the lease, and the other one. */
+    const roles = async (): Promise<{ leader: RunningProcess; follower: RunningProcess }> => {
       const leader = await waitFor('a leader', async () => {
         for (const c of pool.controllers)
           if (/^switchyard_controller_leader 1$/m.test(await controllerMetrics(c))) return c;
         return undefined;
       });
-      const follower = pool.controllers.find((c) => c !== leader)!;
-      const gauges = async (c: RunningProcess): Promise<Record<string, number>> =>
-        Object.fromEntries(
-          (await controllerMetrics(c))
-            .split('\n')
-            .filter((l) => l.startsWith('switchyard_pool_'))
-            .map((l) => {
-              const m = /^switchyard_pool_(\w+)\{namespace="apps",pool="chat"\} (\S+)$/.exec(l);
-              assert.ok(m, `a pool gauge of apps/chat: ${l}`);
-              return [m[1]!, Number(m[2])];
-            }),
-        );
+      return { leader, follower: pool.controllers.find((c) => c !== leader)! };
+    };
+    /** The `switchyard_pool_*` gauges of apps/chat on `c`, by name without the prefix. */
+    const gauges = async (c: RunningProcess): Promise<Record<string, number>> =>
+      Object.fromEntries(
+        (await controllerMetrics(c))
+          .split('\n')
+          .filter((l) => l.startsWith('switchyard_pool_'))
+          .map((l) => {
+            const m = /^switchyard_pool_(\w+)\{namespace="apps",pool="chat"\} (\S+)$/.exec(l);
+            assert.ok(m, `a pool gauge of apps/chat: ${l}`);
+            return [m[1]!, Number(m[2])];
+          }),
+      );
+
+    it("the leader exports the pool's autoscaling gauges: its servers' load, the sidecars' demand", async () => {
+      const { leader, follower } = await roles();
       // What the vLLM server reports since the first test rewrote it; the provider reports none.
       assert.deepEqual(await gauges(leader), {
         server_requests_waiting: 0,
@@ -376,6 +382,28 @@ describe(
         await Promise.all(traffic.map((t) => t.load.stop()));
         await Promise.all(started.map((s) => s.stop()));
       }
+    });
+
+    it("a leader no sidecar of the pool is subscribed to reads the servers' load the other replica scrapes", async () => {
+      const { leader } = await roles();
+      // Nothing of the pool subscribed to the leader any more: it stops scraping the pool; the
+      // follower (its reader stays) scrapes on and relays its reading through its summary Lease.
+      readers[pool.controllers.indexOf(leader)]!.close();
+      await sidecar?.stop();
+      sidecar = undefined;
+      writeFileSync(metricsFile, vllmMetrics(5, 2, 0.4));
+      const relayed = await waitFor(
+        "the follower's reading on the leader",
+        async () => {
+          const g = await gauges(leader);
+          return g.server_requests_running === 5 ? g : undefined;
+        },
+        { timeoutMs: 20_000 },
+      );
+      assert.equal(relayed.server_requests_waiting, 2);
+      assert.equal(relayed.server_kv_cache_usage_mean, 0.4);
+      assert.equal(relayed.server_kv_cache_usage_max, 0.4);
+      assert.equal(relayed.ready_endpoints, 2);
     });
 
     it('stops scraping once no sidecar of the pool is subscribed', async () => {
