@@ -27,6 +27,7 @@ interface SidecarFlags {
   caFile?: string;
   cacheFile?: string;
   sidecarId: string;
+  reportEvery: number;
   listen: HostPort;
   admin: HostPort;
   maxBodyBytes: number;
@@ -64,6 +65,7 @@ function configSource(flags: SidecarFlags): ConfigSource | string {
     caFile: flags.caFile,
     cacheFile: flags.cacheFile,
     sidecarId: flags.sidecarId,
+    reportEveryMs: flags.reportEvery,
   };
 }
 
@@ -118,6 +120,18 @@ export function addSidecarCommand(program: Command): void {
         process.env.POD_NAME ?? hostname(),
         '$POD_NAME or the hostname',
       ),
+    )
+    .addOption(
+      new Option(
+        '--report-every <duration>',
+        'with --controller: how often this sidecar reports to the controller (applied snapshot, endpoint health, demand for the autoscaling gauges); every second while its pool has budgets',
+      )
+        .default(10_000, '10s')
+        .argParser((value: string) => {
+          const ms = parseDurationMs(value);
+          if (ms <= 0) throw new InvalidArgumentError('expected a duration above 0, like 10s');
+          return ms;
+        }),
     )
     .addOption(
       new Option('--listen <host:port>', 'proxy address the app calls')

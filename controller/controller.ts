@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { listen, type HostPort } from '../lib/listen.ts';
 import { adminServer } from './admin-server.ts';
 import { PoolIndex } from './core/pool-index.ts';
+import { poolSignals } from './core/pool-signals.ts';
 import { DriftMonitor } from './drift/monitor.ts';
 import { InjectionAuditor } from './injection/auditor.ts';
 import { WebhookCaBundle } from './injection/ca-bundle.ts';
@@ -176,6 +177,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
     onRemoteChange: (keys) => statusQueue.addAll(keys),
     localDemand: () => stream.budgetDemandByPool(),
     onRemoteDemandChange: () => stream.scheduleAllSplits(),
+    localSignals: () => stream.localSignals(),
   });
 
   // Server-reported load: every replica scrapes for the pools its own sidecars subscribe to.
@@ -249,6 +251,13 @@ export async function startController(options: ControllerOptions): Promise<Runni
     drift: () => drift.drifted(),
     fleet: () => states.endpointHealth(),
     loadTargets: () => load?.counts(),
+    // Autoscaling signals (issue 44): the leader's own and the other replicas' summaries.
+    poolSignals: () =>
+      isLeader()
+        ? poolSignals(stream.readyEndpoints(), stream.localSignals(), (key) =>
+            summaries.remoteSignals(key),
+          )
+        : [],
   });
   const admin = adminServer({ metrics, synced: () => caches.synced, isLeader });
 

@@ -1,4 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { splitKey } from './core/pool-index.ts';
+import type { PoolSignals } from './core/pool-signals.ts';
 
 /** What the gauges read, at each scrape. */
 export interface GaugeSources {
@@ -23,7 +25,33 @@ export interface GaugeSources {
   drift?: () => ReadonlyMap<string, { ids: readonly string[]; drifted: ReadonlySet<string> }>;
   /** The endpoints this replica scrapes for load, by how they stand (undefined: scraping is off). */
   loadTargets?: () => Readonly<Record<string, number>> | undefined;
+  /**
+   * Every pool's autoscaling signals (issue 44; core/pool-signals.ts), read once per scrape; empty
+   * on a replica that is not the leader.
+   */
+  poolSignals?: () => readonly PoolSignals[];
 }
+
+/**
+ * The help of the autoscaling gauges (docs/controller.md, "Autoscaling signals"). Exported on the
+ * leader only: the others would export the same pools with their partial view.
+ */
+const SERVER_SOURCE =
+  "as the controller scrapes the pool's servers' /metrics (--load-scrape-every): the leader's own reading when a sidecar of the pool is subscribed to it, else the reading of another replica that has one, relayed through its summary Lease (up to about 10 s older). Absent while no replica scrapes the pool (none of its sidecars connected, or scraping off) or no server reports it. On the leader only.";
+const DEMAND_SOURCE =
+  "summed over the pool's connected sidecars' last reports (every --report-every, 10 s by default; every second with budgets), those on other replicas through their summary Leases (up to about 10 s older). On the leader only.";
+export const POOL_SIGNAL_HELP = {
+  waiting: `Requests waiting in the pool's model servers (vllm:num_requests_waiting and the like), summed over the servers, ${SERVER_SOURCE}`,
+  running: `Requests the pool's model servers are running, summed over the servers, ${SERVER_SOURCE}`,
+  kvMean: `Mean KV-cache use (0..1) over the pool's servers that report it, ${SERVER_SOURCE}`,
+  kvMax: `Largest KV-cache use (0..1) among the pool's servers, ${SERVER_SOURCE}`,
+  ready:
+    "Endpoints in the pool's snapshot (ready pods and URLs, less those drift detection excludes): what its sidecars route to. On the leader only.",
+  requests: `Requests the apps sent to the pool per second, ${DEMAND_SOURCE}`,
+  shed: `Requests the sidecars answered themselves with a 429 or 503 (no live endpoint, flow-control queue full or timed out, over budget, sheddable) per second, ${DEMAND_SOURCE}`,
+  queued: `Requests waiting now in the sidecars' flow-control queues (spec.flowControl), ${DEMAND_SOURCE}`,
+  held: `Requests the sidecars hold now because the pool has no ready endpoint (spec.scaleFromZero): scale from zero on this, ${DEMAND_SOURCE}`,
+} as const;
 
 /** The controller's Prometheus metrics (admin port, /metrics). */
 export class ControllerMetrics {
@@ -194,6 +222,7 @@ export class ControllerMetrics {
           this.set({ state: state.replace('-', '_') }, n);
       },
     });
+    this.#poolSignalGauges(read);
     new Gauge({
       name: 'switchyard_controller_tls_certificate_expiry_timestamp_seconds',
       help: 'When the certificate the stream and webhook serve expires (Unix time). Alert well before it.',
@@ -203,5 +232,50 @@ export class ControllerMetrics {
         if (ms !== undefined) this.set(ms / 1000);
       },
     });
+  }
+
+  /** The per-pool gauges an autoscaler (KEDA, an HPA through an adapter) reads. */
+  #poolSignalGauges(read: GaugeSources): void {
+    const registers = [this.registry];
+    // The first family of a scrape reads the signals; the others write the same rows, so that
+    // every family of one scrape shows the same moment.
+    let rows: readonly PoolSignals[] = [];
+    const gauge = (
+      name: string,
+      help: string,
+      value: (row: PoolSignals) => number | undefined,
+      first = false,
+    ): void => {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['namespace', 'pool'],
+        registers,
+        collect() {
+          if (first) rows = read.poolSignals?.() ?? [];
+          this.reset();
+          for (const row of rows) {
+            const v = value(row);
+            if (v === undefined) continue;
+            const { namespace, name: pool } = splitKey(row.key);
+            this.set({ namespace, pool }, v);
+          }
+        },
+      });
+    };
+    const help = POOL_SIGNAL_HELP;
+    gauge('switchyard_pool_server_requests_waiting', help.waiting, (r) => r.server?.waiting, true);
+    gauge('switchyard_pool_server_requests_running', help.running, (r) => r.server?.running);
+    gauge('switchyard_pool_server_kv_cache_usage_mean', help.kvMean, (r) => r.server?.kvCacheMean);
+    gauge('switchyard_pool_server_kv_cache_usage_max', help.kvMax, (r) => r.server?.kvCacheMax);
+    gauge('switchyard_pool_ready_endpoints', help.ready, (r) => r.readyEndpoints);
+    gauge(
+      'switchyard_pool_demand_requests_per_second',
+      help.requests,
+      (r) => r.demand.requestsPerSecond,
+    );
+    gauge('switchyard_pool_demand_shed_per_second', help.shed, (r) => r.demand.shedPerSecond);
+    gauge('switchyard_pool_demand_queued_requests', help.queued, (r) => r.demand.queued);
+    gauge('switchyard_pool_demand_held_requests', help.held, (r) => r.demand.held);
   }
 }

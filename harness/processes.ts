@@ -166,6 +166,8 @@ export interface ControllerSidecar {
   sidecarId: string;
   listen?: string;
   admin?: string;
+  /** `--report-every`, e.g. `1s`; the sidecar's default (10 s) when undefined. */
+  reportEvery?: string | undefined;
 }
 
 /** The arguments of `switchyard sidecar` fed by the controller (after the subcommand name). */
@@ -187,6 +189,7 @@ export function controllerSidecarArgs(o: ControllerSidecar): string[] {
     o.listen ?? '127.0.0.1:0',
     '--admin',
     o.admin ?? '127.0.0.1:0',
+    ...(o.reportEvery === undefined ? [] : ['--report-every', o.reportEvery]),
   ];
 }
 

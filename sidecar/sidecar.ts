@@ -222,6 +222,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
             cacheFile: cacheFileFor(cacheFile, pool, poolNames.length),
             active: actives[i]!,
             logger: poolNames.length === 1 ? logger : logger.child({ pool }),
+            // TODO(issue 44, merge): `heldRequests`, the scale-from-zero hold's count of this
+            // pool (helper H4); reports say `held: 0` until it is wired.
           }),
         ),
       );

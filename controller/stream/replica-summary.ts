@@ -1,6 +1,12 @@
 import type { Logger } from 'pino';
 import type { BudgetUnit, ReplicaDemand } from '../core/budget-shares.ts';
 import { demandKey } from '../core/budget-shares.ts';
+import {
+  decodeSignals,
+  encodeSignals,
+  type CompactSignals,
+  type ReplicaSignals,
+} from '../core/pool-signals.ts';
 import type { SidecarView } from '../core/status.ts';
 import { KubeApiError, microTime, type KubeRaw } from '../kube/kube-raw.ts';
 import type { OwnerReference } from '../kube/owners.ts';
@@ -22,8 +28,16 @@ const ANNOTATION = 'switchyard.dev/sidecars';
  */
 const DEMAND_ANNOTATION = 'switchyard.dev/budget-demand';
 type DemandSummary = Record<string, Record<string, [number, number, number, number?]>>;
+/**
+ * What this replica knows of each pool's autoscaling signals (issue 44): its sidecars' demand
+ * summed and the load of the servers it scrapes, `{pool: CompactSignals}` (core/pool-signals.ts).
+ * A separate annotation, as the budget demand: older replicas ignore it.
+ */
+const SIGNALS_ANNOTATION = 'switchyard.dev/pool-signals';
 /** Keeps the annotation well under the 256 KiB limit of all annotations together. */
 const MAX_SIDECARS_PER_REPLICA = 1500;
+/** About 80 bytes a pool: 1,000 pools stay under 100 KiB beside the sidecars. */
+const MAX_SIGNAL_POOLS_PER_REPLICA = 1000;
 
 /** One sidecar, compactly: id, applied hash, streaming (1/0), endpoints whose breaker is not closed. */
 type CompactSidecar = [string, string, 0 | 1, [string, 'o' | 'h'][]];
@@ -57,6 +71,8 @@ export interface ReplicaSummaryOptions {
   localDemand?: () => Map<string, Map<string, ReplicaDemand>>;
   /** Another replica's demand changed: re-split the budgets. */
   onRemoteDemandChange?: () => void;
+  /** This replica's part of each pool's autoscaling signals, by pool key (issue 44). */
+  localSignals?: () => Map<string, ReplicaSignals>;
 }
 
 function leaseName(identity: string): string {
@@ -78,6 +94,8 @@ export class ReplicaSummaries {
   /** Per pool, per live other replica with sidecars of it: its demand by `demandKey` (or none). */
   private remoteDemandByPool = new Map<string, (Map<string, ReplicaDemand> | undefined)[]>();
   private remoteDemandText = '';
+  /** Per pool, what each other live replica with sidecars of it knows of its signals. */
+  private remoteSignalsByPool = new Map<string, ReplicaSignals[]>();
   /** Lease record → when we first saw it (monotonic): a replica is gone when its record stops changing. */
   private observed = new Map<string, { record: string; atMs: number }>();
 
@@ -122,6 +140,11 @@ export class ReplicaSummaries {
     );
   }
 
+  /** What the other live replicas know of `poolKey`'s autoscaling signals, one entry each. */
+  remoteSignals(poolKey: string): readonly ReplicaSignals[] {
+    return this.remoteSignalsByPool.get(poolKey) ?? [];
+  }
+
   private get path(): string {
     return `/apis/coordination.k8s.io/v1/namespaces/${this.options.namespace}/leases`;
   }
@@ -154,7 +177,14 @@ export class ReplicaSummaries {
         ]),
       );
     const demandText = JSON.stringify(demand);
-    const text = JSON.stringify(summary) + demandText;
+    const signals: Record<string, CompactSignals> = {};
+    let pools = 0;
+    for (const [pool, known] of this.options.localSignals?.() ?? []) {
+      if (pools++ >= MAX_SIGNAL_POOLS_PER_REPLICA) break;
+      signals[pool] = encodeSignals(known);
+    }
+    const signalsText = JSON.stringify(signals);
+    const text = JSON.stringify(summary) + demandText + signalsText;
     // Renew at least every third period even when nothing changed, so others see this replica live.
     if (
       text === this.lastPublished &&
@@ -171,7 +201,11 @@ export class ReplicaSummaries {
         name,
         namespace: this.options.namespace,
         labels: { [SUMMARY_LABEL]: 'true' },
-        annotations: { [ANNOTATION]: JSON.stringify(summary), [DEMAND_ANNOTATION]: demandText },
+        annotations: {
+          [ANNOTATION]: JSON.stringify(summary),
+          [DEMAND_ANNOTATION]: demandText,
+          [SIGNALS_ANNOTATION]: signalsText,
+        },
         // On every write: a PUT replaces the whole object, owners included.
         ownerReferences: [...(this.options.ownerReferences ?? [])],
         ...(resourceVersion === undefined ? {} : { resourceVersion }),
@@ -205,6 +239,7 @@ export class ReplicaSummaries {
     const now = performance.now();
     const next = new Map<string, Map<string, SidecarView>>();
     const nextDemand = new Map<string, (Map<string, ReplicaDemand> | undefined)[]>();
+    const nextSignals = new Map<string, ReplicaSignals[]>();
     const seen = new Set<string>();
     for (const lease of list.items) {
       const holder = lease.spec?.holderIdentity ?? '';
@@ -228,6 +263,11 @@ export class ReplicaSummaries {
         demand = raw === undefined ? undefined : (JSON.parse(raw) as DemandSummary);
       } catch {
         demand = undefined;
+      }
+      for (const [pool, compact] of Object.entries(parseRecord(lease, SIGNALS_ANNOTATION))) {
+        const list = nextSignals.get(pool) ?? [];
+        list.push(decodeSignals(compact));
+        nextSignals.set(pool, list);
       }
       for (const [pool, sidecars] of Object.entries(summary)) {
         if (sidecars.some((s) => s[2] === 1)) {
@@ -263,6 +303,7 @@ export class ReplicaSummaries {
       }
     }
     for (const name of this.observed.keys()) if (!seen.has(name)) this.observed.delete(name);
+    this.remoteSignalsByPool = nextSignals;
     const demandText = JSON.stringify(
       [...nextDemand].map(([pool, l]) => [pool, l.map((m) => (m === undefined ? null : [...m]))]),
     );
@@ -277,5 +318,17 @@ export class ReplicaSummaries {
     this.remote = next;
     this.remoteText = text;
     this.options.onRemoteChange([...changed]);
+  }
+}
+
+/** An annotation holding a JSON object, or {} when it is missing or not one. */
+function parseRecord(lease: LeaseObject, annotation: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(lease.metadata.annotations?.[annotation] ?? '{}');
+    return typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : {};
+  } catch {
+    return {};
   }
 }

@@ -203,4 +203,97 @@ describe('SnapshotServer', () => {
     });
     assert.deepEqual(second[0], { budgets: [{ id: 'pool', requestsPerMinute: 30 }] });
   });
+
+  it("sums its subscribed sidecars' demand and its servers' load, forgetting who disconnected", async () => {
+    while (server.connectedCount() > 0) await new Promise((r) => setTimeout(r, 5));
+    // Two endpoint ids of one server (two backends listing it) and another server.
+    const twoServers: PoolSnapshot = {
+      ...SNAPSHOT,
+      version: 30,
+      endpoints: [
+        ...SNAPSHOT.endpoints,
+        { ...SNAPSHOT.endpoints[0]!, id: 'again/10.0.0.7:8000', backend: 'again' },
+        { ...SNAPSHOT.endpoints[0]!, id: 'gpus/10.0.0.8:8000', url: 'http://10.0.0.8:8000/v1' },
+        { ...SNAPSHOT.endpoints[0]!, id: 'gpus/10.0.0.9:8000', drifted: true },
+      ],
+    };
+    server.publish('apps/chat', twoServers, performance.now());
+    assert.deepEqual(server.readyEndpoints(), [['apps/chat', 3]], 'the drifted one excluded');
+    assert.deepEqual(server.localSignals(), new Map(), 'nobody subscribed: nothing known here');
+    const report = async (sidecar: string, demand?: object): Promise<number> => {
+      const res = await fetch(`${base}/v1/namespaces/apps/pools/chat/reports`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer t', 'content-type': 'application/json' },
+        body: JSON.stringify({
+          sidecar,
+          appliedVersion: 30,
+          appliedHash: 'abc',
+          endpoints: [],
+          ...(demand === undefined ? {} : { demand }),
+        }),
+      });
+      return res.status;
+    };
+    const streams = ['s1', 's2', 's3'].map((id) => {
+      const req = http.get(`${base}/v1/namespaces/apps/pools/chat/snapshots?sidecar=${id}`, {
+        headers: { authorization: 'Bearer t' },
+      });
+      req.on('error', () => undefined);
+      return req;
+    });
+    while (server.connectedCount() < 3) await new Promise((r) => setTimeout(r, 5));
+    assert.equal(
+      await report('s1', { requestsPerSecond: 4, shedPerSecond: 1, queued: 2, held: 0 }),
+      204,
+    );
+    assert.equal(
+      await report('s2', { requestsPerSecond: 1.5, shedPerSecond: 0, queued: 0, held: 3 }),
+      204,
+    );
+    assert.equal(await report('s3'), 204, 'an older sidecar, without demand');
+    assert.equal(
+      await report('gone', { requestsPerSecond: 99, shedPerSecond: 9, queued: 9, held: 9 }),
+      204,
+    );
+    server.publishLoad('apps/chat', {
+      endpoints: [
+        { id: 'gpus/10.0.0.7:8000', running: 3, waiting: 4, kvCacheUsage: 0.5, ageMs: 10 },
+        { id: 'again/10.0.0.7:8000', running: 3, waiting: 4, kvCacheUsage: 0.5, ageMs: 10 },
+        { id: 'gpus/10.0.0.8:8000', running: 7, waiting: 0, kvCacheUsage: 0.9, ageMs: 10 },
+      ],
+    });
+    assert.deepEqual(
+      server.localSignals(),
+      new Map([
+        [
+          'apps/chat',
+          {
+            demand: { requestsPerSecond: 5.5, shedPerSecond: 1, queued: 2, held: 3 },
+            server: { servers: 2, running: 10, waiting: 4, kvCacheMean: 0.7, kvCacheMax: 0.9 },
+          },
+        ],
+      ]),
+      'the one not subscribed is not counted; the server behind two ids once',
+    );
+    streams[0]!.destroy();
+    while (server.connectedCount() > 2) await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual(server.localSignals().get('apps/chat')?.demand, {
+      requestsPerSecond: 1.5,
+      shedPerSecond: 0,
+      queued: 0,
+      held: 3,
+    });
+    for (const req of streams) req.destroy();
+    while (server.connectedCount() > 0) await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual(server.localSignals(), new Map());
+    // Subscribed again: the last load is not kept (it is not scraped while nobody subscribes).
+    const again = http.get(`${base}/v1/namespaces/apps/pools/chat/snapshots?sidecar=s1`, {
+      headers: { authorization: 'Bearer t' },
+    });
+    again.on('error', () => undefined);
+    while (server.connectedCount() === 0) await new Promise((r) => setTimeout(r, 5));
+    assert.equal(server.localSignals().get('apps/chat')?.server, undefined);
+    again.destroy();
+    while (server.connectedCount() > 0) await new Promise((r) => setTimeout(r, 5));
+  });
 });

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { EndpointSpec } from '../../crds/policy-types.ts';
 import {
   LOAD_EVENT,
+  metricsUrl,
   parseReport,
   SHARES_EVENT,
   SNAPSHOT_EVENT,
@@ -21,6 +22,7 @@ import {
   type ReplicaDemand,
 } from '../core/budget-shares.ts';
 import type { PoolKey } from '../core/pool-index.ts';
+import { sumDemand, summariseServers, type ReplicaSignals } from '../core/pool-signals.ts';
 import {
   holdsApiKeys,
   streamAccess,
@@ -68,6 +70,11 @@ interface PoolChannel {
   lastSplitMs: number;
   /** What this replica's sidecars want of each budget and unit (`demandKey`), for the summary. */
   demand: Map<string, ReplicaDemand>;
+  /**
+   * The last `load` of the pool's servers this replica scraped, while it has subscribers (the
+   * autoscaling gauges, issue 44); cleared when the last one leaves, as the scraping stops.
+   */
+  load: PoolLoad | undefined;
 }
 
 /**
@@ -152,6 +159,7 @@ export class SnapshotServer {
         splitTimer: undefined,
         lastSplitMs: -Infinity,
         demand: new Map(),
+        load: undefined,
       };
       this.channels.set(key, channel);
     }
@@ -274,9 +282,49 @@ export class SnapshotServer {
   publishLoad(key: PoolKey, load: PoolLoad): void {
     const channel = this.channels.get(key);
     if (channel === undefined || channel.subscribers.size === 0) return;
+    channel.load = load;
     const event = `event: ${LOAD_EVENT}\ndata: ${JSON.stringify(load)}\n\n`;
     for (const s of channel.subscribers)
       if (s.res.writableLength <= MAX_LOAD_BACKLOG_BYTES) s.res.write(event);
+  }
+
+  /**
+   * What this replica knows of each pool it has subscribers of, for the autoscaling gauges (issue
+   * 44): its sidecars' demand summed (one entry per sidecar, from its last report; a sidecar that
+   * disconnected no longer counts), and its servers' load from the last scrape.
+   */
+  localSignals(): Map<PoolKey, ReplicaSignals> {
+    const out = new Map<PoolKey, ReplicaSignals>();
+    for (const [key, channel] of this.channels) {
+      if (channel.subscribers.size === 0) continue;
+      const subscribed = new Set([...channel.subscribers].map((s) => s.sidecar));
+      const demand = sumDemand(
+        [...subscribed].map((id) => channel.sidecars.get(id)?.report?.demand),
+      );
+      const urls = new Map(channel.snapshot?.endpoints.map((e) => [e.id, e.url]));
+      const server = summariseServers(
+        (channel.load?.endpoints ?? []).map((e) => {
+          const url = urls.get(e.id);
+          return { ...e, server: (url === undefined ? undefined : metricsUrl(url)) ?? e.id };
+        }),
+      );
+      out.set(key, { demand, ...(server === undefined ? {} : { server }) });
+    }
+    return out;
+  }
+
+  /**
+   * Each pool with a snapshot and its ready endpoints: those of the snapshot (ready pods and URLs)
+   * that drift detection does not exclude, as the status' `endpoints.ready` counts them.
+   */
+  readyEndpoints(): [PoolKey, number][] {
+    const out: [PoolKey, number][] = [];
+    for (const [key, channel] of this.channels) {
+      const endpoints = channel.snapshot?.endpoints;
+      if (endpoints !== undefined)
+        out.push([key, endpoints.filter((e) => e.drifted !== true).length]);
+    }
+    return out;
   }
 
   /** The endpoints of each pool that has subscribers on this replica and a snapshot to serve. */
@@ -465,6 +513,8 @@ export class SnapshotServer {
     req.socket.setTimeout(0);
     res.once('close', () => {
       channel.subscribers.delete(subscriber);
+      // Not scraped here any more (subscribedEndpoints): the last reading would only grow stale.
+      if (channel.subscribers.size === 0) channel.load = undefined;
       state.streams--;
       state.lastSeenMs = performance.now();
       this.options.logger.info({ pool: key, sidecar }, 'sidecar disconnected');

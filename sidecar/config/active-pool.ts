@@ -3,6 +3,7 @@ import type { FlowControlPolicy, PoolTimeouts } from '../../crds/policy-types.ts
 import {
   Balancer,
   BudgetLedger,
+  DemandMeter,
   FlowQueue,
   type BudgetDemand,
   type BudgetLedgerApi,
@@ -45,6 +46,11 @@ export interface ActivePool {
    * budgets, every request starts at once.
    */
   flow?: PoolFlow | undefined;
+  /**
+   * The requests and sheds of the pool, for the demand of the reports to the controller (issue
+   * 44): lives with the pool like its balancer. Optional only for hand-made pools in tests.
+   */
+  demand?: DemandMeter | undefined;
 }
 
 /**
@@ -209,6 +215,7 @@ export class ActivePoolState {
     const balancer = before?.balancer ?? this.#balancer(config);
     if (before !== undefined) balancer.update(config.policy, config.endpoints);
     const flow = this.#flow(before?.flow, config.policy.flowControl);
+    const demand = before?.demand ?? new DemandMeter(this.#options.clock);
     const active: ActivePool = {
       name: config.name,
       version: version ?? (before?.version ?? 0) + 1,
@@ -218,6 +225,7 @@ export class ActivePoolState {
       timeouts: config.timeouts,
       balancer,
       flow,
+      demand,
     };
     this.#active = active;
     this.#options.onApplied?.(active);

@@ -5,7 +5,10 @@ import type { ControllerSourceOptions, RunningConfigSource } from './config-sour
 import { startControllerClient } from './controller/controller-client.ts';
 import { endpointHealth } from './controller/endpoint-health.ts';
 
-/** While requests wait in a budgeted pool's queue, demand is reported this often (≤ 4/s). */
+/**
+ * While requests wait in a budgeted pool's queue, demand is reported this often (≤ 4/s); and this
+ * soon after requests start to be held (scale from zero).
+ */
 const DEMAND_POLL_MS = 250;
 
 /**
@@ -14,9 +17,23 @@ const DEMAND_POLL_MS = 250;
  * disk was read (a restored snapshot is already in force); never waits for the controller.
  */
 export async function startControllerSource(
-  options: ControllerSourceOptions & { active: ActivePoolState; logger: Logger },
+  options: ControllerSourceOptions & {
+    active: ActivePoolState;
+    logger: Logger;
+    /**
+     * Requests of this pool held now because it has no ready endpoint (scale from zero, issue
+     * 44), for the report's `demand.held`. Optional: 0 without it.
+     * TODO(issue 44, merge): the lead wires the hold's count (helper H4) in here from sidecar.ts.
+     */
+    heldRequests?: (() => number) | undefined;
+  },
 ): Promise<RunningConfigSource> {
-  const { active, logger, ...clientOptions } = options;
+  const { active, logger, heldRequests, ...clientOptions } = options;
+  // A count the report's schema accepts (an integer ≥ 0), or the whole report would be refused.
+  const held = (): number => {
+    const n = heldRequests?.() ?? 0;
+    return Number.isFinite(n) && n > 0 ? Math.floor(n) : 0;
+  };
   // Budgets across the fleet (issue 43): the last shares the controller sent stay in force until
   // the next ones, whatever happens to the stream (static stability: never zero, never the whole
   // budget, because the controller went away). Kept here too, so that a pool whose flow state is
@@ -63,13 +80,27 @@ export async function startControllerSource(
       const f = flow();
       return f === undefined || f.policy.budgets.length === 0 ? undefined : f.demand();
     },
+    // For the controller's autoscaling gauges: rates since the previous report, counts now.
+    demand: () => {
+      const pool = active.current();
+      if (pool?.demand === undefined) return undefined;
+      return { ...pool.demand.take(), queued: pool.flow?.queue.size ?? 0, held: held() };
+    },
   });
   // Requests held in a budgeted pool's queue: report the demand at once (rate-limited), so the
-  // controller re-splits now rather than at the next report period.
+  // controller re-splits now rather than at the next report period. Likewise when requests start
+  // to be held for a pool with no ready endpoint: an autoscaler waits on that to start a server,
+  // and the next periodic report may be 10 s away.
+  let heldBefore = 0;
   const demandPoll = setInterval(() => {
     const f = flow();
-    if (f !== undefined && f.policy.budgets.length > 0 && f.queue.size > 0)
+    const heldNow = held();
+    if (
+      (f !== undefined && f.policy.budgets.length > 0 && f.queue.size > 0) ||
+      (heldNow > 0 && heldBefore === 0)
+    )
       client.reportDemandNow();
+    heldBefore = heldNow;
   }, DEMAND_POLL_MS);
   demandPoll.unref();
   await client.ready;

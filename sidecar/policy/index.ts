@@ -64,3 +64,5 @@ export {
   DEFAULT_COMPLETION_TOKENS,
 } from './budget-ledger.ts';
 export { isSaturated } from './saturation.ts';
+// Autoscaling signals (issue 44): the pool's demand as this sidecar reports it.
+export { DEMAND_MIN_WINDOW_MS, DemandMeter, type DemandRates } from './demand-meter.ts';

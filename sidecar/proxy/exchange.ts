@@ -307,6 +307,7 @@ export class Exchange {
     }
     if (pick.kind === 'shed') {
       metrics.shed.inc();
+      this.pool.demand?.shed();
       this.trace?.shed();
       const seconds = Math.max(1, Math.ceil(pick.retryAfterMs / 1000));
       const pinned = this.#affinity.pinnedEndpointId;

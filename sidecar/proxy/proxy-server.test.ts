@@ -152,4 +152,60 @@ spec:
       assert.match(String(answer.headers['x-switchyard-backend']), /^a\//);
     });
   });
+
+  test('counts each request of its pool, and each it answers itself with a 429 or 503, for the reports', async (t) => {
+    const backend = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"object":"chat.completion"}');
+      });
+    });
+    await new Promise<void>((r) => backend.listen(0, '127.0.0.1', r));
+    const { port } = backend.address() as AddressInfo;
+    // One request a minute: a sheddable request past it is refused at once (429 over_budget).
+    const loaded = loadPoolText(
+      `apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: demand}
+spec:
+  backends:
+  - {name: a, url: 'http://127.0.0.1:${port}/v1'}
+  flowControl: {budgets: [{requestsPerMinute: 1}]}
+`,
+      {},
+    );
+    if (!loaded.ok) throw new Error(JSON.stringify(loaded.problems));
+    let nowMs = 0;
+    const active = new ActivePoolState({
+      clock: { nowMs: () => nowMs },
+      rng: seededRng(1),
+      logger,
+    });
+    active.apply(loaded.pool);
+    const proxy = proxyOf(() => active.current());
+    const url = await listen(proxy.server, { host: '127.0.0.1', port: 0 });
+    t.after(async () => {
+      proxy.server.close();
+      proxy.server.closeAllConnections();
+      proxy.close();
+      await new Promise((r) => backend.close(r));
+    });
+    const statuses: number[] = [];
+    for (const priority of ['0', '-1', '-1'])
+      statuses.push((await post(url, chat, { 'x-switchyard-priority': priority })).status);
+    // Its one endpoint excluded (drifted), and no budget: the balancer sheds (503).
+    const policy = { ...loaded.pool.policy, flowControl: undefined };
+    const endpoints = loaded.pool.endpoints.map((e) => ({ ...e, drifted: true }));
+    active.apply({ ...loaded.pool, hash: 'excluded', policy, endpoints });
+    statuses.push((await post(url, chat)).status);
+    // A request answered before it reaches the pool (bad JSON) is not the pool's demand.
+    statuses.push((await post(url, '{')).status);
+    assert.deepEqual(statuses, [200, 429, 429, 503, 400]);
+    nowMs += 2_000;
+    assert.deepEqual(active.current()!.demand!.take(), {
+      requestsPerSecond: 2,
+      shedPerSecond: 1.5,
+    });
+  });
 });

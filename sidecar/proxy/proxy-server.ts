@@ -794,6 +794,7 @@ export class SidecarProxy {
    */
   private startExchange(routed: Routed, parts: RouteParts): Exchange {
     routed.pool.balancer.recordRequest();
+    routed.pool.demand?.request();
     const { account, ...init } = routed;
     const flow = routed.pool.flow;
     // The budget ticket, once admitted: settled when the exchange ends (flow control only).
@@ -871,6 +872,7 @@ export class SidecarProxy {
         exchange.start(pick);
       },
       refuse: (refusal) => {
+        routed.pool.demand?.shed();
         trace?.flow?.({ priority, waitedMs: refusal.waitedMs, refused: refusal.reason });
         sendError(res, 429, refusal.code, refusal.message, {
           'retry-after': String(refusal.retryAfterS),

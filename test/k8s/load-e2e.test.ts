@@ -15,6 +15,7 @@ import http from 'node:http';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import OpenAI from 'openai';
 import { parseLoad, type PoolLoad } from '../../crds/snapshot.ts';
 import type { RunningProcess } from '../../harness/processes.ts';
 import { waitFor } from '../../harness/k8s/cluster.ts';
@@ -25,20 +26,34 @@ import {
   type ServicePool,
 } from './test-controller.ts';
 import { assertTestAddress, type TestHost } from './test-hosts.ts';
+import { keepSending, type Traffic } from './traffic.ts';
 
 const enabled = process.env['SWITCHYARD_K8S_TESTS'] !== '0';
 const SCRAPE_EVERY = '500ms';
 
 /**
- * A model server's /metrics and nothing else: the text of FILE (re-read at every request), or a
- * 404 with a JSON body when FILE is `-`. GET /count answers how often /metrics was asked.
+ * A model server's /metrics: the text of FILE (re-read at every request), or a 404 with a JSON
+ * body when FILE is `-`. GET /count answers how often /metrics was asked. It answers chat
+ * completions too, at once and always the same, so that sidecars can send it traffic.
  */
 const METRICS_SERVER = `
 const http = require('node:http');
 const fs = require('node:fs');
 const [port, file] = process.argv.slice(1);
 let scrapes = 0;
+const completion = JSON.stringify({
+  id: 'c-1', object: 'chat.completion', created: 0, model: 'llama',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+});
 http.createServer((req, res) => {
+  if (req.method === 'POST' && req.url === '/v1/chat/completions') {
+    req.resume();
+    return req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(completion);
+    });
+  }
   if (req.url === '/count') return res.end(String(scrapes));
   if (req.url !== '/metrics') { res.writeHead(404); return res.end(); }
   scrapes++;
@@ -270,6 +285,125 @@ describe(
         .split('\n')
         .filter((l) => /"level":(40|50|60)/.test(l));
       assert.deepEqual(complaints, []);
+    });
+
+    /** The replica holding the lease, and the other one. */
+    const roles = async (): Promise<{ leader: RunningProcess; follower: RunningProcess }> => {
+      const leader = await waitFor('a leader', async () => {
+        for (const c of pool.controllers)
+          if (/^switchyard_controller_leader 1$/m.test(await controllerMetrics(c))) return c;
+        return undefined;
+      });
+      return { leader, follower: pool.controllers.find((c) => c !== leader)! };
+    };
+    /** The `switchyard_pool_*` gauges of apps/chat on `c`, by name without the prefix. */
+    const gauges = async (c: RunningProcess): Promise<Record<string, number>> =>
+      Object.fromEntries(
+        (await controllerMetrics(c))
+          .split('\n')
+          .filter((l) => l.startsWith('switchyard_pool_'))
+          .map((l) => {
+            const m = /^switchyard_pool_(\w+)\{namespace="apps",pool="chat"\} (\S+)$/.exec(l);
+            assert.ok(m, `a pool gauge of apps/chat: ${l}`);
+            return [m[1]!, Number(m[2])];
+          }),
+      );
+
+    it("the leader exports the pool's autoscaling gauges: its servers' load, the sidecars' demand", async () => {
+      const { leader, follower } = await roles();
+      // What the vLLM server reports since the first test rewrote it; the provider reports none.
+      assert.deepEqual(await gauges(leader), {
+        server_requests_waiting: 0,
+        server_requests_running: 7,
+        server_kv_cache_usage_mean: 0.9,
+        server_kv_cache_usage_max: 0.9,
+        ready_endpoints: 2,
+        demand_requests_per_second: 0,
+        demand_shed_per_second: 0,
+        demand_queued_requests: 0,
+        demand_held_requests: 0,
+      });
+      assert.deepEqual(await gauges(follower), {}, 'only the leader exports them');
+
+      // One sidecar on each replica, each reporting every second and sent about 10 requests a
+      // second: the leader adds the follower's (relayed by its summary Lease) to its own.
+      const started = await Promise.all([
+        pool.startSidecar('app-2', leader, { reportEvery: '1s' }),
+        pool.startSidecar('app-3', follower, { reportEvery: '1s' }),
+      ]);
+      const traffic: { load: Traffic; sinceMs: number }[] = [];
+      try {
+        for (const s of started) {
+          await waitFor('the sidecar ready', async () => (await fetch(`${s.adminUrl}/readyz`)).ok);
+          const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+          const send = async (): Promise<true | string> => {
+            const answer = await client.chat.completions.create({
+              model: 'llama',
+              messages: [{ role: 'user', content: 'hi' }],
+            });
+            await new Promise((resolve) => setTimeout(resolve, 100));
+            return answer.choices[0]?.message.content === 'hi' ? true : 'an unexpected answer';
+          };
+          traffic.push({ load: keepSending(send), sinceMs: performance.now() });
+        }
+        const rate = (t: (typeof traffic)[number]): number =>
+          t.load.count().sent / ((performance.now() - t.sinceMs) / 1000);
+        // Each sidecar's reports cover its last second, the follower's reach the leader within two
+        // summary periods: near the rate the clients keep up, once they have kept it up a while.
+        const near = (value: number | undefined, expected: number): boolean =>
+          value !== undefined &&
+          traffic.every((t) => t.load.count().sent >= 20) &&
+          Math.abs(value - expected) <= 0.25 * expected;
+        const both = await waitFor(
+          "both sidecars' demand on the leader",
+          async () => {
+            const g = await gauges(leader);
+            return near(g.demand_requests_per_second, rate(traffic[0]!) + rate(traffic[1]!))
+              ? g
+              : undefined;
+          },
+          { timeoutMs: 25_000 },
+        );
+        assert.equal(both.demand_shed_per_second, 0);
+        assert.equal(both.demand_queued_requests, 0);
+        assert.equal(both.demand_held_requests, 0);
+        // The leader's own sidecar leaves: its demand no longer counts, the follower's still does.
+        const [local, relayed] = [traffic[0]!, traffic[1]!];
+        await local.load.stop();
+        await started[0].stop();
+        await waitFor(
+          "only the follower's sidecar's demand",
+          async () => near((await gauges(leader)).demand_requests_per_second, rate(relayed)),
+          { timeoutMs: 5_000 },
+        );
+        for (const t of traffic)
+          assert.equal(t.load.count().failed, 0, t.load.count().firstFailure);
+      } finally {
+        await Promise.all(traffic.map((t) => t.load.stop()));
+        await Promise.all(started.map((s) => s.stop()));
+      }
+    });
+
+    it("a leader no sidecar of the pool is subscribed to reads the servers' load the other replica scrapes", async () => {
+      const { leader } = await roles();
+      // Nothing of the pool subscribed to the leader any more: it stops scraping the pool; the
+      // follower (its reader stays) scrapes on and relays its reading through its summary Lease.
+      readers[pool.controllers.indexOf(leader)]!.close();
+      await sidecar?.stop();
+      sidecar = undefined;
+      writeFileSync(metricsFile, vllmMetrics(5, 2, 0.4));
+      const relayed = await waitFor(
+        "the follower's reading on the leader",
+        async () => {
+          const g = await gauges(leader);
+          return g.server_requests_running === 5 ? g : undefined;
+        },
+        { timeoutMs: 20_000 },
+      );
+      assert.equal(relayed.server_requests_waiting, 2);
+      assert.equal(relayed.server_kv_cache_usage_mean, 0.4);
+      assert.equal(relayed.server_kv_cache_usage_max, 0.4);
+      assert.equal(relayed.ready_endpoints, 2);
     });
 
     it('stops scraping once no sidecar of the pool is subscribed', async () => {

@@ -110,7 +110,11 @@ export interface ServicePool {
    * A sidecar of the pool fed by `controller`, its cache in `dir`; stopped by `stop()`. It runs as
    * an injected one would: with the token of its own pod (`sidecarId`, labelled for the pool).
    */
-  startSidecar(sidecarId: string, controller?: RunningProcess): Promise<RunningProcess>;
+  startSidecar(
+    sidecarId: string,
+    controller?: RunningProcess,
+    options?: { reportEvery?: string },
+  ): Promise<RunningProcess>;
   /** Stops everything started, removes the hosts, the API server and the folder. */
   stop(): Promise<void>;
 }
@@ -185,7 +189,7 @@ ${(o.spec ?? []).map((line) => `  ${line}\n`).join('')}`);
       token,
       tokenFile,
       endpointId: (host) => `gpus/${host.ip}:8000`,
-      startSidecar: async (sidecarId, controller = controllers[0]) => {
+      startSidecar: async (sidecarId, controller = controllers[0], options = {}) => {
         if (controller === undefined) throw new Error('the pool has no controller');
         // Only a token bound to a pod that follows the pool gets its API keys
         // (controller/core/stream-access.ts); one pod per sidecar, as in a cluster.
@@ -209,6 +213,7 @@ ${(o.spec ?? []).map((line) => `  ${line}\n`).join('')}`);
             tokenFile: sidecarTokenFile,
             cacheFile: join(dir, `${sidecarId}.json`),
             sidecarId,
+            reportEvery: options.reportEvery,
           }),
         );
         sidecars.push(sidecar);

@@ -434,6 +434,61 @@ describe('controller source', () => {
     assert.equal(status.mock.callCount(), 1, 'status() read only by this test');
     assert.ok(health.mock.callCount() >= 1);
   });
+
+  test('reports carry the pool demand: rates since the last report, queued and held now', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    await writeFile(tokenFile, TOKEN_A + '\n');
+    const logger = pino({ level: 'silent' });
+    let nowMs = 0;
+    const active = new ActivePoolState({
+      clock: { nowMs: () => nowMs },
+      rng: { next: Math.random },
+      logger,
+    });
+    let held = 0;
+    const source = await startControllerSource({
+      controllerUrl: fc.url,
+      namespace: NS,
+      pool: POOL,
+      tokenFile,
+      sidecarId: SIDECAR,
+      heartbeatTimeoutMs: 2_000,
+      reportEveryMs: 60_000,
+      backoff: { initialMs: 10, maxMs: 40 },
+      active,
+      logger,
+      heldRequests: () => held,
+    });
+    t.after(() => source.close());
+    // The first report, right after the snapshot was applied: nothing sent yet.
+    await eventually(() => fc.reports.length >= 1, 'a report');
+    assert.deepEqual(fc.reports[0]!.body.demand, {
+      requestsPerSecond: 0,
+      shedPerSecond: 0,
+      queued: 0,
+      held: 0,
+    });
+    const meter = active.current()!.demand!;
+    for (let i = 0; i < 30; i++) meter.request();
+    for (let i = 0; i < 6; i++) meter.shed();
+    nowMs += 3_000;
+    // Requests start to be held (scale from zero): reported within a poll, not at the next period.
+    held = 4;
+    await eventually(() => fc.reports.length >= 2, 'a report once requests are held');
+    assert.deepEqual(fc.reports[1]!.body.demand, {
+      requestsPerSecond: 10,
+      shedPerSecond: 2,
+      queued: 0,
+      held: 4,
+    });
+    // A count the schema would refuse is reported as 0, so that the report still goes.
+    held = Number.NaN;
+    fc.current = snapshot(2, 'h2');
+    fc.dropAll();
+    await eventually(() => fc.reports.length >= 3, 'a report after the next snapshot');
+    assert.equal(fc.reports.at(-1)!.body.demand?.held, 0);
+  });
 });
 
 describe('controller client', () => {

@@ -22,6 +22,7 @@ import {
   snapshotStreamPath,
   type BudgetDemand,
   type EndpointHealthReport,
+  type PoolDemand,
   type PoolLoad,
   type PoolShares,
   type PoolSnapshot,
@@ -87,6 +88,11 @@ export interface ControllerClientOptions {
    * second instead of every `reportEveryMs`.
    */
   budgets?: (() => BudgetDemand[] | undefined) | undefined;
+  /**
+   * The pool's demand as this sidecar sees it, for the controller's autoscaling gauges (issue
+   * 44); read once per report (its rates cover the time since the previous one).
+   */
+  demand?: (() => PoolDemand | undefined) | undefined;
   /** Randomness for the jitter, in [0, 1); injectable for tests. */
   random?: (() => number) | undefined;
 }
@@ -287,6 +293,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
     applied: () => applier.applied,
     currentEndpoints: () => options.currentEndpoints(),
     budgets: options.budgets,
+    demand: options.demand,
   });
   const stream = new SnapshotStream({
     url: settings.streamUrl,

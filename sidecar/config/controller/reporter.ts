@@ -5,6 +5,7 @@ import {
   parseReport,
   type BudgetDemand,
   type EndpointHealthReport,
+  type PoolDemand,
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
@@ -32,6 +33,11 @@ export interface ReporterOptions {
   budgets?: (() => BudgetDemand[] | undefined) | undefined;
   /** Default 1 s. */
   budgetEveryMs?: number | undefined;
+  /**
+   * The pool's demand for the controller's autoscaling gauges (issue 44), read once per report:
+   * its rates cover the time since the previous report.
+   */
+  demand?: (() => PoolDemand | undefined) | undefined;
 }
 
 /** Demand reports asked for by `demandNow()` go at most this often (4 a second). */
@@ -146,6 +152,12 @@ export class Reporter {
     } catch (err) {
       log.warn({ err: describeError(err) }, 'reading the budget demand failed; reported without');
     }
+    let demand: PoolDemand | undefined;
+    try {
+      demand = this.#options.demand?.();
+    } catch (err) {
+      log.warn({ err: describeError(err) }, 'reading the pool demand failed; reported without');
+    }
     const applied = this.#options.applied();
     const report: SidecarReport = {
       sidecar: this.#options.sidecarId,
@@ -153,6 +165,7 @@ export class Reporter {
       appliedHash: applied?.hash ?? '',
       endpoints,
       ...(budgets === undefined || budgets.length === 0 ? {} : { budgets }),
+      ...(demand === undefined ? {} : { demand }),
     };
     const checked = parseReport(report);
     if (!checked.ok) {
