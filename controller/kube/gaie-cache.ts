@@ -182,7 +182,8 @@ export class GaieWatches implements GaieCache {
                 }
               : undefined;
         set(error);
-        throw err;
+        // The informer logs this at each retry: say it as a person on call would want it.
+        throw error === undefined ? err : new Error(error.why, { cause: err });
       }
     };
     const informer = new SupervisedInformer<CachedGaiePool>({
@@ -243,7 +244,7 @@ export class GaieWatches implements GaieCache {
                   }
                 : undefined;
             set(forbidden);
-            throw err;
+            throw forbidden === undefined ? err : new Error(forbidden.why, { cause: err });
           }
         },
         logger,
