@@ -8,8 +8,9 @@
  * CRD is installed (harness/k8s/gaie.ts, from the Go module proxy) while the GAIE pool is still
  * missing, then the GAIE pool, still empty (the provider serves), then two member pods whose
  * status (podIP on a test host, Ready) is written through the status subresource, as a kubelet
- * would: traffic goes to them. One turns unready, then the other is deleted: traffic follows,
- * back to the provider when none is left. An h2c pool is refused with a clear condition.
+ * would: traffic goes to them. One turns unready, then the other is deleted (it stays,
+ * terminating, as there is no kubelet to end it): traffic follows, back to the provider when none
+ * is left. An h2c pool is refused with a clear condition.
  *
  * The openai client calls through the sidecar. SWITCHYARD_K8S_TESTS=0 skips it.
  */
@@ -107,7 +108,9 @@ describe(
         apiVersion: 'v1',
         kind: 'Pod',
         metadata: { name, labels },
-        spec: { containers: [{ name: 'vllm', image: 'vllm' }] },
+        // Bound to a node: a delete then waits for its kubelet (there is none), so the pod stays,
+        // terminating, as a real one does during its grace period.
+        spec: { nodeName: 'node-1', containers: [{ name: 'vllm', image: 'vllm' }] },
       });
       assert.equal(res.status, 201, res.text);
     };
@@ -244,13 +247,18 @@ spec:
       assert.deepEqual(Object.keys(counts).sort(), [gaieId(g1), gaieId(g2)].sort());
     });
 
-    it('a pod turned unready, then one deleted, is followed; then the url tier serves', async () => {
+    it('a pod turned unready, then one terminating, is followed; then the url tier serves', async () => {
       await setPodStatus('llama-2', g2, false);
       await untilSidecarHas([gaieId(g1), providerId()], 'the unready pod out of the sidecar');
       assert.deepEqual(await answeredBy(5), { [gaieId(g1)]: 5 });
       const res = await cluster.request('DELETE', `${PODS}/llama-1`);
       assert.equal(res.status, 200, res.text);
-      await untilSidecarHas([providerId()], 'the deleted pod out of the sidecar');
+      await untilSidecarHas([providerId()], 'the terminating pod out of the sidecar');
+      const terminating = await cluster.request<{ metadata: { deletionTimestamp?: string } }>(
+        'GET',
+        `${PODS}/llama-1`,
+      );
+      assert.ok(terminating.body.metadata.deletionTimestamp, 'still there, terminating');
       assert.deepEqual(await answeredBy(5), { [providerId()]: 5 });
     });
 
