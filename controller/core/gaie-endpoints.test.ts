@@ -204,7 +204,7 @@ describe('gaieEndpoints', () => {
       assert.ok(!r.ok);
       assert.match(r.problem.message, /no spec\.selector\.matchLabels/);
     }
-    for (const targetPorts of [[], null, [{ number: null }]]) {
+    for (const targetPorts of [[], null, [{ number: null }], [{ number: 0 }, { number: 1.5 }]]) {
       const r = gaieEndpoints(backend, NAMESPACE, found(gaiePool({ targetPorts }), []));
       assert.ok(!r.ok);
       assert.match(r.problem.message, /no spec\.targetPorts/);

@@ -100,8 +100,13 @@ export function gaieEndpoints(
       `${shown} has no spec.selector.matchLabels, so it selects no pods`,
     );
   }
+  // The CRD allows 1 to 65535 only; anything else (a hand-made object) is no port to dial.
   const ports = [
-    ...new Set((pool.spec?.targetPorts ?? []).map((p) => p.number ?? 0).filter((n) => n > 0)),
+    ...new Set(
+      (pool.spec?.targetPorts ?? [])
+        .map((p) => p.number ?? 0)
+        .filter((n) => Number.isInteger(n) && n > 0 && n <= 65535),
+    ),
   ];
   if (ports.length === 0) {
     return fail(Reason.InferencePoolUnsupported, `${shown} has no spec.targetPorts`);
