@@ -87,7 +87,7 @@ export class GaieWatches implements GaieCache {
       void this.stop();
       return;
     }
-    this.#pools ??= this.#startPoolWatch();
+    if (this.#pools === undefined) this.#startPoolWatch();
     const wanted = new Set<string>();
     for (const ref of this.#refs) {
       const { namespace, name } = splitKey(ref);
@@ -145,11 +145,13 @@ export class GaieWatches implements GaieCache {
     }
   }
 
-  #startPoolWatch(): SupervisedInformer<CachedGaiePool> {
+  #startPoolWatch(): void {
     const { kubeConfig, logger, onRestart } = this.#options;
     const all = (): void => this.#enqueue(() => true);
     // A change of why the list fails (or that it stopped failing) is news for the pools concerned.
     const set = (error: ListError): void => {
+      // A list of a watch stopped meanwhile (no pool references GAIE any more) says nothing.
+      if (this.#pools !== informer) return;
       const changed = this.#poolsError?.kind !== error?.kind;
       this.#poolsError = error;
       if (changed) all();
@@ -199,8 +201,8 @@ export class GaieWatches implements GaieCache {
       onRestart: (reason) => onRestart(GAIE_RESOURCE, reason),
       onSynced: all,
     });
+    this.#pools = informer;
     void informer.start();
-    return informer;
   }
 
   /** The pod watch of `selector` in `namespace`, started if new; returns its key. */
