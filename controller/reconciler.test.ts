@@ -7,12 +7,18 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { pino } from 'pino';
 import type { InferencePoolStatus } from '../crds/inference-pool.schema.ts';
-import type { EndpointSlice, Secret, Service } from './core/objects.ts';
+import type { GaieLookup } from './core/gaie-endpoints.ts';
+import type { EndpointSlice, GaieInferencePool, Pod, Secret, Service } from './core/objects.ts';
 import { objectKey, PoolIndex, type PoolKey } from './core/pool-index.ts';
 import { NAMESPACE, pool, ready, secret, service, slice } from './core/testing.ts';
 import type { CachedPool } from './kube/caches.ts';
 import { PoolStates } from './pool-states.ts';
-import { Reconciler, SECRET_SYNC_RETRY_MS, type ReconcileOutcome } from './reconciler.ts';
+import {
+  GAIE_SYNC_RETRY_MS,
+  Reconciler,
+  SECRET_SYNC_RETRY_MS,
+  type ReconcileOutcome,
+} from './reconciler.ts';
 
 const KEY: PoolKey = `${NAMESPACE}/chat`;
 const inCluster = { name: 'in-cluster', service: { name: 'vllm', port: 8000 } };
@@ -40,6 +46,10 @@ interface World {
   secrets: Map<string, Secret>;
   /** Object keys of the Secrets whose watch has synced. */
   syncedSecrets: Set<string>;
+  /** What the GAIE cache answers for a GAIE pool, by name (absent: not found). */
+  gaie: Map<string, GaieLookup | 'pending'>;
+  /** The GAIE pools last asked to be watched. */
+  gaieWatched: string[];
 }
 
 function cached(spec: Record<string, unknown>, status?: InferencePoolStatus): CachedPool {
@@ -58,6 +68,8 @@ function fixture(seed: Partial<World> = {}) {
     slices: seed.slices ?? [],
     secrets: seed.secrets ?? new Map<string, Secret>(),
     syncedSecrets: seed.syncedSecrets ?? new Set<string>(),
+    gaie: seed.gaie ?? new Map<string, GaieLookup | 'pending'>(),
+    gaieWatched: [],
   };
   const actions: Action[] = [];
   const states = new PoolStates();
@@ -73,6 +85,10 @@ function fixture(seed: Partial<World> = {}) {
         watchOnly: (refs) => actions.push({ kind: 'watch-secrets', refs: [...refs] }),
         hasSynced: (namespace, name) => world.syncedSecrets.has(objectKey(namespace, name)),
         get: (_namespace, name) => world.secrets.get(name),
+      },
+      gaie: {
+        watchOnly: (refs) => (world.gaieWatched = [...refs]),
+        lookup: (_namespace, name) => world.gaie.get(name) ?? { kind: 'not-found' },
       },
     },
     index: new PoolIndex(),
@@ -281,6 +297,75 @@ describe('Reconciler: Secrets', () => {
       { kind: 'watch-secrets', refs: [] },
     ]);
     assert.equal(f.states.get(KEY), undefined);
+  });
+});
+
+describe('Reconciler: GAIE pools', () => {
+  const llama: GaieInferencePool = {
+    metadata: { name: 'llama', namespace: NAMESPACE },
+    spec: { selector: { matchLabels: { app: 'llama' } }, targetPorts: [{ number: 8000 }] },
+  };
+  const pod = (ip: string): Pod => ({
+    metadata: { name: `llama-${ip}`, namespace: NAMESPACE, labels: { app: 'llama' } },
+    status: { podIP: ip, conditions: [{ type: 'Ready', status: 'True' }] },
+  });
+  const gaieWorld = (lookup: GaieLookup | 'pending') =>
+    fixture({
+      pools: new Map([
+        [
+          KEY,
+          cached({
+            mode: 'Failover',
+            backends: [
+              { name: 'gaie', inferencePoolRef: { name: 'llama' } },
+              { name: 'spare', url: 'https://api.example.com/v1' },
+            ],
+          }),
+        ],
+      ]),
+      gaie: new Map([['llama', lookup]]),
+    });
+
+  test('watches the GAIE pools its pools reference, and none once they are gone', () => {
+    const f = gaieWorld({ kind: 'found', pool: llama, pods: [] });
+    f.reconcile();
+    assert.deepEqual(f.world.gaieWatched, [`${NAMESPACE}/llama`]);
+    f.world.pools.delete(KEY);
+    f.reconcile();
+    assert.deepEqual(f.world.gaieWatched, []);
+  });
+
+  test('requeues a pool while its GAIE pool or pods are still listing, and sends nothing', () => {
+    const f = gaieWorld('pending');
+    const { outcome, actions } = f.reconcile();
+    assert.deepEqual(outcome, {
+      kind: 'requeue-after',
+      delayMs: GAIE_SYNC_RETRY_MS,
+      reason: 'gaie-not-synced',
+    });
+    assert.deepEqual(actions, [{ kind: 'watch-secrets', refs: [] }]);
+  });
+
+  test('publishes the ready pods as the first tier, the url tier after them', () => {
+    const f = gaieWorld({ kind: 'found', pool: llama, pods: [pod('10.0.0.1')] });
+    assert.equal(f.reconcile().outcome.kind, 'published');
+    assert.deepEqual(
+      f.states.get(KEY)?.result.snapshot?.endpoints.map((e) => [e.id, e.tier]),
+      [
+        ['gaie/10.0.0.1:8000', 0],
+        ['spare/api.example.com:443', 1],
+      ],
+    );
+  });
+
+  test('a missing GAIE pool still publishes the other tiers, and says why in an Event', () => {
+    const f = gaieWorld({ kind: 'not-found' });
+    const { outcome, actions } = f.reconcile();
+    assert.equal(outcome.kind, 'published');
+    assert.deepEqual(
+      actions.find((a) => a.kind === 'events'),
+      { kind: 'events', key: KEY, reasons: ['InferencePoolNotFound'] },
+    );
   });
 });
 

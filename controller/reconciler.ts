@@ -9,6 +9,7 @@ import type { InferencePoolStatus } from '../crds/inference-pool.schema.ts';
 import type { DriftPolicy, EndpointSpec } from '../crds/policy-types.ts';
 import type { PoolSnapshot } from '../crds/snapshot.ts';
 import { desiredSnapshot } from './core/desired-snapshot.ts';
+import type { GaieLookup } from './core/gaie-endpoints.ts';
 import type { EndpointSlice, Secret, Service } from './core/objects.ts';
 import { splitKey, type PoolIndex, type PoolKey } from './core/pool-index.ts';
 import type { Reason } from './core/problems.ts';
@@ -20,10 +21,13 @@ import type {
   SecretCache,
   ServiceCache,
 } from './kube/caches.ts';
+import type { GaieCache } from './kube/gaie-cache.ts';
 import type { PoolStates } from './pool-states.ts';
 
 /** How soon a pool whose Secret watch has not synced yet is reconciled again. */
 export const SECRET_SYNC_RETRY_MS = 100;
+/** How soon a pool whose GAIE pool or pod watch has not listed yet is reconciled again. */
+export const GAIE_SYNC_RETRY_MS = 250;
 
 /** What one reconcile did. */
 export type ReconcileOutcome =
@@ -39,13 +43,14 @@ export type ReconcileOutcome =
   /** The pool is gone: its streams end, its drift probes stop, its state is dropped. */
   | { kind: 'deleted' }
   /** Not decided yet: reconcile again after `delayMs`. */
-  | { kind: 'requeue-after'; delayMs: number; reason: 'secret-not-synced' };
+  | { kind: 'requeue-after'; delayMs: number; reason: 'secret-not-synced' | 'gaie-not-synced' };
 
 export interface ReconcilerCaches {
   pools: PoolCache;
   services: ServiceCache;
   slices: EndpointSliceCache;
   secrets: SecretCache;
+  gaie: GaieCache;
 }
 
 /** Where snapshots go (the stream server). */
@@ -96,21 +101,32 @@ export class Reconciler {
       states.delete(key);
       stream.remove(key);
       caches.secrets.watchOnly(index.referencedSecrets());
+      caches.gaie.watchOnly(index.referencedGaiePools());
       return { kind: 'deleted' };
     }
     index.setPool(key, pool);
     caches.secrets.watchOnly(index.referencedSecrets());
+    caches.gaie.watchOnly(index.referencedGaiePools());
     const { namespace } = splitKey(key);
     const secretNames = index.secretNamesOf(key);
     if (secretNames.some((name) => !caches.secrets.hasSynced(namespace, name))) {
       // Never publish a snapshot without a backend's key just because its Secret is not read yet.
       return { kind: 'requeue-after', delayMs: SECRET_SYNC_RETRY_MS, reason: 'secret-not-synced' };
     }
+    const gaiePools = new Map<string, GaieLookup>();
+    for (const name of index.gaiePoolNamesOf(key)) {
+      const found = caches.gaie.lookup(namespace, name);
+      // Never publish a snapshot without a GAIE tier's pods just because they are not listed yet.
+      if (found === 'pending')
+        return { kind: 'requeue-after', delayMs: GAIE_SYNC_RETRY_MS, reason: 'gaie-not-synced' };
+      gaiePools.set(name, found);
+    }
 
     const previous = states.get(key);
     const result = desiredSnapshot({
       pool,
       ...readReferences(caches, namespace, index.serviceNamesOf(key), secretNames),
+      gaiePools,
       previous: previous?.result,
     });
     // Drift detection follows what the pool resolves to (a snapshot); without one it waits.

@@ -1,7 +1,7 @@
 /**
  * The reconcile core on anything: pools mutated from valid ones (and arbitrary specs), with
- * Services, EndpointSlices and Secrets of random shape, reconciled in sequences that carry the
- * previous result. It must never throw, and every result must be one the shell can write: three
+ * Services, EndpointSlices, Secrets and GAIE pools with their pods of random shape, reconciled in
+ * sequences that carry the previous result. It must never throw, and every result must be one the shell can write: three
  * conditions in order, bounded messages, a snapshot only with a hash, routable http(s) endpoints
  * with unique ids, counts that add up, and no Secret value anywhere but in the snapshot.
  */
@@ -9,9 +9,10 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import type { InferencePool } from '../../crds/inference-pool.schema.ts';
-import { poolDocument, SERVICE_POOL } from '../../harness/pool-arbitraries.ts';
+import { mutate, mutation, poolDocument, SERVICE_POOL } from '../../harness/pool-arbitraries.ts';
 import { CONDITION_MESSAGE_MAX_BYTES, desiredSnapshot } from './desired-snapshot.ts';
-import type { EndpointSlice, Secret, Service } from './objects.ts';
+import type { GaieLookup } from './gaie-endpoints.ts';
+import type { EndpointSlice, GaieInferencePool, Pod, Secret, Service } from './objects.ts';
 import { SERVICE_NAME_LABEL } from './objects.ts';
 import type { ReconcileResult } from './reconcile-result.ts';
 import { poolStatus } from './status.ts';
@@ -167,6 +168,72 @@ const coherentWorld = fc
 
 const world = fc.oneof(randomWorld, coherentWorld);
 
+/** A pool whose first tier is a GAIE pool, mutated a little in each step. */
+const GAIE_POOL = {
+  ...SERVICE_POOL,
+  spec: {
+    mode: 'Failover',
+    backends: [
+      { name: 'gaie', inferencePoolRef: { name: 'llama' } },
+      { name: 'provider', url: 'https://api.example.com/v1' },
+    ],
+  },
+};
+
+const labels = maybe(
+  fc.dictionary(fc.constantFrom('app', 'tier', ''), likely(fc.constant('llama'), fc.string())),
+);
+
+const gaiePod: fc.Arbitrary<Pod> = fc.record({
+  metadata: maybe(
+    fc.record({ labels, deletionTimestamp: maybe(fc.constantFrom('2026-01-01T00:00:00Z', '')) }),
+  ),
+  status: maybe(
+    fc.record({
+      podIP: maybe(address),
+      conditions: maybe(
+        fc.array(
+          fc.record({
+            type: likely(fc.constant('Ready'), fc.constantFrom('PodScheduled', '')),
+            status: likely(fc.constant('True'), fc.constantFrom('False', 'Unknown', '')),
+          }),
+          { maxLength: 3 },
+        ),
+      ),
+    }),
+  ),
+});
+
+const gaiePool: fc.Arbitrary<GaieInferencePool> = fc.record({
+  spec: maybe(
+    fc.record({
+      selector: maybe(fc.record({ matchLabels: labels })),
+      targetPorts: maybe(
+        fc.array(fc.record({ number: maybe(likely(fc.constant(8000), portNumber)) }), {
+          maxLength: 3,
+        }),
+      ),
+      appProtocol: maybe(fc.constantFrom('http', 'kubernetes.io/h2c', 'x')),
+    }),
+  ),
+});
+
+const gaieLookup: fc.Arbitrary<GaieLookup> = fc.oneof(
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      kind: fc.constant('found' as const),
+      pool: gaiePool,
+      pods: fc.array(gaiePod, { maxLength: 6 }),
+    }),
+  },
+  fc.record({
+    kind: fc.constant('not-found' as const),
+    why: fc.option(fc.string(), { nil: undefined }),
+  }),
+  fc.record({ kind: fc.constant('unreadable' as const), why: fc.string() }),
+);
+
 function secretValues(secrets: readonly Secret[]): string[] {
   const values: string[] = [];
   for (const s of secrets) {
@@ -242,6 +309,38 @@ describe('desiredSnapshot on anything', () => {
         },
       ),
       { numRuns: 1500 },
+    );
+  });
+
+  test('never throws on GAIE pools and pods of any shape, and serves only what it can dial', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.array(mutation, { maxLength: 2 }), maybe(gaieLookup)), {
+          minLength: 1,
+          maxLength: 4,
+        }),
+        (steps) => {
+          let previous: ReconcileResult | undefined;
+          for (const [mutations, lookup] of steps) {
+            const spec = (mutate(GAIE_POOL, mutations) as { spec?: unknown } | null)?.spec;
+            const pool = { ...SERVICE_POOL, spec } as unknown as InferencePool;
+            const result = desiredSnapshot({
+              pool,
+              services: new Map(),
+              slicesByService: new Map(),
+              secrets: new Map(),
+              gaiePools:
+                lookup === null || lookup === undefined ? new Map() : new Map([['llama', lookup]]),
+              previous,
+            });
+            checkResult(result, []);
+            for (const e of result.snapshot?.endpoints ?? [])
+              if (e.backend === 'gaie') assert.match(e.url, /^http:\/\/.+:\d+\/v1$/);
+            previous = result;
+          }
+        },
+      ),
+      { numRuns: 1000 },
     );
   });
 });

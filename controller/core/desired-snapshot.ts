@@ -6,7 +6,12 @@
  * Level-triggered: the result depends only on the objects passed in (and, for `events` only, on
  * the previous result), never on which event caused the reconcile.
  */
-import { API_VERSION, KIND, type InferencePool } from '../../crds/inference-pool.schema.ts';
+import {
+  API_VERSION,
+  KIND,
+  type InferencePool,
+  type InferencePoolSpec,
+} from '../../crds/inference-pool.schema.ts';
 import { joinPath } from '../../crds/path.ts';
 import { withDriftVerdict } from '../../crds/drift.ts';
 import type { DriftPolicy, EndpointSpec } from '../../crds/policy-types.ts';
@@ -26,7 +31,8 @@ import type { EndpointSlice, Secret, Service } from './objects.ts';
 import { Reason, clipUtf8, joinLimited, plural, type Problem } from './problems.ts';
 import type { BackendSummary, ReconcileCondition, ReconcileResult } from './reconcile-result.ts';
 import { type PoolModels, poolModels } from './pool-models.ts';
-import { serviceEndpoints } from './service-endpoints.ts';
+import { serviceEndpoints, type ServiceEndpointsResult } from './service-endpoints.ts';
+import { gaieEndpoints, type GaieLookup } from './gaie-endpoints.ts';
 
 export interface ReconcileInput {
   /** The pool as the API serves it (defaulted); validated again here, defensively. */
@@ -37,6 +43,11 @@ export interface ReconcileInput {
   slicesByService: ReadonlyMap<string, readonly EndpointSlice[]>;
   /** Secrets of the pool's namespace, by name. */
   secrets: ReadonlyMap<string, Secret>;
+  /**
+   * The GAIE InferencePools the pool's `inferencePoolRef` backends name, by name, each with the
+   * pods its selector matches (a name left out: not found).
+   */
+  gaiePools?: ReadonlyMap<string, GaieLookup> | undefined;
   /** The result of the previous reconcile of this pool, for `events`. */
   previous?: ReconcileResult | undefined;
 }
@@ -140,12 +151,8 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
 
     let endpoints: EndpointSpec[] = [];
     let total = 0;
-    if (backend.service !== undefined) {
-      const found = serviceEndpoints(
-        { ...backend, tier, service: backend.service },
-        input.services,
-        input.slicesByService,
-      );
+    const found = clusterEndpoints(backend, tier, namespace, input);
+    if (found !== undefined) {
       if (found.ok) {
         endpoints = found.endpoints.map((e) => ({ ...e, ...modelFields(backend) }));
         total = found.total;
@@ -237,6 +244,31 @@ export function desiredSnapshot(input: ReconcileInput): ReconcileResult {
     backends,
     ...modelsOf(poolModels(spec, endpoints)),
   });
+}
+
+/**
+ * The endpoints of a backend whose pods the cluster tells: a `service` (its EndpointSlices) or an
+ * `inferencePoolRef` (a GAIE pool's pods); undefined for a `url` or `urls` backend.
+ */
+function clusterEndpoints(
+  backend: InferencePoolSpec['backends'][number],
+  tier: number,
+  namespace: string,
+  input: ReconcileInput,
+): ServiceEndpointsResult | undefined {
+  if (backend.service !== undefined)
+    return serviceEndpoints(
+      { ...backend, tier, service: backend.service },
+      input.services,
+      input.slicesByService,
+    );
+  if (backend.inferencePoolRef !== undefined)
+    return gaieEndpoints(
+      { ...backend, tier, inferencePoolRef: backend.inferencePoolRef },
+      namespace,
+      input.gaiePools?.get(backend.inferencePoolRef.name),
+    );
+  return undefined;
 }
 
 /** The result fields of `poolModels`, each left out when there is nothing to say. */

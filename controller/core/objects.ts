@@ -92,3 +92,41 @@ export interface Secret {
   /** Values are base64, as the API serves them. */
   data?: Readonly<Record<string, string>> | null;
 }
+
+/** `core/v1` PodCondition: only the type and status are read. */
+export interface PodCondition {
+  type: string;
+  status: string;
+}
+
+/** `core/v1` Pod, as a GAIE pool's member: its labels, IP and readiness. */
+export interface Pod {
+  metadata?:
+    | (ObjectMeta & {
+        /** Set once the pod is being deleted (it may still run its grace period). */
+        deletionTimestamp?: unknown;
+      })
+    | null;
+  status?: {
+    /** The pod's primary IP; unset until the pod has a network. */
+    podIP?: string | null;
+    conditions?: readonly PodCondition[] | null;
+  } | null;
+}
+
+/**
+ * `inference.networking.k8s.io/v1` InferencePool of the Gateway API inference extension (GAIE):
+ * the fields a switchyard backend reads. Its endpoint picker (`endpointPickerRef`) is not one of
+ * them: switchyard's own policy picks among the pods.
+ */
+export interface GaieInferencePool {
+  metadata?: ObjectMeta | null;
+  spec?: {
+    /** Pods of the pool's namespace with every one of these labels are its members. */
+    selector?: { matchLabels?: Readonly<Record<string, string>> | null } | null;
+    /** Ports each member serves on, 1 to 8: each pod is one endpoint per port. */
+    targetPorts?: readonly { number?: number | null }[] | null;
+    /** `http` (HTTP/1.1, the default) or `kubernetes.io/h2c` (HTTP/2 over cleartext). */
+    appProtocol?: string | null;
+  } | null;
+}

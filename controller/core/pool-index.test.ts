@@ -140,3 +140,22 @@ describe('PoolIndex: CA Secrets', () => {
     assert.deepEqual(index.poolsForSecret('ns', 'ca'), ['ns/chat']);
   });
 });
+
+describe('PoolIndex: GAIE pools', () => {
+  test('routes a GAIE InferencePool to the pools whose inferencePoolRef names it, and forgets them', () => {
+    const index = new PoolIndex();
+    const gaie = (name: string) =>
+      pool({ backends: [{ name: 'gaie', inferencePoolRef: { name: 'llama' } }] }, name);
+    index.setPool('apps/chat', gaie('chat'));
+    index.setPool('apps/chat-2', gaie('chat-2'));
+    index.setPool('apps/bad', { spec: { backends: [{ inferencePoolRef: { name: 7 } }] } });
+    assert.deepEqual(index.poolsForGaiePool('apps', 'llama'), ['apps/chat', 'apps/chat-2']);
+    assert.deepEqual(index.poolsForGaiePool('other', 'llama'), []);
+    assert.deepEqual(index.gaiePoolNamesOf('apps/chat'), ['llama']);
+    assert.deepEqual(index.gaiePoolNamesOf('apps/none'), []);
+    assert.deepEqual(index.referencedGaiePools(), ['apps/llama']);
+    index.deletePool('apps/chat');
+    index.deletePool('apps/chat-2');
+    assert.deepEqual(index.referencedGaiePools(), []);
+  });
+});

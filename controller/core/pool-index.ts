@@ -1,6 +1,6 @@
 /**
- * Which pools an event concerns: a change of a Service, an EndpointSlice or a Secret enqueues the
- * keys of the pools that reference it, and nothing else (level-triggered: the event carries no
+ * Which pools an event concerns: a change of a Service, an EndpointSlice, a Secret or a GAIE
+ * InferencePool (or one of its pods) enqueues the keys of the pools that reference it, and nothing else (level-triggered: the event carries no
  * payload, the reconcile re-reads the caches).
  *
  * Incremental: `setPool` on every pool add or update, `deletePool` on delete. References are
@@ -18,6 +18,7 @@ export interface IndexablePool {
       | readonly (
           | {
               service?: { name?: unknown } | null | undefined;
+              inferencePoolRef?: { name?: unknown } | null | undefined;
               apiKeySecretRef?: { name?: unknown } | null | undefined;
               tls?: { caSecretRef?: { name?: unknown } | null | undefined } | null | undefined;
             }
@@ -50,6 +51,8 @@ interface Refs {
   namespace: string;
   services: Set<string>;
   secrets: Set<string>;
+  /** GAIE InferencePools (inference.networking.k8s.io). */
+  gaiePools: Set<string>;
 }
 
 export class PoolIndex {
@@ -59,6 +62,8 @@ export class PoolIndex {
   readonly #byService = new Map<string, Set<string>>();
   /** Secret key → pool keys. */
   readonly #bySecret = new Map<string, Set<string>>();
+  /** GAIE InferencePool key → pool keys. */
+  readonly #byGaiePool = new Map<string, Set<string>>();
 
   /**
    * Records (or replaces) what the pool `key` references. The namespace is the pool's own
@@ -67,10 +72,12 @@ export class PoolIndex {
   setPool(key: string, pool: IndexablePool): void {
     this.deletePool(key);
     const namespace = pool.metadata?.namespace ?? splitKey(key).namespace;
-    const refs: Refs = { namespace, services: new Set(), secrets: new Set() };
+    const refs: Refs = { namespace, services: new Set(), secrets: new Set(), gaiePools: new Set() };
     for (const backend of pool.spec?.backends ?? []) {
       const service = backend?.service?.name;
       if (typeof service === 'string' && service !== '') refs.services.add(service);
+      const gaiePool = backend?.inferencePoolRef?.name;
+      if (typeof gaiePool === 'string' && gaiePool !== '') refs.gaiePools.add(gaiePool);
       const secret = backend?.apiKeySecretRef?.name;
       if (typeof secret === 'string' && secret !== '') refs.secrets.add(secret);
       const caSecret = backend?.tls?.caSecretRef?.name;
@@ -79,6 +86,7 @@ export class PoolIndex {
     this.#refs.set(key, refs);
     for (const s of refs.services) link(this.#byService, objectKey(namespace, s), key);
     for (const s of refs.secrets) link(this.#bySecret, objectKey(namespace, s), key);
+    for (const g of refs.gaiePools) link(this.#byGaiePool, objectKey(namespace, g), key);
   }
 
   deletePool(key: string): void {
@@ -87,6 +95,7 @@ export class PoolIndex {
     this.#refs.delete(key);
     for (const s of refs.services) unlink(this.#byService, objectKey(refs.namespace, s), key);
     for (const s of refs.secrets) unlink(this.#bySecret, objectKey(refs.namespace, s), key);
+    for (const g of refs.gaiePools) unlink(this.#byGaiePool, objectKey(refs.namespace, g), key);
   }
 
   /** Keys of the pools that reference the Service `namespace/name`, sorted. */
@@ -97,6 +106,11 @@ export class PoolIndex {
   /** Keys of the pools that reference the Secret `namespace/name`, sorted. */
   poolsForSecret(namespace: string, name: string): string[] {
     return sorted(this.#bySecret.get(objectKey(namespace, name)));
+  }
+
+  /** Keys of the pools that reference the GAIE InferencePool `namespace/name`, sorted. */
+  poolsForGaiePool(namespace: string, name: string): string[] {
+    return sorted(this.#byGaiePool.get(objectKey(namespace, name)));
   }
 
   /**
@@ -120,6 +134,19 @@ export class PoolIndex {
   /** Names of the Secrets the pool `key` references, sorted, in the pool's namespace. */
   secretNamesOf(key: string): string[] {
     return sorted(this.#refs.get(key)?.secrets);
+  }
+
+  /** Names of the GAIE InferencePools the pool `key` references, sorted, in its namespace. */
+  gaiePoolNamesOf(key: string): string[] {
+    return sorted(this.#refs.get(key)?.gaiePools);
+  }
+
+  /**
+   * Object keys of every GAIE InferencePool some pool references, sorted: what decides whether
+   * GAIE pools (and which pods) are watched at all.
+   */
+  referencedGaiePools(): string[] {
+    return sorted(new Set(this.#byGaiePool.keys()));
   }
 
   /** Object keys of every Secret some pool references, sorted: the Secrets worth watching. */

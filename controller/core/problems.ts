@@ -18,6 +18,9 @@ export const Reason = {
   SecretNotFound: 'SecretNotFound',
   SecretKeyNotFound: 'SecretKeyNotFound',
   SecretKeyInvalid: 'SecretKeyInvalid',
+  InferencePoolNotFound: 'InferencePoolNotFound',
+  InferencePoolNotReadable: 'InferencePoolNotReadable',
+  InferencePoolUnsupported: 'InferencePoolUnsupported',
   // Ready (and ResolvedRefs when the spec was not accepted)
   EndpointsReady: 'EndpointsReady',
   NoReadyEndpoints: 'NoReadyEndpoints',

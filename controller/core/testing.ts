@@ -6,6 +6,7 @@ import type { InferencePool } from '../../crds/inference-pool.schema.ts';
 import { validatePool } from '../../crds/validate.ts';
 import { desiredSnapshot, type ReconcileInput } from './desired-snapshot.ts';
 import type { ReconcileResult } from './reconcile-result.ts';
+import type { GaieLookup } from './gaie-endpoints.ts';
 import {
   SERVICE_NAME_LABEL,
   type Endpoint,
@@ -102,6 +103,8 @@ export interface World {
   services?: Service[];
   slices?: EndpointSlice[];
   secrets?: Secret[];
+  /** What the shell found of each referenced GAIE pool, by name. */
+  gaiePools?: ReadonlyMap<string, GaieLookup>;
 }
 
 export function inputOf(p: InferencePool, world: World = {}): ReconcileInput {
@@ -115,6 +118,7 @@ export function inputOf(p: InferencePool, world: World = {}): ReconcileInput {
     services: new Map((world.services ?? []).map((s) => [s.metadata?.name ?? '', s])),
     slicesByService,
     secrets: new Map((world.secrets ?? []).map((s) => [s.metadata?.name ?? '', s])),
+    gaiePools: world.gaiePools ?? new Map(),
   };
 }
 

@@ -1,7 +1,8 @@
 /**
  * The informer caches the controller reconciles from, behind small typed interfaces: the
- * reconciler reads pools, Services, EndpointSlices and Secrets through `PoolCache`,
- * `ServiceCache`, `EndpointSliceCache` and `SecretCache`, so a unit test passes plain maps instead.
+ * reconciler reads pools, Services, EndpointSlices, Secrets and GAIE pools through `PoolCache`,
+ * `ServiceCache`, `EndpointSliceCache`, `SecretCache` and `GaieCache` (gaie-cache.ts), so a unit
+ * test passes plain maps instead.
  *
  * Every change only enqueues the keys of the pools it concerns (level-triggered: the event
  * carries no payload; the reconcile re-reads the caches).
@@ -23,6 +24,7 @@ import {
   type Service,
 } from '../core/objects.ts';
 import { objectKey, splitKey, type PoolIndex, type PoolKey } from '../core/pool-index.ts';
+import { GaieWatches, type GaieCache } from './gaie-cache.ts';
 import { SupervisedInformer } from './supervised-informer.ts';
 
 /** A pool as the informer holds it: the API's object, metadata (uid, generation) included. */
@@ -60,8 +62,8 @@ export interface PoolInformerCache extends PoolCache {
 export interface InformerCachesOptions {
   kubeConfig: KubeConfig;
   logger: Logger;
-  /** Which pools a Service, an EndpointSlice or a Secret concerns. */
-  index: Pick<PoolIndex, 'poolsForService' | 'poolsForSecret'>;
+  /** Which pools a Service, an EndpointSlice, a Secret or a GAIE pool concerns. */
+  index: Pick<PoolIndex, 'poolsForService' | 'poolsForSecret' | 'poolsForGaiePool'>;
   /** A change concerns this pool: reconcile it. */
   queue: { add(key: PoolKey): void };
   onRestart: (informer: string, reason: 'error' | 'idle') => void;
@@ -77,6 +79,9 @@ export class InformerCaches {
   readonly services: ServiceCache;
   readonly slices: EndpointSliceCache;
   readonly secrets: SecretCache;
+  /** Started only once some pool references a GAIE pool, and not part of `synced`. */
+  readonly gaie: GaieCache;
+  readonly #gaie: GaieWatches;
   readonly #options: InformerCachesOptions;
   readonly #coreV1: CoreV1Api;
   readonly #pools: SupervisedInformer<CachedPool>;
@@ -146,6 +151,14 @@ export class InformerCaches {
           .list(namespace)
           .filter((slice) => slice.metadata?.labels?.[SERVICE_NAME_LABEL] === service),
     };
+    this.#gaie = new GaieWatches({
+      kubeConfig,
+      logger: options.logger,
+      index,
+      queue,
+      onRestart: options.onRestart,
+    });
+    this.gaie = this.#gaie;
     this.secrets = {
       watchOnly: (refs) => this.#watchSecrets(refs),
       hasSynced: (namespace, name) =>
@@ -177,6 +190,7 @@ export class InformerCaches {
       this.#pools.stop(),
       this.#services.stop(),
       this.#slices.stop(),
+      this.#gaie.stop(),
       ...[...this.#secrets.values()].map((i) => i.stop()),
     ]);
   }

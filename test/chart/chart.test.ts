@@ -502,6 +502,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       'core/services:watch',
       'discovery.k8s.io/endpointslices:list',
       'discovery.k8s.io/endpointslices:watch',
+      'inference.networking.k8s.io/inferencepools:list',
+      'inference.networking.k8s.io/inferencepools:watch',
       'switchyard.dev/inferencepools/status:patch',
       'switchyard.dev/inferencepools:list',
       'switchyard.dev/inferencepools:watch',
@@ -523,12 +525,12 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       'core/secrets[switchyard-tls]:get',
       'core/secrets[switchyard-tls]:update',
     ]);
-    // Without injection, no webhook configuration, and pods only one at a time by name (the pod
-    // a sidecar's token is bound to: its labels decide whether it gets the pool's keys).
+    // Without injection, no webhook configuration; pods are still read (the pod a sidecar's
+    // token is bound to, and the member pods of a referenced GAIE pool).
     const plain = rules(one(await template(['--set', 'injection.enabled=false']), 'ClusterRole'));
     assert.deepEqual(
       plain.filter((r) => r.includes('pods') || r.includes('webhook')),
-      ['core/pods:get'],
+      ['core/pods:get', 'core/pods:list', 'core/pods:watch'],
     );
   });
 

@@ -29,6 +29,7 @@ import { CHART, helm, type Helm } from '../chart/tools.ts';
 import { recordFigure } from '../reliability/figures.ts';
 import { startCluster, waitFor, type Cluster, type K8sObject } from '../../harness/k8s/cluster.ts';
 import { installInferencePoolCrd } from '../../harness/k8s/crd.ts';
+import { installGaieInferencePoolCrd } from '../../harness/k8s/gaie.ts';
 import { createNamespaces } from './test-controller.ts';
 
 const enabled =
@@ -71,6 +72,7 @@ const GRANTED = [
   'core/services:list,watch@*',
   'core/secrets:get,list,watch@*',
   'discovery.k8s.io/endpointslices:list,watch@*',
+  'inference.networking.k8s.io/inferencepools:list,watch@*',
   'core/events:create@*',
   'core/pods:get,list,watch@*',
   'authentication.k8s.io/tokenreviews:create@cluster',
@@ -159,6 +161,8 @@ describe(
         });
         helmTool = await helm();
         await installInferencePoolCrd(cluster);
+        // GAIE's pools are served too: its resources are in the matrix, and a pool uses one.
+        await installGaieInferencePoolCrd(cluster);
         const text = await helmTool.run([
           'template',
           'switchyard',
@@ -373,7 +377,8 @@ describe(
           );
           return (res.body.webhooks[0]?.clientConfig.caBundle ?? '') !== '';
         });
-        // 2. A pool with a Service, its EndpointSlice and a Secret: read, reconciled, status written.
+        // 2. A pool with a Service, its EndpointSlice, a Secret and a GAIE pool with a member pod:
+        //    read, reconciled, status written.
         await cluster.applyYaml(
           `apiVersion: v1
 kind: Service
@@ -392,12 +397,25 @@ kind: Secret
 metadata: {name: provider-key, namespace: ${APP_NS}}
 stringData: {apiKey: sk-rbac-test}
 ---
+apiVersion: inference.networking.k8s.io/v1
+kind: InferencePool
+metadata: {name: llama, namespace: ${APP_NS}}
+spec:
+  selector: {matchLabels: {app: llama}}
+  targetPorts: [{number: 8000}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: llama-1, namespace: ${APP_NS}, labels: {app: llama}}
+spec: {containers: [{name: vllm, image: vllm}]}
+---
 apiVersion: switchyard.dev/v1alpha1
 kind: InferencePool
 metadata: {name: chat, namespace: ${APP_NS}}
 spec:
   backends:
   - {name: vllm, service: {name: vllm, port: http}}
+  - {name: gaie, inferencePoolRef: {name: llama}}
   - {name: provider, url: 'https://api.example.com/v1', apiKeySecretRef: {name: provider-key, key: apiKey}}
 `,
         );
