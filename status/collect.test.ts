@@ -95,14 +95,14 @@ describe('kubeErrorMessage', () => {
         },
         where,
       ),
-      'InferencePool apps/chat not found (kubectl get ipool -n apps)',
+      'switchyard InferencePool apps/chat not found (kubectl get ipool -n apps)',
     );
   });
 
   it('a missing CRD (a plain 404, not a Status)', () => {
     assert.equal(
       kubeErrorMessage({ code: 404, body: '404 page not found\n' }, where),
-      'the API server at https://k8s:6443 does not serve inferencepools.switchyard.dev/v1alpha1: is the InferencePool CRD installed? (kubectl get crd inferencepools.switchyard.dev)',
+      'the API server at https://k8s:6443 does not serve inferencepools.switchyard.dev/v1alpha1: is the switchyard InferencePool CRD installed? (kubectl get crd inferencepools.switchyard.dev)',
     );
   });
 

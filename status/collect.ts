@@ -197,8 +197,8 @@ export function kubeErrorMessage(
       case 404:
         // A missing object is a Status; a resource the server does not serve is a plain 404.
         if (status !== undefined)
-          return `InferencePool ${namespace}/${pool} not found (kubectl get ipool -n ${namespace})`;
-        return `the API server at ${server} does not serve ${resource}/${VERSION}: is the InferencePool CRD installed? (kubectl get crd ${resource})`;
+          return `switchyard InferencePool ${namespace}/${pool} not found (kubectl get ipool -n ${namespace})`;
+        return `the API server at ${server} does not serve ${resource}/${VERSION}: is the switchyard InferencePool CRD installed? (kubectl get crd ${resource})`;
       case 401:
         return `the API server at ${server} did not accept the credentials of user ${user} in the kubeconfig (401 Unauthorized): the token or client certificate is invalid or expired`;
       case 403:

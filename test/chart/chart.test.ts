@@ -19,6 +19,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, parseAllDocuments } from 'yaml';
 import { parseInjectionConfig } from '../../controller/injection/config.ts';
+import { POOL_LABEL, sidecarContainer } from '../../controller/injection/pod-patch.ts';
 import {
   startCluster,
   statusMessage,
@@ -225,6 +226,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '--set',
       'serviceMonitor.enabled=true',
       '--set',
+      'podMonitor.enabled=true',
+      '--set',
       'networkPolicy.enabled=true',
       '--set',
       'podDisruptionBudget.enabled=false',
@@ -234,10 +237,12 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       [
         ...base.filter((k) => k !== 'PodDisruptionBudget'),
         'NetworkPolicy',
+        'PodMonitor',
         'ServiceMonitor',
       ].sort(),
     );
     assert.equal(one(all, 'ServiceMonitor').apiVersion, 'monitoring.coreos.com/v1');
+    assert.equal(one(all, 'PodMonitor').apiVersion, 'monitoring.coreos.com/v1');
     // No self-managed TLS: no Role for its Secret. No injection: no webhook, no ConfigMap.
     assert.deepEqual(
       kinds(await template([...SECRET_MODE, '--set', 'injection.enabled=false'])),
@@ -350,6 +355,57 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       undefined,
     );
     assert.ok(!JSON.stringify(one<Deployment>(off, 'Deployment')).includes('OTEL_'));
+  });
+
+  it("the monitors scrape the controller's metrics port and the injected sidecars' admin port", async () => {
+    const objects = await template([
+      '--set',
+      'serviceMonitor.enabled=true',
+      '--set',
+      'podMonitor.enabled=true',
+      '--set',
+      'sidecar.ports.admin=19090',
+    ]);
+    const service = one<Obj>(objects, 'Service');
+    const serviceMonitor = one<Obj>(objects, 'ServiceMonitor');
+    const [endpoint] = serviceMonitor.spec?.['endpoints'] as Record<string, unknown>[];
+    const ports = service.spec?.['ports'] as { name: string }[];
+    assert.ok(ports.some((p) => p.name === endpoint?.['port']));
+    // The per-pool gauges keep their own namespace label (the pool's, not the release's).
+    assert.equal(endpoint?.['honorLabels'], true);
+    const podMonitor = one<Obj>(objects, 'PodMonitor');
+    assert.deepEqual(podMonitor.spec?.['selector'], {
+      matchExpressions: [{ key: POOL_LABEL, operator: 'Exists' }],
+    });
+    assert.deepEqual(podMonitor.spec?.['namespaceSelector'], { any: true });
+    // Its port is the one the webhook gives the sidecar, on the configured number.
+    const configMap = one<Obj & { data: Record<string, string> }>(objects, 'ConfigMap');
+    const parsed = parseInjectionConfig(JSON.parse(configMap.data['injection.json'] ?? ''));
+    assert.ok(parsed.ok);
+    const sidecar = sidecarContainer(parsed.config, ['chat']) as {
+      ports: { name: string; containerPort: number }[];
+    };
+    const [podEndpoint] = podMonitor.spec?.['podMetricsEndpoints'] as Record<string, unknown>[];
+    assert.deepEqual(
+      sidecar.ports.find((p) => p.name === podEndpoint?.['port']),
+      { name: podEndpoint?.['port'], containerPort: 19090, protocol: 'TCP' },
+    );
+    const narrowed = one<Obj>(
+      await template([
+        '--set',
+        'podMonitor.enabled=true',
+        '--set-json',
+        'podMonitor.namespaces=["chat","apps"]',
+        '--set-json',
+        'podMonitor.metricRelabelings=[{"sourceLabels":["__name__"],"regex":"switchyard_ttft_seconds_bucket","action":"drop"}]',
+      ]),
+      'PodMonitor',
+    );
+    assert.deepEqual(narrowed.spec?.['namespaceSelector'], { matchNames: ['chat', 'apps'] });
+    const [narrowedEndpoint] = narrowed.spec?.['podMetricsEndpoints'] as Record<string, unknown>[];
+    assert.deepEqual(narrowedEndpoint?.['metricRelabelings'], [
+      { sourceLabels: ['__name__'], regex: 'switchyard_ttft_seconds_bucket', action: 'drop' },
+    ]);
   });
 
   it('the webhook: by Service, no caBundle (the controller keeps it), labelled pods only', async () => {

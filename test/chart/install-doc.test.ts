@@ -15,6 +15,10 @@
  * - the ReplicaSet's pod is created from the Deployment's template, and its injected sidecar is
  *   run with the pod's own arguments, a token bound to the pod and the CA from its annotation.
  *
+ * The Gateway API inference extension's InferencePool CRD (harness/k8s/gaie.ts) is installed
+ * first, with a GAIE pool named like the page's pool and an Event about it, so that a command
+ * that named the kind ambiguously would touch GAIE's objects: the test checks that it did not.
+ *
  * SWITCHYARD_K8S_TESTS=0 or SWITCHYARD_HELM_TESTS=0 skips it.
  */
 import assert from 'node:assert/strict';
@@ -27,6 +31,7 @@ import OpenAI from 'openai';
 import { startSwitchyard, stopAll, type RunningProcess } from '../../harness/processes.ts';
 import { k8sBinaries } from '../../harness/k8s/binaries.ts';
 import { freePorts, startCluster, waitFor, type Cluster } from '../../harness/k8s/cluster.ts';
+import { GAIE_CRD_NAME, installGaieInferencePoolCrd } from '../../harness/k8s/gaie.ts';
 import { runInjectedSidecar, type InjectedPod } from '../k8s/injected-sidecar.ts';
 import {
   assertTestAddress,
@@ -41,6 +46,9 @@ const enabled =
 const DOC = join(ROOT, 'docs/install.md');
 const SYSTEM = 'switchyard-system';
 const PROVIDER_API_KEY = 'sk-install-doc-provider-key-7f3a';
+const GAIE_POOLS = '/apis/inference.networking.k8s.io/v1/namespaces/chat/inferencepools';
+/** The message of an Event about the GAIE pool: no command of the page may list it. */
+const GAIE_EVENT = 'an event about the GAIE pool chat';
 
 export interface DocBlock {
   code: string;
@@ -130,6 +138,8 @@ describe('docs/install.md, every command', { skip: !enabled, timeout: 30 * 60_00
     dir = mkdtempSync(join(tmpdir(), 'switchyard-install-doc-'));
     const [binaries, helm] = await Promise.all([k8sBinaries(), buildHelm()]);
     cluster = await startCluster({ apiServerArgs: ['--enable-aggregator-routing=true'] });
+    // GAIE's CRD first: the page's commands must mean switchyard's pools with both installed.
+    await installGaieInferencePoolCrd(cluster);
     env = {
       PATH: `${dirname(binaries.kubectl)}:${dirname(helm)}:${process.env['PATH'] ?? ''}`,
       HOME: dir,
@@ -242,6 +252,31 @@ describe('docs/install.md, every command', { skip: !enabled, timeout: 30 * 60_00
 
     // 2. A first InferencePool (and the vLLM Service a vLLM Deployment would have).
     await step('kubectl create namespace chat');
+    // GAIE's pool of the same name, and an Event about it, beside switchyard's pool.
+    await cluster.applyYaml(`apiVersion: inference.networking.k8s.io/v1
+kind: InferencePool
+metadata: {name: chat, namespace: chat}
+spec:
+  selector: {matchLabels: {app: vllm}}
+  targetPorts: [{number: 8000}]
+  endpointPickerRef: {name: vllm-epp, port: {number: 9002}}
+`);
+    const gaieEvent = await cluster.request('POST', '/api/v1/namespaces/chat/events', {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name: 'chat.gaie', namespace: 'chat' },
+      involvedObject: {
+        apiVersion: 'inference.networking.k8s.io/v1',
+        kind: 'InferencePool',
+        name: 'chat',
+        namespace: 'chat',
+      },
+      reason: 'Accepted',
+      message: GAIE_EVENT,
+      type: 'Normal',
+      source: { component: 'gaie-test' },
+    });
+    assert.equal(gaieEvent.status, 201, gaieEvent.text);
     await cluster.applyYaml(`apiVersion: v1
 kind: Service
 metadata: {name: vllm, namespace: chat}
@@ -332,9 +367,18 @@ EOF`);
     const table = await step('kubectl -n chat get ipool');
     assert.match(table.stdout, /^NAME\s+MODE\s+READY\s+TOTAL\s+IN-SYNC\s+AGE$/m);
     assert.match(table.stdout, /^chat\s+Failover\s+2\s+2\s+1\s+\S+$/m);
+    // What the page says of the bare name: with both CRDs, kubectl takes it to mean GAIE's.
+    const bare = await sh(
+      "kubectl -n chat get inferencepools -o jsonpath='{.items[*].apiVersion}'",
+    );
+    assert.equal(bare.stdout, 'inference.networking.k8s.io/v1', bare.stderr);
     const conditions = await step('.status.conditions');
     assert.match(conditions.stdout, /^Accepted=True /m);
     assert.match(conditions.stdout, /^Ready=True /m);
+    assert.ok(
+      !conditions.stdout.includes(GAIE_EVENT),
+      `GAIE's Event listed:\n${conditions.stdout}`,
+    );
 
     // 5. Metrics, read from the processes themselves.
     await step('port-forward deployment/switchyard 9091', async () => {
@@ -365,6 +409,12 @@ EOF`);
       '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/inferencepools.switchyard.dev',
     ])
       assert.equal((await cluster.request('GET', path)).status, 404, `${path} is gone`);
+    // GAIE's pool and CRD are untouched: the page deleted switchyard's only.
+    for (const path of [
+      `${GAIE_POOLS}/chat`,
+      `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${GAIE_CRD_NAME}`,
+    ])
+      assert.equal((await cluster.request('GET', path)).status, 200, `${path} is still there`);
     assert.equal(next, blocks.length, 'every block of docs/install.md ran');
   });
 

@@ -143,7 +143,7 @@ describe('switchyard status --pool on a real API server', { skip: !enabled }, ()
     assert.equal(noCrd.code, 2, noCrd.stderr);
     assert.match(
       noCrd.stderr,
-      /does not serve inferencepools\.switchyard\.dev\/v1alpha1: is the InferencePool CRD installed\?/,
+      /does not serve inferencepools\.switchyard\.dev\/v1alpha1: is the switchyard InferencePool CRD installed\?/,
     );
     await installInferencePoolCrd(cluster);
     await cluster.applyYaml(`apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ${NS}\n`);
@@ -151,7 +151,7 @@ describe('switchyard status --pool on a real API server', { skip: !enabled }, ()
     assert.equal(missing.code, 2);
     assert.equal(
       missing.stderr,
-      'switchyard status: InferencePool apps/chat not found (kubectl get ipool -n apps)\n',
+      'switchyard status: switchyard InferencePool apps/chat not found (kubectl get ipool -n apps)\n',
     );
     assert.equal(missing.stdout, '');
   });

@@ -504,7 +504,7 @@ describe('the user’s path on a real node', { skip }, () => {
   });
 
   it('helm uninstall leaves nothing of the release but the CRD', async () => {
-    await node.kubectl(['-n', APP_NS, 'delete', 'inferencepool', 'chat']);
+    await node.kubectl(['-n', APP_NS, 'delete', 'ipool', 'chat']);
     await timed('helm uninstall', () =>
       helmRun(['uninstall', 'switchyard', '--namespace', RELEASE_NS, '--wait']),
     );
