@@ -72,11 +72,18 @@ export async function startControllerSource(
       client.reportDemandNow();
   }, DEMAND_POLL_MS);
   demandPoll.unref();
+  // Scale from zero (issue 44): the first request held while the pool has no endpoint is reported
+  // at once (rate-limited), so the autoscaler sees switchyard_pool_demand_held_requests rise now
+  // rather than at the next report period. What the report carries as `demand.held` is
+  // `active.heldRequests()`: LEAD, pass `heldRequests: () => active.heldRequests()` to
+  // startControllerClient above once its option (helper H3's reporter change) is in.
+  active.hold.onFirstHeld = () => client.reportDemandNow();
   await client.ready;
   return {
     reload: () => Promise.resolve(false),
     close: () => {
       clearInterval(demandPoll);
+      active.hold.onFirstHeld = undefined;
       return client.close();
     },
   };

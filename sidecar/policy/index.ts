@@ -64,3 +64,5 @@ export {
   DEFAULT_COMPLETION_TOKENS,
 } from './budget-ledger.ts';
 export { isSaturated } from './saturation.ts';
+// Scale from zero (issue 44): requests held while the pool has no endpoint.
+export { ZeroHold, type HoldOffer, type HoldStreak } from './zero-hold.ts';
