@@ -57,6 +57,11 @@ interface Client {
   watching: boolean;
 }
 
+/** Read through a call: an assertion that it was undefined must not narrow it for good. */
+function codeOf(client: Client): string | undefined {
+  return client.refused?.code;
+}
+
 function setUp() {
   const timers = new ManualTimers();
   const hold = new ZeroHold<HeldWaiter>();
@@ -148,7 +153,7 @@ describe('HoldGate', () => {
     timers.advance(599);
     assert.equal(b.refused, undefined);
     timers.advance(1);
-    assert.equal(b.refused?.code, 'scale_from_zero_timeout');
+    assert.equal(codeOf(b), 'scale_from_zero_timeout');
     assert.deepEqual(left, ['timeout', 'timeout']);
     assert.equal(shed(), 2);
     assert.match(logs.at(-1)!, /no endpoint came within scaleFromZero.maxWait/);
@@ -181,7 +186,7 @@ describe('HoldGate', () => {
     timers.advance(500);
     assert.equal(b.refused, undefined, "a's deadline is no longer armed");
     timers.advance(500);
-    assert.equal(b.refused?.code, 'scale_from_zero_timeout');
+    assert.equal(codeOf(b), 'scale_from_zero_timeout');
     a.leave();
     assert.deepEqual(left, ['gone', 'timeout'], 'counted once');
   });
