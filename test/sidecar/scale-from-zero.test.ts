@@ -177,7 +177,7 @@ test('held past maxWait: 503 scale_from_zero_timeout with Retry-After', async ()
   assert.ok(err instanceof OpenAI.APIError, String(err));
   assert.equal(err.status, 503);
   assert.equal(err.code, 'scale_from_zero_timeout');
-  assert.equal(err.headers?.get('retry-after'), '1');
+  assert.equal((err.headers as Headers | undefined)?.get('retry-after'), '1');
   assert.ok(waited >= 950 && waited < 5_000, `answered after ${waited} ms`);
   await logged(/no endpoint came within scaleFromZero\.maxWait/);
 });
