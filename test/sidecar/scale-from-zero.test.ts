@@ -31,8 +31,9 @@ let controller: SnapshotServer;
 let version = 0;
 
 /** The pool's snapshot: scaleFromZero as given, and the sim as its endpoint unless `empty`. */
-function snapshot(scaleFromZero: string, empty: boolean): PoolSnapshot {
-  const yaml = balancePool([sim.url], `  scaleFromZero: ${scaleFromZero}`, ['gpu']).replace(
+function snapshot(scaleFromZero: string, empty: boolean, extra = ''): PoolSnapshot {
+  const spec = `  scaleFromZero: ${scaleFromZero}\n${extra}`;
+  const yaml = balancePool([sim.url], spec, ['gpu']).replace(
     'metadata: {name: test}',
     `metadata: {name: ${POOL}}`,
   );
@@ -76,8 +77,8 @@ async function applied(v: number, of = sidecar): Promise<boolean> {
   return (ready.snapshotVersion ?? 0) >= v;
 }
 
-async function publish(scaleFromZero: string, empty: boolean): Promise<void> {
-  const s = snapshot(scaleFromZero, empty);
+async function publish(scaleFromZero: string, empty: boolean, extra = ''): Promise<void> {
+  const s = snapshot(scaleFromZero, empty, extra);
   controller.publish(s);
   await waitFor(`snapshot ${s.version} applied`, () => applied(s.version));
 }
@@ -213,6 +214,20 @@ test('held until the first endpoint is ready, then served (openai client)', asyn
         text,
       )
     );
+  });
+});
+
+test('released requests still pass flow control: one endpoint with room for one', async () => {
+  const flow = '  flowControl: {saturation: {maxInFlightPerEndpoint: 1}}';
+  await publish('{maxWait: 30s}', true, flow);
+  const answers = [chat({ max_tokens: 40 }), chat({ max_tokens: 40 })];
+  await waitFor('two held', async () => (await held()) === 2);
+  await publish('{maxWait: 30s}', false, flow);
+  for (const res of await Promise.all(answers)) assert.equal(res.status, 200, await res.text());
+  // The second one released found the endpoint full and waited in the flow-control queue.
+  await waitFor('one request through the flow-control queue', async () => {
+    const text = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();
+    return /^switchyard_flow_queue_wait_seconds_count\{pool="chat",priority="0"\} 1$/m.test(text);
   });
 });
 
