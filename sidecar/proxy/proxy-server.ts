@@ -820,6 +820,20 @@ export class SidecarProxy {
   /** Holds a request of a pool with no endpoint until one comes (or a bound refuses it). */
   #hold(routed: Routed, parts: RouteParts): void {
     const { req, res, trace } = routed;
+    if (this.options.isDraining()) {
+      // Its body was still coming when the drain began (refuseHeld has run): nothing to wait for.
+      sendError(
+        res,
+        503,
+        'shutting_down',
+        'This sidecar is shutting down; retry on a fresh connection.',
+        {
+          connection: 'close',
+          'retry-after': '1',
+        },
+      );
+      return;
+    }
     const hold = routed.pool.hold;
     let gate = this.#holds.get(hold);
     if (gate === undefined) {
