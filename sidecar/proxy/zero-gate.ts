@@ -193,8 +193,8 @@ export class HoldGate {
 
   #logEnd(streak: HoldStreak): void {
     const { logger, poolName, nowMs } = this.#deps;
-    const fields = { pool: poolName, heldForMs: Math.round(nowMs() - streak.sinceMs), ...streak };
-    delete (fields as { sinceMs?: number }).sinceMs;
+    const { sinceMs, ...counts } = streak;
+    const fields = { pool: poolName, heldForMs: Math.round(nowMs() - sinceMs), ...counts };
     const what =
       streak.released > 0
         ? 'an endpoint is ready; held requests released'

@@ -20,6 +20,11 @@ import {
   type RunningProcess,
 } from '../../harness/processes.ts';
 import { SnapshotServer } from '../../harness/snapshot-server.ts';
+import {
+  SPAN_KIND_SERVER,
+  startOtlpReceiver,
+  type OtlpReceiver,
+} from '../../harness/otlp-receiver.ts';
 import { loadPoolText } from '../../sidecar/config/pool-file.ts';
 
 const NS = 'apps';
@@ -28,6 +33,7 @@ let dir: string;
 let sim: RunningProcess;
 let sidecar: RunningProcess;
 let controller: SnapshotServer;
+let receiver: OtlpReceiver;
 let version = 0;
 
 /** The pool's snapshot: scaleFromZero as given, and the sim as its endpoint unless `empty`. */
@@ -92,10 +98,25 @@ async function simRequests(): Promise<number> {
   return ((await (await fetch(`${sim.url}/admin/stats`)).json()) as { requests: number }).requests;
 }
 
-function chat(body: Record<string, unknown> = {}, signal?: AbortSignal): Promise<Response> {
+/** The attributes of the sidecar's server span of the request that carried trace `traceId`. */
+async function serverSpanOf(traceId: string): Promise<Record<string, unknown>> {
+  const spans = await receiver.waitForTrace(traceId, (all) =>
+    all.some((span) => span.kind === SPAN_KIND_SERVER),
+  );
+  return spans.find((span) => span.kind === SPAN_KIND_SERVER)!.attributes;
+}
+
+function chat(
+  body: Record<string, unknown> = {},
+  signal?: AbortSignal,
+  traceId?: string,
+): Promise<Response> {
   return fetch(`${sidecar.url}/v1/chat/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: {
+      'content-type': 'application/json',
+      ...(traceId === undefined ? {} : { traceparent: `00-${traceId}-00f067aa0ba902b7-01` }),
+    },
     body: JSON.stringify({
       model: 'sim-model',
       max_tokens: 2,
@@ -116,13 +137,16 @@ async function startSidecar(): Promise<RunningProcess> {
     tokenFile,
     sidecarId: 'app-1',
   });
-  return startSwitchyard([...args, '--log-level', 'info', '--shutdown-grace', '20s']);
+  return startSwitchyard([...args, '--log-level', 'info', '--shutdown-grace', '20s'], {
+    env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '50' },
+  });
 }
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'switchyard-zero-'));
   sim = await startSim('gpu', ['--model', 'sim-model']);
   controller = await SnapshotServer.start(NS, POOL);
+  receiver = await startOtlpReceiver();
   controller.publish(snapshot('{maxWait: 30s, maxRequests: 2, maxBytes: 2000}', true));
   sidecar = await startSidecar();
   await waitFor('the first snapshot', () => applied(1));
@@ -131,6 +155,7 @@ before(async () => {
 after(async () => {
   await stopAll([sidecar, sim]);
   await controller.close();
+  await receiver.close();
   await rm(dir, { recursive: true, force: true });
 });
 
@@ -181,22 +206,32 @@ test('held past maxWait: 503 scale_from_zero_timeout with Retry-After', async ()
   assert.equal((err.headers as Headers | undefined)?.get('retry-after'), '1');
   assert.ok(waited >= 950 && waited < 5_000, `answered after ${waited} ms`);
   await logged(/no endpoint came within scaleFromZero\.maxWait/);
+  const traceId = '4bf92f3577b34da6a3ce929d0e0e0001';
+  assert.equal((await chat({}, undefined, traceId)).status, 503);
+  const span = await serverSpanOf(traceId);
+  assert.equal(span['switchyard.scale_from_zero.outcome'], 'timeout');
+  assert.ok(Number(span['switchyard.scale_from_zero.held_ms']) >= 950);
+  assert.equal(span['switchyard.shed'], true);
 });
 
 test('held until the first endpoint is ready, then served (openai client)', async () => {
   await publish('{maxWait: 30s}', true);
   const client = new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'k', maxRetries: 0 });
   const before = await simRequests();
-  const answers = [1, 2, 3].map((n) =>
+  const traceId = '4bf92f3577b34da6a3ce929d0e0e0002';
+  const traced = chat({}, undefined, traceId);
+  const answers = [1, 2].map((n) =>
     client.chat.completions
       .create({ model: 'sim-model', max_tokens: 2, messages: [{ role: 'user', content: `${n}` }] })
       .withResponse(),
   );
   await waitFor('three held', async () => (await held()) === 3);
+  const heldFor = performance.now();
   await new Promise((r) => setTimeout(r, 200));
   assert.equal(await simRequests(), before, 'nothing sent while the pool has no endpoint');
   const releasedAt = performance.now();
   await publish('{maxWait: 30s}', false);
+  assert.equal((await traced).status, 200);
   for (const answer of await Promise.all(answers)) {
     assert.equal(answer.response.status, 200);
     assert.match(answer.response.headers.get('x-switchyard-backend') ?? '', /^gpu\//);
@@ -204,6 +239,10 @@ test('held until the first endpoint is ready, then served (openai client)', asyn
   }
   assert.ok(performance.now() - releasedAt < 5_000);
   assert.equal(await simRequests(), before + 3);
+  const span = await serverSpanOf(traceId);
+  assert.equal(span['switchyard.scale_from_zero.outcome'], 'released');
+  assert.ok(Number(span['switchyard.scale_from_zero.held_ms']) >= releasedAt - heldFor);
+  assert.equal(span['http.response.status_code'], 200);
   await logged(/holding its requests until the first one is ready/);
   await logged(/an endpoint is ready; held requests released/);
   await waitFor('none held, three released in the histogram', async () => {
