@@ -193,6 +193,12 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     metrics[i]!.readGaugesFrom(() => active.current()?.balancer.gauges() ?? []);
     metrics[i]!.readExchangeFrom(() => active.current()?.balancer.prefillExchange());
     metrics[i]!.readFlowFrom(() => active.current()?.flow);
+    // A series only for a pool that scales from zero (or still holds after turning it off).
+    metrics[i]!.readHeldFrom(() =>
+      active.current()?.policy.scaleFromZero === undefined && active.heldRequests() === 0
+        ? undefined
+        : active.heldRequests(),
+    );
   });
   const active = actives[0]!;
   const configs: RunningConfigSource[] = [];
@@ -222,8 +228,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
             cacheFile: cacheFileFor(cacheFile, pool, poolNames.length),
             active: actives[i]!,
             logger: poolNames.length === 1 ? logger : logger.child({ pool }),
-            // TODO(issue 44, merge): `heldRequests`, the scale-from-zero hold's count of this
-            // pool (helper H4); reports say `held: 0` until it is wired.
           }),
         ),
       );
@@ -318,6 +322,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const shutdown = (): Promise<void> => {
     shutdownPromise ??= (async () => {
       draining = true;
+      // Requests held for a pool with no endpoint would only wait out the grace: 503 now.
+      proxy.refuseHeld();
       await config.close();
       logger.info(
         { inProgress: proxy.inProgress, graceMs: options.shutdownGraceMs },

@@ -17,6 +17,7 @@ import {
   type PoolBalancer,
   type PoolPolicy,
   type Rng,
+  ZeroHold,
 } from '../policy/index.ts';
 
 /** A resolved pool configuration, from a pool file or a controller snapshot. */
@@ -51,6 +52,24 @@ export interface ActivePool {
    * 44): lives with the pool like its balancer. Optional only for hand-made pools in tests.
    */
   demand?: DemandMeter | undefined;
+  /**
+   * Scale from zero (issue 44): the requests held while the pool has no endpoint. Lives as long
+   * as the pool (one per `ActivePoolState`, the same object in every configuration), so held
+   * requests outlive the configuration they came under; empty and inert unless the pool sets
+   * `scaleFromZero`.
+   */
+  hold: ZeroHold<HeldWaiter>;
+}
+
+/**
+ * A request held by scale from zero, as the proxy's hold gate (proxy/zero-gate.ts) keeps it: the
+ * hold only orders and bounds these, the gate calls them.
+ */
+export interface HeldWaiter {
+  /** An endpoint came: send it through the normal path (flow control first, if set). */
+  release(): void;
+  /** Answer the 503: held `maxWait` (`timeout`), or the sidecar is shutting down. */
+  refuse(why: 'timeout' | 'shutdown'): void;
 }
 
 /**
@@ -182,6 +201,8 @@ export interface ActivePoolStateOptions {
 export class ActivePoolState {
   readonly #options: ActivePoolStateOptions;
   #active: ActivePool | undefined;
+  /** Scale from zero's held requests of this pool (see `ActivePool.hold`). */
+  readonly hold = new ZeroHold<HeldWaiter>();
 
   constructor(options: ActivePoolStateOptions) {
     this.#options = options;
@@ -190,6 +211,11 @@ export class ActivePoolState {
   /** Undefined until a first configuration is applied. */
   current(): ActivePool | undefined {
     return this.#active;
+  }
+
+  /** Requests held now because the pool has no endpoint (scale from zero): `demand.held`. */
+  heldRequests(): number {
+    return this.hold.size;
   }
 
   /** True when a configuration of this content (hash) is in force. */
@@ -226,8 +252,11 @@ export class ActivePoolState {
       balancer,
       flow,
       demand,
+      hold: this.hold,
     };
     this.#active = active;
+    // After the pool is in force: held requests released now go out on this configuration.
+    this.hold.configure(config.policy.scaleFromZero, config.endpoints.length);
     this.#options.onApplied?.(active);
     return true;
   }

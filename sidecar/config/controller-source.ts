@@ -22,16 +22,15 @@ export async function startControllerSource(
     logger: Logger;
     /**
      * Requests of this pool held now because it has no ready endpoint (scale from zero, issue
-     * 44), for the report's `demand.held`. Optional: 0 without it.
-     * TODO(issue 44, merge): the lead wires the hold's count (helper H4) in here from sidecar.ts.
+     * 44), for the report's `demand.held`. Default: the pool's own hold (`active.heldRequests()`).
      */
     heldRequests?: (() => number) | undefined;
   },
 ): Promise<RunningConfigSource> {
-  const { active, logger, heldRequests, ...clientOptions } = options;
+  const { active, logger, heldRequests = () => active.heldRequests(), ...clientOptions } = options;
   // A count the report's schema accepts (an integer ≥ 0), or the whole report would be refused.
   const held = (): number => {
-    const n = heldRequests?.() ?? 0;
+    const n = heldRequests();
     return Number.isFinite(n) && n > 0 ? Math.floor(n) : 0;
   };
   // Budgets across the fleet (issue 43): the last shares the controller sent stay in force until
@@ -88,26 +87,23 @@ export async function startControllerSource(
     },
   });
   // Requests held in a budgeted pool's queue: report the demand at once (rate-limited), so the
-  // controller re-splits now rather than at the next report period. Likewise when requests start
-  // to be held for a pool with no ready endpoint: an autoscaler waits on that to start a server,
-  // and the next periodic report may be 10 s away.
-  let heldBefore = 0;
+  // controller re-splits now rather than at the next report period.
   const demandPoll = setInterval(() => {
     const f = flow();
-    const heldNow = held();
-    if (
-      (f !== undefined && f.policy.budgets.length > 0 && f.queue.size > 0) ||
-      (heldNow > 0 && heldBefore === 0)
-    )
+    if (f !== undefined && f.policy.budgets.length > 0 && f.queue.size > 0)
       client.reportDemandNow();
-    heldBefore = heldNow;
   }, DEMAND_POLL_MS);
   demandPoll.unref();
+  // Scale from zero (issue 44): the first request held while the pool has no endpoint is reported
+  // at once (rate-limited), so the autoscaler sees switchyard_pool_demand_held_requests rise now
+  // rather than at the next report period (the report's `demand.held` is `heldRequests()`).
+  active.hold.onFirstHeld = () => client.reportDemandNow();
   await client.ready;
   return {
     reload: () => Promise.resolve(false),
     close: () => {
       clearInterval(demandPoll);
+      active.hold.onFirstHeld = undefined;
       return client.close();
     },
   };

@@ -66,3 +66,5 @@ export {
 export { isSaturated } from './saturation.ts';
 // Autoscaling signals (issue 44): the pool's demand as this sidecar reports it.
 export { DEMAND_MIN_WINDOW_MS, DemandMeter, type DemandRates } from './demand-meter.ts';
+// Scale from zero (issue 44): requests held while the pool has no endpoint.
+export { ZeroHold, type HoldOffer, type HoldStreak } from './zero-hold.ts';

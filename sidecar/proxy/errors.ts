@@ -34,7 +34,11 @@ export type SidecarErrorCode =
   /** Flow control: the queue held its most requests or bytes, or a higher priority pushed it out. */
   | 'queue_full'
   /** Flow control: sheddable (negative priority) while higher priorities wait or nothing has room. */
-  | 'sheddable_refused';
+  | 'sheddable_refused'
+  /** Scale from zero (docs/sidecar.md): held `scaleFromZero.maxWait` and no endpoint came. */
+  | 'scale_from_zero_timeout'
+  /** Scale from zero: the hold had its most requests or bytes (`scaleFromZero.maxRequests`/`maxBytes`). */
+  | 'scale_from_zero_full';
 
 const TYPE_BY_STATUS: Record<number, string> = {
   400: 'invalid_request_error',

@@ -43,6 +43,10 @@ export const QUEUE_WAIT_BUCKETS_S = [
   0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
 ];
 
+/** Seconds a request was held by scale from zero: 10 ms up to 20 minutes (maxWait 5m by default). */
+export const HELD_BUCKETS_S = [0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 180, 300, 600, 1200];
+const HOLD_OUTCOMES = ['released', 'timeout', 'gone', 'shutdown'] as const;
+
 /**
  * Distinct priorities given their own `priority` label value per pool; past them `other` (the
  * priority header is the client's: its values must not grow the series without bound).
@@ -109,11 +113,17 @@ export class SidecarMetrics {
   private gaugeSource: () => readonly EndpointGauges[] = () => [];
   private exchangeSource: () => PrefillExchangeReading | undefined = () => undefined;
   private flowSource: () => FlowReading | undefined = () => undefined;
+  private heldSource: () => number | undefined = () => undefined;
   readonly #priorityLabels = new Map<number, string>();
   /** Flow control's counts for the gate (flow-gate.ts); bound children, no lookups per request. */
   readonly flow: {
     refused(reason: RefusalReason): void;
     leftQueue(priority: number, seconds: number): void;
+  };
+  /** Scale from zero's counts for the hold gate (zero-gate.ts); bound children. */
+  readonly hold: {
+    left(outcome: (typeof HOLD_OUTCOMES)[number], seconds: number): void;
+    shed(): void;
   };
 
   private readonly pool: string;
@@ -146,6 +156,24 @@ export class SidecarMetrics {
       leftQueue: (priority, seconds) =>
         shared.queueWait.observe({ pool, priority: this.priorityLabel(priority) }, seconds),
     };
+    const heldTime = Object.fromEntries(
+      HOLD_OUTCOMES.map((o) => [o, shared.heldTime.labels({ pool, outcome: o })]),
+    ) as unknown as Record<(typeof HOLD_OUTCOMES)[number], { observe(seconds: number): void }>;
+    this.hold = {
+      left: (outcome, seconds) => heldTime[outcome].observe(seconds),
+      // The no-endpoint 503 it stands for (switchyard_shed_total), whether held first or not.
+      shed: () => this.shed.inc(),
+    };
+  }
+
+  /** Scale from zero: the requests held now for this pool, read at scrape time. */
+  readHeldFrom(source: () => number | undefined): void {
+    this.heldSource = source;
+  }
+
+  /** The requests held now (undefined: no series). */
+  heldReading(): number | undefined {
+    return this.heldSource();
   }
 
   /** The `priority` label value of a priority: itself, or `other` past MAX_PRIORITY_LABELS. */
@@ -313,6 +341,7 @@ class SharedFamilies {
   readonly rejected: Counter<'pool'>;
   readonly refusals: Counter<'pool' | 'reason'>;
   readonly queueWait: Histogram<'pool' | 'priority'>;
+  readonly heldTime: Histogram<'pool' | 'outcome'>;
 
   constructor() {
     const registers = [this.registry];
@@ -391,6 +420,26 @@ class SharedFamilies {
           if (flow === undefined) continue;
           for (const [priority, n] of flow.queue.countsByPriority())
             this.inc({ pool: m.poolName, priority: m.priorityLabel(priority) }, n);
+        }
+      },
+    });
+    this.heldTime = new Histogram({
+      name: 'switchyard_scale_from_zero_held_seconds',
+      help: 'Time requests were held while their pool had no endpoint (spec.scaleFromZero), by outcome: released (an endpoint came; the request went out), timeout (held scaleFromZero.maxWait: 503), gone (the client left), shutdown (503 at shutdown).',
+      labelNames: ['pool', 'outcome'],
+      buckets: HELD_BUCKETS_S,
+      registers,
+    });
+    new Gauge({
+      name: 'switchyard_scale_from_zero_held_requests',
+      help: 'Requests this sidecar holds now because their pool has no endpoint (spec.scaleFromZero); what the controller sums as switchyard_pool_demand_held_requests.',
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const m of pools) {
+          const held = m.heldReading();
+          if (held !== undefined) this.set({ pool: m.poolName }, held);
         }
       },
     });

@@ -2,8 +2,13 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { declaresModelRouting, type ActivePool, type PoolFlow } from '../config/active-pool.ts';
-import { affinityFor, type ModelsServed } from '../policy/index.ts';
+import {
+  declaresModelRouting,
+  type ActivePool,
+  type HeldWaiter,
+  type PoolFlow,
+} from '../config/active-pool.ts';
+import { affinityFor, type ModelsServed, type ZeroHold } from '../policy/index.ts';
 import { drainRest, readBody, type BodyResult } from './body.ts';
 import {
   ConnectionQueue,
@@ -34,6 +39,7 @@ import { StoredResponses } from './stored-responses.ts';
 import type { ProxyTracer } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 import { countsTokens, withUsageAsked } from './usage.ts';
+import { HoldGate, type HoldRequest } from './zero-gate.ts';
 
 /** A matched route and what its path says about stored responses (inference-routes.ts). */
 type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
@@ -135,6 +141,8 @@ export class SidecarProxy {
   private idleWaiters: (() => void)[] = [];
   /** The flow gate of each pool with flow control, made at its first request. */
   readonly #gates = new WeakMap<PoolFlow, FlowGate>();
+  /** The scale-from-zero gate of each pool, made at its first held request. */
+  readonly #holds = new WeakMap<ZeroHold<HeldWaiter>, HoldGate>();
 
   private readonly options: ProxyOptions;
 
@@ -270,6 +278,17 @@ export class SidecarProxy {
 
   close(): void {
     this.upstream.close();
+  }
+
+  /**
+   * Shutdown: every request held by scale from zero gets its 503 now, rather than waiting out the
+   * grace for an endpoint (call once draining, so that nothing new is held).
+   */
+  refuseHeld(): void {
+    for (const slot of this.#slots()) {
+      const hold = slot.current?.hold;
+      if (hold !== undefined) this.#holds.get(hold)?.refuseAll();
+    }
   }
 
   /** The pools routed for, in order: one unless the sidecar follows several. */
@@ -518,7 +537,7 @@ export class SidecarProxy {
     if (pinned === false) return;
     const tap =
       match.deletesResponse === true ? this.storedResponses.forgetOnSuccess(responseId) : undefined;
-    this.startExchange(routed, {
+    this.#send(routed, {
       raw,
       affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
       tap,
@@ -679,7 +698,7 @@ export class SidecarProxy {
               : result.body;
           chosen.routed.trace?.generation(field?.value, false);
           this.#traceModel(chosen.routed, field?.value, choice);
-          this.startExchange(chosen.routed, {
+          this.#send(chosen.routed, {
             raw,
             bodyCoding: coding,
             model: choice.resolved,
@@ -776,7 +795,7 @@ export class SidecarProxy {
     const streamed = fields.stream === true;
     trace?.generation(requested ?? fields.model, streamed);
     this.#traceModel(routed, requested, choice);
-    this.startExchange(routed, {
+    this.#send(routed, {
       raw,
       fields,
       streamed,
@@ -789,12 +808,87 @@ export class SidecarProxy {
   }
 
   /**
+   * A request whose body is read: held while its pool scales from zero (zero-gate.ts), else sent.
+   * A passed-through body (streamThrough) is never held: it is not read, and the client could not
+   * finish sending it within the request timeout while it waits.
+   */
+  /** `counted`: the request is in the pool's demand already (it was held first). */
+  #send(routed: Routed, parts: RouteParts, counted = false): void {
+    if (routed.pool.hold.holds()) this.#hold(routed, parts, counted);
+    else this.startExchange(routed, parts, counted);
+  }
+
+  /** Holds a request of a pool with no endpoint until one comes (or a bound refuses it). */
+  #hold(routed: Routed, parts: RouteParts, counted: boolean): void {
+    const { req, res, trace } = routed;
+    if (this.options.isDraining()) {
+      // Its body was still coming when the drain began (refuseHeld has run): nothing to wait for.
+      sendError(
+        res,
+        503,
+        'shutting_down',
+        'This sidecar is shutting down; retry on a fresh connection.',
+        {
+          connection: 'close',
+          'retry-after': '1',
+        },
+      );
+      return;
+    }
+    // A held request is demand now (an autoscaler scales on it), not when it is released.
+    if (!counted) routed.pool.demand?.request();
+    const hold = routed.pool.hold;
+    let gate = this.#holds.get(hold);
+    if (gate === undefined) {
+      gate = new HoldGate({
+        poolName: routed.pool.name,
+        hold,
+        metrics: routed.account.metrics.hold,
+        logger: this.options.logger,
+        nowMs: this.options.nowMs,
+      });
+      this.#holds.set(hold, gate);
+    }
+    const request: HoldRequest = {
+      bodyBytes: parts.raw?.length ?? 0,
+      send: (heldMs) => {
+        trace?.held?.(heldMs, 'released');
+        // On the configuration in force now (the one that brought the endpoint).
+        const current = this.#slots().find((s) => s.current?.hold === hold)?.current;
+        this.#send(current === undefined ? routed : { ...routed, pool: current }, parts, true);
+      },
+      refuse: (refusal) => {
+        if (refusal.code !== 'shutting_down') {
+          trace?.shed();
+          routed.pool.demand?.shed();
+        }
+        trace?.held?.(
+          refusal.heldMs ?? 0,
+          refusal.heldMs === undefined
+            ? 'full'
+            : refusal.code === 'shutting_down'
+              ? 'shutdown'
+              : 'timeout',
+        );
+        sendError(res, 503, refusal.code, refusal.message, {
+          'retry-after': String(refusal.retryAfterS),
+          'x-switchyard-attempts': '0',
+          ...(refusal.close === true ? { connection: 'close' } : {}),
+        });
+      },
+      dropped: (heldMs) => trace?.held?.(heldMs, 'gone'),
+      watchClient: (gone) => watchClient(req, res, gone),
+    };
+    gate.admit(request);
+  }
+
+  /**
    * Counts the request in the pool's load, then sends it upstream as an exchange; through the
    * pool's flow gate when the pool has flow control (flow-gate.ts).
    */
-  private startExchange(routed: Routed, parts: RouteParts): Exchange {
+  private startExchange(routed: Routed, parts: RouteParts, counted = false): Exchange {
     routed.pool.balancer.recordRequest();
-    routed.pool.demand?.request();
+    if (!counted) routed.pool.demand?.request();
     const { account, ...init } = routed;
     const flow = routed.pool.flow;
     // The budget ticket, once admitted: settled when the exchange ends (flow control only).
@@ -879,28 +973,33 @@ export class SidecarProxy {
           'x-switchyard-attempts': '0',
         });
       },
-      // The socket's end too: the proxy keeps half-open connections (a client may half-close
-      // and still read), so a client that left is otherwise seen only at a write, and a queued
-      // request writes nothing. A client that half-closes while queued is taken as gone.
-      watchClient: (gone) => {
-        const socket = req.socket;
-        const onClose = (): void => {
-          if (!res.writableFinished) gone();
-        };
-        const onEnd = (): void => {
-          gone();
-          res.destroy();
-        };
-        res.once('close', onClose);
-        socket.once('end', onEnd);
-        return () => {
-          res.off('close', onClose);
-          socket.off('end', onEnd);
-        };
-      },
+      watchClient: (gone) => watchClient(req, res, gone),
     };
     gate.admit(request);
   }
+}
+
+/**
+ * Calls `gone` once the client of a waiting request (queued or held) leaves; returns what stops
+ * watching. The socket's end too: the proxy keeps half-open connections (a client may half-close
+ * and still read), so a client that left is otherwise seen only at a write, and a waiting request
+ * writes nothing. A client that half-closes while it waits is taken as gone.
+ */
+function watchClient(req: IncomingMessage, res: ServerResponse, gone: () => void): () => void {
+  const socket = req.socket;
+  const onClose = (): void => {
+    if (!res.writableFinished) gone();
+  };
+  const onEnd = (): void => {
+    gone();
+    res.destroy();
+  };
+  res.once('close', onClose);
+  socket.once('end', onEnd);
+  return () => {
+    res.off('close', onClose);
+    socket.off('end', onEnd);
+  };
 }
 
 /**

@@ -179,6 +179,11 @@ class OtelRequestTrace implements RequestTrace {
       span.setAttribute('switchyard.flow.refused', outcome.refused);
   }
 
+  held(heldMs: number, outcome: 'released' | 'timeout' | 'gone' | 'shutdown' | 'full'): void {
+    this.#span.setAttribute('switchyard.scale_from_zero.held_ms', Math.round(heldMs));
+    this.#span.setAttribute('switchyard.scale_from_zero.outcome', outcome);
+  }
+
   /** From an attempt span: the usage the answer reported. */
   usage(inputTokens: number | undefined, outputTokens: number | undefined): void {
     if (inputTokens !== undefined)

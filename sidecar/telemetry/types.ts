@@ -65,6 +65,11 @@ export interface RequestTrace {
    * refused it (`refused`: the reason): `switchyard.flow.*` attributes.
    */
   flow?(outcome: FlowOutcome): void;
+  /**
+   * Scale from zero held the request `heldMs` while the pool had no endpoint, then `outcome`:
+   * `switchyard.scale_from_zero.*` attributes.
+   */
+  held?(heldMs: number, outcome: 'released' | 'timeout' | 'gone' | 'shutdown' | 'full'): void;
   /** The client's response closed; `completed` is false when it was cut off. */
   end(status: number, completed: boolean): void;
 }

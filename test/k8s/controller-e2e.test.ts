@@ -43,12 +43,16 @@ interface DebugBackends {
   endpoints: { id: string; url: string }[];
 }
 
-function slice(name: string, endpoints: { ip: string; ready: boolean }[]): unknown {
+function slice(
+  name: string,
+  endpoints: { ip: string; ready: boolean }[],
+  service = 'vllm',
+): unknown {
   for (const e of endpoints) assertTestAddress(e.ip);
   return {
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
-    metadata: { name, namespace: NS, labels: { 'kubernetes.io/service-name': 'vllm' } },
+    metadata: { name, namespace: NS, labels: { 'kubernetes.io/service-name': service } },
     addressType: 'IPv4',
     endpoints: endpoints.map((e) => ({ addresses: [e.ip], conditions: { ready: e.ready } })),
     ports: [{ name: 'http', port: 8000, protocol: 'TCP' }],
@@ -313,6 +317,66 @@ spec:
       assert.equal(status.conditions?.find((c) => c.type === 'ResolvedRefs')?.status, 'True');
       assert.equal(status.endpoints?.ready, 2);
       assert.ok((status.snapshot?.version ?? 0) >= 1);
+    });
+
+    it('scale from zero: holds a request while the Service has no ready endpoint, then serves it', async (t) => {
+      const h2 = hosts[1]!;
+      await cluster.applyYaml(
+        `apiVersion: v1
+kind: Service
+metadata: {name: zero, namespace: ${NS}}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8000}]
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: InferencePool
+metadata: {name: zero, namespace: ${NS}}
+spec:
+  backends:
+  - name: in-cluster
+    service: {name: zero, port: http}
+  scaleFromZero: {maxWait: 20s}
+`,
+      );
+      const zeroSlice = (ready: boolean): unknown =>
+        slice('zero-1', [{ ip: h2.ip, ready }], 'zero');
+      // The server's pod exists but is not ready yet (its model still loading).
+      await cluster.request('POST', SLICES, zeroSlice(false));
+      const sidecar = await startSidecar('app-zero', controller!.url, 'zero');
+      try {
+        await waitFor(
+          'the snapshot of the pool with no endpoint',
+          async () => {
+            const b = await getJson<DebugBackends>(`${sidecar.adminUrl}/debug/backends`);
+            return b.snapshotVersion !== null && b.endpoints.length === 0;
+          },
+          { intervalMs: 20 },
+        );
+        const answer = postChat(sidecar.url);
+        await waitFor('the request held', () => /holding its requests/.test(sidecar.output()), {
+          intervalMs: 20,
+        });
+        // What an autoscaler scales from zero on: the sidecar reports the held request at once
+        // and the leader exports it.
+        const held = new RegExp(
+          `^switchyard_pool_demand_held_requests\\{namespace="${NS}",pool="zero"\\} 1$`,
+          'm',
+        );
+        await waitFor(
+          "the held request in the leader's gauge",
+          async () => held.test(await (await fetch(`${controller!.adminUrl}/metrics`)).text()),
+          { intervalMs: 50, timeoutMs: 10_000 },
+        );
+        const readyAt = performance.now();
+        await cluster.request('PUT', `${SLICES}/zero-1`, zeroSlice(true));
+        const res = await answer;
+        const servedMs = performance.now() - readyAt;
+        assert.equal(res.status, 200, await res.clone().text());
+        assert.equal(res.headers.get('x-switchyard-backend'), id(h2));
+        t.diagnostic(`EndpointSlice ready → held request answered: ${servedMs.toFixed(0)} ms`);
+      } finally {
+        await sidecar.stop();
+      }
     });
 
     it('counts the sidecars of every replica in status, written by one leader', async () => {
