@@ -3,7 +3,7 @@
  * operator's (ServiceMonitor, PodMonitor: the chart's monitors) and KEDA's (ScaledObject:
  * docs/autoscaling.md's example), each read from its Go module at a pinned version, which the Go
  * module proxy serves and Go's module cache keeps (`go mod download`, a no-op once cached), as
- * harness/k8s/gaie.ts does for GAIE's.
+ * harness/k8s/gaie.ts uses it for GAIE's.
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';

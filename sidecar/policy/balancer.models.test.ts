@@ -64,6 +64,16 @@ describe('Balancer: the candidate filter by model', () => {
     assert.equal(pickAndFinish(balancer, { model: 'n' }), 'b');
   });
 
+  it('a pool with no endpoint at all sheds as down (503), not as a model it does not serve', () => {
+    // Scaled to zero, or not started yet: nothing says the model is not served (404 would tell
+    // the client to stop asking), and scale from zero holds such requests.
+    const { balancer } = balancerOf([]);
+    assert.equal(idOf(balancer.pick({ model: 'm' })), 'shed:down');
+    balancer.update(testPolicy({ affinity: { key: 'None' } }), [endpoint('a', { models: ['m'] })]);
+    balancer.update(testPolicy({ affinity: { key: 'None' } }), []);
+    assert.equal(idOf(balancer.pick({ model: 'm' })), 'shed:down');
+  });
+
   it('an unknown list takes any model until discovery speaks; a declared list wins', () => {
     const { balancer } = balancerOf([endpoint('u'), endpoint('d', { models: ['m'] })]);
     assert.equal(pickAndFinish(balancer, { model: 'x' }), 'u');

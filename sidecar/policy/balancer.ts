@@ -193,7 +193,12 @@ export class Balancer implements PoolBalancer {
     const { exclude, pinnedEndpointId: pinned } = request;
     // Only endpoints that serve the request's model, before the tier (model-filter.ts).
     const serves = this.#models.servesFilter<EndpointState>(request.model);
-    if (!servedAnywhere(serves, this.#pool.order, pinned, (id) => this.#pool.get(id)))
+    // A pool with no endpoint at all (scaled to zero, not started) knows of no model it lacks:
+    // it sheds as down (503, or held by scale from zero), never 404.
+    if (
+      this.#pool.order.length > 0 &&
+      !servedAnywhere(serves, this.#pool.order, pinned, (id) => this.#pool.get(id))
+    )
       return modelNotServed(DEFAULT_SHED_RETRY_AFTER_MS);
     const isCandidate = (s: EndpointState): boolean =>
       !(exclude?.has(s.id) ?? false) && s.breaker.admits() && !(s.cooldownUntilMs > now);

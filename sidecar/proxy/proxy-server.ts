@@ -2,13 +2,8 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../../lib/node-http.ts';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import {
-  declaresModelRouting,
-  type ActivePool,
-  type HeldWaiter,
-  type PoolFlow,
-} from '../config/active-pool.ts';
-import { affinityFor, type ModelsServed, type ZeroHold } from '../policy/index.ts';
+import { declaresModelRouting, type ActivePool } from '../config/active-pool.ts';
+import { affinityFor, type ModelsServed } from '../policy/index.ts';
 import { drainRest, readBody, type BodyResult } from './body.ts';
 import {
   ConnectionQueue,
@@ -18,8 +13,8 @@ import {
   withoutBom,
 } from './client-request.ts';
 import { sendError, sendModelNotFound, sendRawError } from './errors.ts';
-import { Exchange, type ExchangeDeps, type ExchangeInit, type ResponseTap } from './exchange.ts';
-import { FlowGate, type GatedRequest } from './flow-gate.ts';
+import type { ExchangeDeps, ResponseTap } from './exchange.ts';
+import { Admission, type Routed } from './admission.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
 import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
@@ -39,22 +34,9 @@ import { StoredResponses } from './stored-responses.ts';
 import type { ProxyTracer } from '../telemetry/types.ts';
 import { Upstream, type UpstreamClient } from './upstream.ts';
 import { countsTokens, withUsageAsked } from './usage.ts';
-import { HoldGate, type HoldRequest } from './zero-gate.ts';
 
 /** A matched route and what its path says about stored responses (inference-routes.ts). */
 type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
-
-/**
- * A client request once its route is known: what every exchange of it starts from. `pool` is the
- * first pool until the request's model chose another (`#routeTo`); `account` says which pool's
- * metrics count the response the client sees.
- */
-type Routed = Pick<ExchangeInit, 'req' | 'res' | 'pool' | 'path' | 'query' | 'trace'> & {
-  readonly account: { metrics: SidecarMetrics };
-};
-
-/** What a route adds to an exchange; by default none of it (no body, fields or affinity). */
-type RouteParts = Partial<Omit<ExchangeInit, keyof Routed>>;
 
 /** One pool the proxy routes for: its name, its configuration in force (if any) and its metrics. */
 export interface PoolSlot {
@@ -101,26 +83,6 @@ export interface ProxyOptions {
   defaultPriority?: number | undefined;
 }
 
-/** The request header that sets a request's priority (flow control); never forwarded. */
-export const PRIORITY_HEADER = 'x-switchyard-priority';
-
-/** An integer header value, or undefined when it is not one (a 400 names the header). */
-export function parsePriority(value: string | string[] | undefined): number | undefined | false {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'string' || !/^\s*[+-]?\d{1,9}\s*$/.test(value)) return false;
-  return Number.parseInt(value, 10);
-}
-
-/** `max_tokens` (or `max_completion_tokens`, `max_output_tokens`) of a parsed body. */
-function maxTokensOf(fields: Record<string, unknown> | undefined): number | undefined {
-  if (fields === undefined) return undefined;
-  for (const name of ['max_tokens', 'max_completion_tokens', 'max_output_tokens']) {
-    const v = fields[name];
-    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) return v;
-  }
-  return undefined;
-}
-
 /**
  * The proxy's HTTP server: routes, reads and parses each client request, answers what it can
  * itself (errors, a declared model list, the union of the backends' lists), and hands the rest
@@ -139,10 +101,8 @@ export class SidecarProxy {
   private activeExchanges = 0;
   private readonly inOrder = new ConnectionQueue();
   private idleWaiters: (() => void)[] = [];
-  /** The flow gate of each pool with flow control, made at its first request. */
-  readonly #gates = new WeakMap<PoolFlow, FlowGate>();
-  /** The scale-from-zero gate of each pool, made at its first held request. */
-  readonly #holds = new WeakMap<ZeroHold<HeldWaiter>, HoldGate>();
+  /** Holds, gates and starts routed requests (admission.ts). */
+  readonly #admission: Admission;
 
   private readonly options: ProxyOptions;
 
@@ -166,6 +126,7 @@ export class SidecarProxy {
       maxBodyBytes: options.maxBodyBytes,
     };
     this.storedResponses = new StoredResponses(options.nowMs);
+    this.#admission = new Admission(this.exchangeDeps, options, () => this.#slots());
     this.server = http.createServer(
       {
         keepAliveTimeout: CLIENT_KEEP_ALIVE_TIMEOUT_MS,
@@ -280,15 +241,9 @@ export class SidecarProxy {
     this.upstream.close();
   }
 
-  /**
-   * Shutdown: every request held by scale from zero gets its 503 now, rather than waiting out the
-   * grace for an endpoint (call once draining, so that nothing new is held).
-   */
+  /** Shutdown: requests held by scale from zero get their 503 now (admission.ts). */
   refuseHeld(): void {
-    for (const slot of this.#slots()) {
-      const hold = slot.current?.hold;
-      if (hold !== undefined) this.#holds.get(hold)?.refuseAll();
-    }
+    this.#admission.refuseHeld();
   }
 
   /** The pools routed for, in order: one unless the sidecar follows several. */
@@ -510,7 +465,7 @@ export class SidecarProxy {
       req.unpipe(body);
       req.resume();
     });
-    const exchange = this.startExchange(routed, {
+    const exchange = this.#admission.startExchange(routed, {
       bodyStream: body,
       bodyCoding: req.headers['content-encoding'],
     });
@@ -537,7 +492,7 @@ export class SidecarProxy {
     if (pinned === false) return;
     const tap =
       match.deletesResponse === true ? this.storedResponses.forgetOnSuccess(responseId) : undefined;
-    this.#send(routed, {
+    this.#admission.send(routed, {
       raw,
       affinity: pinned === undefined ? {} : { pinnedEndpointId: pinned },
       tap,
@@ -698,7 +653,7 @@ export class SidecarProxy {
               : result.body;
           chosen.routed.trace?.generation(field?.value, false);
           this.#traceModel(chosen.routed, field?.value, choice);
-          this.#send(chosen.routed, {
+          this.#admission.send(chosen.routed, {
             raw,
             bodyCoding: coding,
             model: choice.resolved,
@@ -795,7 +750,7 @@ export class SidecarProxy {
     const streamed = fields.stream === true;
     trace?.generation(requested ?? fields.model, streamed);
     this.#traceModel(routed, requested, choice);
-    this.#send(routed, {
+    this.#admission.send(routed, {
       raw,
       fields,
       streamed,
@@ -812,194 +767,6 @@ export class SidecarProxy {
    * A passed-through body (streamThrough) is never held: it is not read, and the client could not
    * finish sending it within the request timeout while it waits.
    */
-  /** `counted`: the request is in the pool's demand already (it was held first). */
-  #send(routed: Routed, parts: RouteParts, counted = false): void {
-    if (routed.pool.hold.holds()) this.#hold(routed, parts, counted);
-    else this.startExchange(routed, parts, counted);
-  }
-
-  /** Holds a request of a pool with no endpoint until one comes (or a bound refuses it). */
-  #hold(routed: Routed, parts: RouteParts, counted: boolean): void {
-    const { req, res, trace } = routed;
-    if (this.options.isDraining()) {
-      // Its body was still coming when the drain began (refuseHeld has run): nothing to wait for.
-      sendError(
-        res,
-        503,
-        'shutting_down',
-        'This sidecar is shutting down; retry on a fresh connection.',
-        {
-          connection: 'close',
-          'retry-after': '1',
-        },
-      );
-      return;
-    }
-    // A held request is demand now (an autoscaler scales on it), not when it is released.
-    if (!counted) routed.pool.demand?.request();
-    const hold = routed.pool.hold;
-    let gate = this.#holds.get(hold);
-    if (gate === undefined) {
-      gate = new HoldGate({
-        poolName: routed.pool.name,
-        hold,
-        metrics: routed.account.metrics.hold,
-        logger: this.options.logger,
-        nowMs: this.options.nowMs,
-      });
-      this.#holds.set(hold, gate);
-    }
-    const request: HoldRequest = {
-      bodyBytes: parts.raw?.length ?? 0,
-      send: (heldMs) => {
-        trace?.held?.(heldMs, 'released');
-        // On the configuration in force now (the one that brought the endpoint).
-        const current = this.#slots().find((s) => s.current?.hold === hold)?.current;
-        this.#send(current === undefined ? routed : { ...routed, pool: current }, parts, true);
-      },
-      refuse: (refusal) => {
-        if (refusal.code !== 'shutting_down') {
-          trace?.shed();
-          routed.pool.demand?.shed();
-        }
-        trace?.held?.(
-          refusal.heldMs ?? 0,
-          refusal.heldMs === undefined
-            ? 'full'
-            : refusal.code === 'shutting_down'
-              ? 'shutdown'
-              : 'timeout',
-        );
-        sendError(res, 503, refusal.code, refusal.message, {
-          'retry-after': String(refusal.retryAfterS),
-          'x-switchyard-attempts': '0',
-          ...(refusal.close === true ? { connection: 'close' } : {}),
-        });
-      },
-      dropped: (heldMs) => trace?.held?.(heldMs, 'gone'),
-      watchClient: (gone) => watchClient(req, res, gone),
-    };
-    gate.admit(request);
-  }
-
-  /**
-   * Counts the request in the pool's load, then sends it upstream as an exchange; through the
-   * pool's flow gate when the pool has flow control (flow-gate.ts).
-   */
-  private startExchange(routed: Routed, parts: RouteParts, counted = false): Exchange {
-    routed.pool.balancer.recordRequest();
-    if (!counted) routed.pool.demand?.request();
-    const { account, ...init } = routed;
-    const flow = routed.pool.flow;
-    // The budget ticket, once admitted: settled when the exchange ends (flow control only).
-    let settle: ((tokens: number | undefined) => void) | undefined;
-    const exchange = new Exchange(this.exchangeDeps, {
-      raw: Buffer.alloc(0),
-      fields: undefined,
-      streamed: false,
-      affinity: {},
-      metrics: account.metrics,
-      ...init,
-      ...parts,
-      ...(flow === undefined ? {} : { onEnd: (end) => settle?.(end.tokens) }),
-    });
-    if (flow === undefined) exchange.start();
-    else this.#gate(flow, routed, account.metrics, exchange, parts, (s) => (settle = s));
-    return exchange;
-  }
-
-  /** A request of a pool with flow control: its priority and workload, then the gate. */
-  #gate(
-    flow: PoolFlow,
-    routed: Routed,
-    metrics: SidecarMetrics,
-    exchange: Exchange,
-    parts: RouteParts,
-    onTicket: (settle: (tokens: number | undefined) => void) => void,
-  ): void {
-    const { req, res, trace } = routed;
-    const given = parsePriority(req.headers[PRIORITY_HEADER]);
-    if (given === false) {
-      sendError(
-        res,
-        400,
-        'invalid_priority',
-        `The ${PRIORITY_HEADER} header must be an integer (higher first; negative = sheddable), like "10" or "-1".`,
-        {},
-        PRIORITY_HEADER,
-      );
-      return;
-    }
-    const priority = given ?? this.options.defaultPriority ?? flow.policy.defaultPriority;
-    const source = flow.policy.workload;
-    let workload = '';
-    if (source?.kind === 'Header') {
-      const value = req.headers[source.header];
-      workload = typeof value === 'string' ? value : (value?.join(',') ?? '');
-    } else if (source !== undefined) workload = flow.sidecarWorkload ?? '';
-    let gate = this.#gates.get(flow);
-    if (gate === undefined) {
-      gate = new FlowGate({
-        poolName: routed.pool.name,
-        flow,
-        metrics: metrics.flow,
-        nowMs: this.options.nowMs,
-      });
-      this.#gates.set(flow, gate);
-    }
-    const kick = gate;
-    const bodyBytes = parts.raw?.length ?? (Number(req.headers['content-length']) || 0);
-    const request: GatedRequest = {
-      priority,
-      workload,
-      bodyBytes,
-      maxTokens: maxTokensOf(parts.fields),
-      balancer: routed.pool.balancer,
-      pickRequest: () => exchange.pickRequest(),
-      start: (pick, ticket, waitedMs) => {
-        trace?.flow?.({ priority, waitedMs });
-        if (ticket !== undefined) {
-          onTicket((tokens) => flow.ledger.settle(ticket, tokens, this.options.nowMs()));
-        }
-        // The attempt of the pool ends with the response: room for what waits.
-        res.once('close', () => kick.kick());
-        exchange.start(pick);
-      },
-      refuse: (refusal) => {
-        routed.pool.demand?.shed();
-        trace?.flow?.({ priority, waitedMs: refusal.waitedMs, refused: refusal.reason });
-        sendError(res, 429, refusal.code, refusal.message, {
-          'retry-after': String(refusal.retryAfterS),
-          'x-switchyard-attempts': '0',
-        });
-      },
-      watchClient: (gone) => watchClient(req, res, gone),
-    };
-    gate.admit(request);
-  }
-}
-
-/**
- * Calls `gone` once the client of a waiting request (queued or held) leaves; returns what stops
- * watching. The socket's end too: the proxy keeps half-open connections (a client may half-close
- * and still read), so a client that left is otherwise seen only at a write, and a waiting request
- * writes nothing. A client that half-closes while it waits is taken as gone.
- */
-function watchClient(req: IncomingMessage, res: ServerResponse, gone: () => void): () => void {
-  const socket = req.socket;
-  const onClose = (): void => {
-    if (!res.writableFinished) gone();
-  };
-  const onEnd = (): void => {
-    gone();
-    res.destroy();
-  };
-  res.once('close', onClose);
-  socket.once('end', onEnd);
-  return () => {
-    res.off('close', onClose);
-    socket.off('end', onEnd);
-  };
 }
 
 /**
