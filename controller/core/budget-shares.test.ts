@@ -32,6 +32,10 @@ describe('splitBudget', () => {
     );
   });
 
+  it('stays within the limit for wants so small they underflow', () => {
+    assert.ok(sum(splitBudget(0.5000000000000001, [{ id: 's0', wanted: 1e-323 }])) <= 0.5 + EPS);
+  });
+
   it('gives nobody less than min(wanted, limit / n)', () => {
     fc.assert(
       fc.property(limitArb, wantsArb, (limit, wants) => {

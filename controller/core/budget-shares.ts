@@ -69,7 +69,9 @@ function splitWants(limit: number, wants: ArrayLike<number | undefined>): Float6
     const proportional = total > 0 ? spare / 2 : 0;
     const equalPart = (spare - proportional) / n;
     for (let i = 0; i < n; i++) {
-      const extra = total > 0 ? (proportional * shares[i]!) / total : 0;
+      // The ratio first: it is at most 1, where proportional * share could underflow (a want of
+      // 1e-323 gave its sidecar twice the spare, past the limit; fast-check found it).
+      const extra = total > 0 ? proportional * (shares[i]! / total) : 0;
       shares[i] = floorGrain(shares[i]! + equalPart + extra);
     }
     return shares;
