@@ -28,7 +28,7 @@ import {
   type RouterSet,
 } from './policy-definition.ts';
 
-const NAMESPACE = 'default';
+export const NAMESPACE = 'default';
 const POOL = 'bench';
 const POD_LABEL = 'switchyard-bench-sim';
 /** GAIE's annotation that narrows a pod to some of the pool's target ports. */
@@ -46,14 +46,14 @@ export function gaieBinDir(): string {
 const lwepp = (): string => join(gaieBinDir(), 'lwepp');
 export const extprocProxyBinary = (): string => join(gaieBinDir(), 'extproc-proxy');
 
-function unavailable(): string | undefined {
+export function unavailable(): string | undefined {
   const missing = [lwepp(), extprocProxyBinary()].filter((b) => !existsSync(b));
   if (missing.length === 0) return undefined;
   return `${missing.join(' and ')} not built (scripts/gaie/build-epp.sh builds GAIE's picker and the ext_proc stand-in)`;
 }
 
 /** The pool and one Ready Pod per backend, its podIP the simulator's address. */
-async function createPool(cluster: Cluster, ctx: RouterContext): Promise<void> {
+async function createPool(cluster: Cluster, ctx: Pick<RouterContext, 'backends'>): Promise<void> {
   const endpoints = ctx.backends.map((b) => new URL(b.url));
   if (endpoints.length > MAX_TARGET_PORTS) {
     throw new Error(
@@ -112,7 +112,10 @@ async function createPool(cluster: Cluster, ctx: RouterContext): Promise<void> {
 }
 
 /** Until a round of requests through the stand-in has reached every backend (the EPP knows all). */
-async function untilEveryBackendServed(url: string, ctx: RouterContext): Promise<void> {
+async function untilEveryBackendServed(
+  url: string,
+  ctx: Pick<RouterContext, 'backends'>,
+): Promise<void> {
   const want = new Set(ctx.backends.map((b) => hostPort(b.url)));
   await waitFor(
     `GAIE's picker to route to all ${want.size} backends`,
@@ -131,12 +134,14 @@ async function untilEveryBackendServed(url: string, ctx: RouterContext): Promise
   );
 }
 
-async function start(ctx: RouterContext): Promise<RouterSet> {
-  const cluster = await startCluster();
+/** GAIE's picker and the stand-in in front, on a running cluster: the pool made, every backend routed to. */
+export async function startGaieEpp(
+  cluster: Cluster,
+  ctx: Pick<RouterContext, 'backends'>,
+): Promise<RouterSet> {
   const children: Child[] = [];
   const stop = async (): Promise<void> => {
     await Promise.all(children.map((c) => c.stop()));
-    await cluster.stop();
   };
   try {
     await installGaieInferencePoolCrd(cluster);
@@ -147,8 +152,8 @@ async function start(ctx: RouterContext): Promise<RouterSet> {
       freePort(),
       freePort(),
     ]);
-    // Plaintext gRPC (the stand-in speaks no TLS); errors only: its per-request info lines would
-    // cost CPU the other peers do not spend on logging.
+    // Plaintext gRPC (the stand-in speaks no TLS); errors only: its default is development mode
+    // at debug level, and per-request log lines would cost CPU the other peers do not spend.
     children.push(
       await spawnListening(
         'lwepp',
@@ -184,6 +189,23 @@ async function start(ctx: RouterContext): Promise<RouterSet> {
     const logs = children.map((c) => `${c.name}: ${c.output().slice(-2000)}`).join('\n');
     await stop();
     throw new Error(`${(err as Error).message}\n${logs}`, { cause: err });
+  }
+}
+
+async function start(ctx: RouterContext): Promise<RouterSet> {
+  const cluster = await startCluster();
+  try {
+    const set = await startGaieEpp(cluster, ctx);
+    return {
+      ...set,
+      stop: async () => {
+        await set.stop();
+        await cluster.stop();
+      },
+    };
+  } catch (err) {
+    await cluster.stop();
+    throw err;
   }
 }
 
