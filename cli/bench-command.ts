@@ -73,7 +73,7 @@ export function addBenchCommand(program: Command): void {
   program
     .command('bench')
     .description(
-      'Replay an LLM request trace against simulated backends through R instances of every routing policy (switchyard, baselines, an oracle, HAProxy, nginx, Caddy, LiteLLM, SMG, vllm-router; the gateways also as one central instance) and write results.json, a report and plots.',
+      'Replay an LLM request trace against simulated backends through R instances of every routing policy (switchyard, baselines, an oracle, HAProxy, nginx, Caddy, LiteLLM, SMG, vllm-router; the gateways also as one central instance; GAIE’s endpoint picker behind an ext_proc stand-in for Envoy) and write results.json, a report and plots.',
     )
     .addOption(
       new Option(

@@ -74,6 +74,8 @@ export const POLICY_NAMES = [
   'vllm-router-cache-aware-central',
   'vllm-router-consistent-hash-central',
   'vllm-router-p2c-central',
+  // GAIE's endpoint picker behind an ext_proc stand-in for Envoy: central by design (gaie.ts).
+  'gaie-epp',
 ] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 

@@ -33,6 +33,7 @@ import {
   versionOf,
   which,
 } from '../common/peers.ts';
+import { gaieEpp } from './gaie.ts';
 import { litellm, smg, vllmRouter } from './gateways.ts';
 import {
   centralVariant,
@@ -389,6 +390,7 @@ export const POLICIES: readonly PolicyDefinition[] = [
   caddy('least_conn', 'least-conn'),
   ...GATEWAYS,
   ...GATEWAYS.map(centralVariant),
+  gaieEpp,
 ];
 
 export function policy(name: string): PolicyDefinition | undefined {
