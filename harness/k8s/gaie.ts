@@ -2,8 +2,8 @@
  * The Gateway API inference extension's CRDs (GAIE, `inference.networking.k8s.io/v1`) for the
  * tests and benches that run beside them: read from the module
  * `sigs.k8s.io/gateway-api-inference-extension` at a pinned version, which the Go module proxy
- * serves and Go's module cache keeps (module-crds.ts). The same module holds the endpoint picker
- * the benches build (`cmd/epp`).
+ * serves and Go's module cache keeps (module-crds.ts). The benches' endpoint picker comes from
+ * the same module (scripts/gaie/build-epp.sh).
  */
 import { join } from 'node:path';
 import type { Cluster } from './cluster.ts';
