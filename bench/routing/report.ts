@@ -188,6 +188,13 @@ export function renderReport(results: BenchResults, plots: string[]): string {
   }
   for (const [scenario, byPolicy] of Object.entries(results.scenarios)) {
     out.push(`## ${scenario}`, '', `${results.scenarioDescriptions[scenario] ?? ''}.`, '');
+    const rate = results.scenarioRates?.[scenario];
+    if (rate !== undefined && rate.timeScale !== results.settings.timeScale) {
+      out.push(
+        `Replayed at time scale ${rate.timeScale.toFixed(4)} (${(1 / rate.timeScale).toFixed(1)}× faster than the trace): the requests' nominal demand keeps ${(rate.offeredUtilisation * 100).toFixed(0)} % of the servers' slots busy.`,
+        '',
+      );
+    }
     out.push(
       '| policy | TTFT p50 | p90 | p99 | e2e p50 | e2e p99 | errors | hit rate | req/s | $/1k req | CPU | share (%) |',
       '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
