@@ -149,7 +149,8 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       `${t.laterTurns === null || t.laterTurns === undefined ? '' : `; prompts sent as chat conversations rebuilt from the hash-id chains (${t.laterTurns.toLocaleString('en-US')} of the replayed requests are later turns)`}` +
       `${s.heterogeneous ? ', heterogeneous fleet' : ''}` +
       `${s.loadSource === 'controller' ? "; switchyard's sidecars get the servers' load from one controller stream that scrapes them (as in Kubernetes), not each from its own scrapes" : ''}` +
-      `. ${results.machine.cpus} CPUs, Node ${results.machine.node}; the whole run took ${results.durationS.toFixed(0)} s.`,
+      `. ${results.machine.cpus} CPUs, Node ${results.machine.node}; the whole run took ${results.durationS.toFixed(0)} s` +
+      `${results.loadAverage === undefined ? '' : `; load average (1, 5, 15 min) ${results.loadAverage.start.map((l) => l.toFixed(1)).join(', ')} at the start, ${results.loadAverage.end.map((l) => l.toFixed(1)).join(', ')} at the end`}.`,
     '',
   );
   out.push(

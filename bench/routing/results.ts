@@ -93,6 +93,8 @@ export interface BenchResults {
   scenarioDescriptions: Record<string, string>;
   targets: { checks: TargetCheck[] };
   durationS: number;
+  /** The machine's 1-, 5- and 15-minute load averages as the run began and ended (absent before issue 45). */
+  loadAverage?: { start: number[]; end: number[] };
 }
 
 export interface TargetCheck {

@@ -10,7 +10,7 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { machineCpuSeconds } from '../../harness/proc.ts';
 import { blockKeys } from '../../sim/engine/prefix-cache.ts';
 import type { SimOptions } from '../../sim/options.ts';
@@ -93,6 +93,8 @@ const CLIENT_TIMEOUT_SIMULATED_MS = 60_000;
 
 export async function runBench(settings: BenchSettings): Promise<BenchResults> {
   const started = performance.now();
+  // Other work on the machine moves every figure; the report says how busy it was.
+  const loadAtStart = loadavg();
   const trace = parseTrace(readFileSync(settings.trace, 'utf8'));
   const requests = sampleEvenly(trace.requests, settings.maxRequests);
   const blockTokens = trace.blockTokens ?? HASH_BLOCK_TOKENS;
@@ -223,6 +225,7 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
     ),
     targets: { checks: [] },
     durationS: 0,
+    loadAverage: { start: loadAtStart, end: loadavg() },
   };
   results.targets = checkTargets(results);
   results.durationS = (performance.now() - started) / 1000;
