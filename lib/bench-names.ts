@@ -7,6 +7,7 @@
 
 export const SCENARIOS = [
   'steady',
+  'moderate',
   'slow-backend',
   'fast-failure',
   'rate-limited',

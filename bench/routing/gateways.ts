@@ -177,13 +177,36 @@ const SMG_SETTINGS = [
   ...['--retry-backoff-multiplier', '2.0'],
 ];
 
+/** SMG's default period of its engine-load poll, in seconds of the servers' (simulated) time. */
+const SMG_LOAD_POLL_S = 10;
+
+/**
+ * `--load-monitor-interval` (whole wall seconds) that keeps SMG's default 10 s poll at 10 s of
+ * the simulators' time: they run `speed` times faster than real time, so the default would look
+ * at each server's load 3.2× less often than in production (once every 32 simulated seconds at
+ * the default speed), and SMG 1.13's routing (cache-aware included) reads that polled load: with
+ * it, the central SMG ran at a TTFT p50 of 4.3 s on `steady` (docs/benchmarks.md, "SMG given a
+ * fair chance").
+ */
+export function smgLoadMonitorInterval(speed: number): number {
+  return Math.max(1, Math.round(SMG_LOAD_POLL_S / speed));
+}
+
 const SMG_POLICY_DEFAULTS: Record<string, string> = {
   cache_aware:
     'cache-threshold 0.3, balance-abs-threshold 64, balance-rel-threshold 1.5, max-tree-size 64 Mi chars, eviction-interval 60 s',
-  power_of_two: 'power-of-two-load-metric expected_wait, from engine load polled every 10 s',
+  power_of_two: 'power-of-two-load-metric expected_wait',
   prefix_hash:
     'prefix-token-count 256, prefix-hash-load-factor 1.25, prefix-hash-balance-abs-threshold 10',
 };
+
+/**
+ * `$SWITCHYARD_SMG_ARGS`: more `smg launch` flags, space-separated, appended after the bench's
+ * own (SMG takes the last of a repeated flag): for trying its options on short runs.
+ */
+function smgExtraArgs(): string[] {
+  return (process.env.SWITCHYARD_SMG_ARGS ?? '').split(/\s+/).filter((a) => a !== '');
+}
 
 /** One SMG over every backend, ready once it lists each of them as a healthy worker. */
 async function startSmg(ctx: RouterContext, policy: string): Promise<Child> {
@@ -198,6 +221,8 @@ async function startSmg(ctx: RouterContext, policy: string): Promise<Child> {
       ...['--worker-urls', ...ctx.backends.map((b) => b.url)],
       ...['--policy', policy, '--backend', 'vllm'],
       ...SMG_SETTINGS,
+      ...['--load-monitor-interval', String(smgLoadMonitorInterval(ctx.speed))],
+      ...smgExtraArgs(),
       // Each instance needs its own metrics port (the default 29000 would collide).
       ...['--prometheus-host', '127.0.0.1', '--prometheus-port', String(metricsPort)],
       // Lifecycle, not routing: the bench stops it once no request is in flight.
@@ -219,7 +244,8 @@ export function smg(policy: string, label: string): PolicyDefinition {
     describe:
       `SMG, smg launch --policy ${policy} --backend vllm (${SMG_POLICY_DEFAULTS[policy] ?? 'defaults'}); ` +
       'health checks every 30 s (3 failures, 2 successes, 5 s timeout), retries 3 (100 ms, ×2.0 backoff) on 408/429/5xx, ' +
-      'circuit breaker after 10 consecutive failures for 60 s, worker overload protection at its defaults (8 waiting, 0.8 KV usage, from polled engine load)',
+      'circuit breaker after 10 consecutive failures for 60 s, worker overload protection at its defaults (8 waiting, 0.8 KV usage); ' +
+      `engine load polled every ${SMG_LOAD_POLL_S} s of simulated time, its default (--load-monitor-interval ${SMG_LOAD_POLL_S} / --speed, in whole wall seconds)`,
     unavailable: () =>
       smgBinary() === undefined ? `smg is not installed (${INSTALL.smg})` : undefined,
     version: () => `SMG ${packageVersion(smgBinary(), 'smg')}`,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { POLICY_NAMES } from '../../lib/bench-names.ts';
+import { smgLoadMonitorInterval } from './gateways.ts';
 import { CENTRAL_SUFFIX } from './policy-definition.ts';
 import { POLICIES } from './routers.ts';
 
@@ -55,5 +56,13 @@ describe('bench names', () => {
         ['GET /health'],
         p.name,
       );
+  });
+
+  it('has SMG poll engine load every 10 s of the simulators’ time, as its default does in production', () => {
+    assert.equal(smgLoadMonitorInterval(1), 10);
+    assert.equal(smgLoadMonitorInterval(3.2), 3);
+    // Whole seconds, at least one: SMG takes no shorter period.
+    assert.equal(smgLoadMonitorInterval(12.8), 1);
+    assert.equal(smgLoadMonitorInterval(100), 1);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * The load generator: replays trace requests at their (compressed) times, each to the router
- * instance of its client (request i to instance i mod R, so each instance serves 1/R of the
- * clients), streaming, and measures what a client sees: time to the first body byte and to the
+ * instance of its client (by default request i to instance i mod R, so each instance serves 1/R
+ * of the clients; scenarios.ts `routerInstances`), streaming, and measures what a client sees: time to the first body byte and to the
  * end, whether the stream completed, and which backend answered. The `conversations` scenario
  * runs closed-loop instead: a fixed number of conversations at a time, each turn sent when the
  * previous one ended.
@@ -38,6 +38,8 @@ export interface ReplayOptions {
   backendsByPort?: ReadonlyMap<number, string> | undefined;
   onResult?: (done: number) => void;
   timeoutMs?: number;
+  /** The router instance of each request (default: request i through instance i mod R). */
+  instances?: readonly number[] | undefined;
 }
 
 const agents = new Map<string, http.Agent>();
@@ -227,7 +229,7 @@ export async function replay(
       url = target.oracle.backends[choice.index]!;
       release = choice.done;
     } else {
-      url = target.urls[i % target.urls.length]!;
+      url = target.urls[(options.instances?.[i] ?? i) % target.urls.length]!;
     }
     pending.push(
       send(url, payload, options.timeoutMs ?? 300_000, runStart, byPort).then((r) => {

@@ -151,7 +151,8 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       `${t.laterTurns === null || t.laterTurns === undefined ? '' : `; prompts sent as chat conversations rebuilt from the hash-id chains (${t.laterTurns.toLocaleString('en-US')} of the replayed requests are later turns)`}` +
       `${s.heterogeneous ? ', heterogeneous fleet' : ''}` +
       `${s.loadSource === 'controller' ? "; switchyard's sidecars get the servers' load from one controller stream that scrapes them (as in Kubernetes), not each from its own scrapes" : ''}` +
-      `. ${results.machine.cpus} CPUs, Node ${results.machine.node}; the whole run took ${results.durationS.toFixed(0)} s.`,
+      `. ${results.machine.cpus} CPUs, Node ${results.machine.node}; the whole run took ${results.durationS.toFixed(0)} s` +
+      `${results.loadAverage === undefined ? '' : `; load average (1, 5, 15 min) ${results.loadAverage.start.map((l) => l.toFixed(1)).join(', ')} at the start, ${results.loadAverage.end.map((l) => l.toFixed(1)).join(', ')} at the end`}.`,
     '',
   );
   out.push(
@@ -190,6 +191,13 @@ export function renderReport(results: BenchResults, plots: string[]): string {
   }
   for (const [scenario, byPolicy] of Object.entries(results.scenarios)) {
     out.push(`## ${scenario}`, '', `${results.scenarioDescriptions[scenario] ?? ''}.`, '');
+    const rate = results.scenarioRates?.[scenario];
+    if (rate !== undefined && rate.timeScale !== results.settings.timeScale) {
+      out.push(
+        `Replayed at time scale ${rate.timeScale.toFixed(4)} (${(1 / rate.timeScale).toFixed(1)}× faster than the trace): the requests' nominal demand keeps ${(rate.offeredUtilisation * 100).toFixed(0)} % of the servers' slots busy.`,
+        '',
+      );
+    }
     out.push(
       '| policy | TTFT p50 | p90 | p99 | e2e p50 | e2e p99 | errors | hit rate | req/s | $/1k req | CPU | share (%) |',
       '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',

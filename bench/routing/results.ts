@@ -84,9 +84,17 @@ export interface BenchResults {
   skipped: Record<string, string>;
   policiesDescribed: Record<string, string>;
   scenarios: Record<string, Record<string, ScenarioResult>>;
+  /**
+   * Each scenario's replay rate: wall ms per trace ms, and the share of the servers' slot time
+   * its requests' nominal demand keeps busy (scenarios.ts `offeredUtilisation`). Absent in runs
+   * before the moderate scenario.
+   */
+  scenarioRates?: Record<string, { timeScale: number; offeredUtilisation: number }>;
   scenarioDescriptions: Record<string, string>;
   targets: { checks: TargetCheck[] };
   durationS: number;
+  /** The machine's 1-, 5- and 15-minute load averages as the run began and ended (absent before issue 45). */
+  loadAverage?: { start: number[]; end: number[] };
 }
 
 export interface TargetCheck {

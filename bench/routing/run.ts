@@ -10,7 +10,7 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { machineCpuSeconds } from '../../harness/proc.ts';
 import { blockKeys } from '../../sim/engine/prefix-cache.ts';
 import type { SimOptions } from '../../sim/options.ts';
@@ -49,7 +49,10 @@ import { POLICIES } from './routers.ts';
 import {
   adapterNames,
   SCENARIOS,
+  offeredUtilisation,
+  routerInstances,
   scenario,
+  timeScaleFor,
   zipfAdapters,
   type LoraWorkload,
   type Scenario,
@@ -90,6 +93,8 @@ const CLIENT_TIMEOUT_SIMULATED_MS = 60_000;
 
 export async function runBench(settings: BenchSettings): Promise<BenchResults> {
   const started = performance.now();
+  // Other work on the machine moves every figure; the report says how busy it was.
+  const loadAtStart = loadavg();
   const trace = parseTrace(readFileSync(settings.trace, 'utf8'));
   const requests = sampleEvenly(trace.requests, settings.maxRequests);
   const blockTokens = trace.blockTokens ?? HASH_BLOCK_TOKENS;
@@ -106,6 +111,7 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
 
   const fleet: SimFleet = await startFleet(settings.backends);
   const runs: Record<string, Record<string, Collected>> = {};
+  const rates: NonNullable<BenchResults['scenarioRates']> = {};
   try {
     await checkRequirements(chosen, fleet.urls[0]!);
     await warmUp(fleet, settings, requests, inputs.forSeed(settings.seed), progress);
@@ -120,6 +126,14 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
     for (const name of settings.scenarios) {
       const sc = scenario(name);
       const specs = sc.backends(settings.backends, settings.heterogeneous);
+      const timeScale =
+        sc.utilisation === undefined
+          ? settings.timeScale
+          : timeScaleFor(requests, specs, settings.speed, sc.utilisation);
+      rates[name] = {
+        timeScale,
+        offeredUtilisation: offeredUtilisation(requests, specs, timeScale, settings.speed),
+      };
       runs[name] = {};
       for (const seed of seeds) {
         const options = await fleet.configure(specs, settings.speed, seed, MODEL);
@@ -148,6 +162,7 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
               sc,
               seed,
               settings,
+              timeScale,
               fleet,
               specs,
               options,
@@ -204,11 +219,13 @@ export async function runBench(settings: BenchSettings): Promise<BenchResults> {
     skipped,
     policiesDescribed: Object.fromEntries(chosen.map((p) => [p.name, p.describe])),
     scenarios,
+    scenarioRates: rates,
     scenarioDescriptions: Object.fromEntries(
       settings.scenarios.map((s) => [s, scenario(s).description]),
     ),
     targets: { checks: [] },
     durationS: 0,
+    loadAverage: { start: loadAtStart, end: loadavg() },
   };
   results.targets = checkTargets(results);
   results.durationS = (performance.now() - started) / 1000;
@@ -447,10 +464,12 @@ async function warmUpRouters(
     requests: readonly TraceRequest[];
     inputs: TraceInputs;
     settings: BenchSettings;
+    timeScale: number;
     fleet: SimFleet;
     sc: Scenario;
     specs: ReturnType<Scenario['backends']>;
     seed: number;
+    turns: readonly ChatTurn[] | undefined;
   },
   timeoutMs: number,
 ): Promise<void> {
@@ -472,7 +491,8 @@ async function warmUpRouters(
     {
       requests: run.requests.slice(0, n),
       payloads: run.inputs.forSeed(ROUTER_WARM_UP_SEED).payloads.slice(0, n),
-      timeScale: settings.timeScale,
+      timeScale: run.timeScale,
+      instances: instancesOf(run, urls.length).slice(0, n),
       speed: settings.speed,
       timeoutMs,
     },
@@ -480,6 +500,19 @@ async function warmUpRouters(
   await fleet.idle();
   await fleet.configure(run.specs, settings.speed, run.seed, MODEL);
   await fleet.reset();
+}
+
+/** The router instance of each trace request in this scenario (scenarios.ts `routerInstances`). */
+function instancesOf(
+  run: { requests: readonly TraceRequest[]; turns: readonly ChatTurn[] | undefined; sc: Scenario },
+  routers: number,
+): number[] {
+  return routerInstances(
+    run.requests.length,
+    Math.max(1, routers),
+    run.turns,
+    run.sc.laterTurnsElsewhere === true,
+  );
 }
 
 type Outcome =
@@ -493,6 +526,8 @@ async function runOnce(run: {
   sc: Scenario;
   seed: number;
   settings: BenchSettings;
+  /** This scenario's wall ms per trace ms (`--time-scale`, or derived from its utilisation). */
+  timeScale: number;
   fleet: SimFleet;
   specs: ReturnType<Scenario['backends']>;
   options: SimOptions[];
@@ -575,7 +610,8 @@ async function runOnce(run: {
         requests: run.requests,
         payloads: inputs.payloads,
         oracleKeys: inputs.oracleKeys,
-        timeScale: settings.timeScale,
+        timeScale: run.timeScale,
+        instances: instancesOf(run, target.urls.length),
         speed: settings.speed,
         backendsByPort: run.backendsByPort,
         onResult: run.onResult,

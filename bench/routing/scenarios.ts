@@ -50,6 +50,89 @@ export interface Scenario {
   conversations?: ConversationsWorkload;
   /** The trace's requests name LoRA adapters of the model (see LoraWorkload). */
   lora?: LoraWorkload;
+  /**
+   * Replays the trace at the arrival rate that keeps the servers this busy on average (a share of
+   * their slot time, see `timeScaleFor`) instead of at `--time-scale`.
+   */
+  utilisation?: number;
+  /**
+   * A later turn of a trace conversation goes through another router instance than the turn
+   * before it (see `routerInstances`), as through app replicas behind a Service.
+   */
+  laterTurnsElsewhere?: boolean;
+}
+
+/** What one request asks of a server, as the trace says it. */
+export interface RequestSize {
+  atMs: number;
+  inputTokens: number;
+  outputTokens: number;
+}
+
+/**
+ * The simulated milliseconds of one slot a request holds with nothing cached and no other slot
+ * busy: its prefill, then its decode. The nominal demand: prefix-cache hits make it smaller and
+ * the decode's slowdown under load larger (docs/benchmarks.md, "Moderate load").
+ */
+export function slotMs(r: RequestSize, sim: Partial<SimOptions>): number {
+  return r.inputTokens * sim.prefillMsPerToken! + r.outputTokens * sim.decodeMsPerToken!;
+}
+
+/**
+ * The share of the fleet's slots the requests' nominal demand keeps busy, on average over the
+ * replay, when the trace is replayed `timeScale` wall ms per trace ms on simulators running
+ * `speed` times faster than real time.
+ */
+export function offeredUtilisation(
+  requests: readonly RequestSize[],
+  fleet: readonly BackendSpec[],
+  timeScale: number,
+  speed: number,
+): number {
+  const spanMs = traceSpanMs(requests) * timeScale * speed;
+  const slots = fleet.reduce((n, b) => n + b.sim.slots!, 0);
+  // Every request on the fleet's average server: heterogeneous fleets are not this scenario's.
+  const work = requests.reduce(
+    (sum, r) => sum + fleet.reduce((s, b) => s + slotMs(r, b.sim), 0) / fleet.length,
+    0,
+  );
+  return spanMs > 0 && slots > 0 ? work / (spanMs * slots) : 0;
+}
+
+/** The time scale at which `offeredUtilisation` is `target`: it is inversely proportional. */
+export function timeScaleFor(
+  requests: readonly RequestSize[],
+  fleet: readonly BackendSpec[],
+  speed: number,
+  target: number,
+): number {
+  const atOne = offeredUtilisation(requests, fleet, 1, speed);
+  if (!(atOne > 0)) throw new Error('the trace has no span or no demand to derive a rate from');
+  return atOne / target;
+}
+
+function traceSpanMs(requests: readonly RequestSize[]): number {
+  if (requests.length < 2) return 0;
+  return requests[requests.length - 1]!.atMs - requests[0]!.atMs;
+}
+
+/**
+ * The router instance each request is sent through, of `instances`: request i through i mod R
+ * (each instance serves 1/R of the clients), except, with `laterTurnsElsewhere`, turn t of the
+ * conversation whose first turn is request c goes through (c + t − 1) mod R, as the
+ * `conversations` scenario does: each turn through the next instance, never the one its previous
+ * turn took (when R > 1).
+ */
+export function routerInstances(
+  count: number,
+  instances: number,
+  turns: readonly { conversation: number; turn: number }[] | undefined,
+  laterTurnsElsewhere: boolean,
+): number[] {
+  return Array.from({ length: count }, (_, i) => {
+    const t = laterTurnsElsewhere ? turns?.[i] : undefined;
+    return t === undefined ? i % instances : (t.conversation + t.turn - 1) % instances;
+  });
 }
 
 /** The lora scenario's adapters: 16 of them, 4 resident per server, vLLM's load cost. */
@@ -127,6 +210,14 @@ const byName: Record<ScenarioName, Scenario> = {
     name: 'steady',
     description: 'every backend healthy',
     backends: (k, h) => fleet(k, h),
+  },
+  moderate: {
+    name: 'moderate',
+    description:
+      'every backend healthy, the trace replayed at the rate that keeps the servers about half busy (their nominal slot time, nothing cached), each later turn of a conversation through another router instance than the turn before',
+    backends: (k, h) => fleet(k, h),
+    utilisation: 0.5,
+    laterTurnsElsewhere: true,
   },
   'slow-backend': {
     name: 'slow-backend',

@@ -234,6 +234,31 @@ describe('switchyard bench (smoke)', () => {
     assert.match(readFileSync(join(dir, 'report.md'), 'utf8'), /from one controller stream/);
   });
 
+  it('runs the moderate scenario at the rate that keeps the servers half busy', async () => {
+    const dir = join(out, 'moderate');
+    await bench([
+      ...['--trace', join(FIXTURES, 'mooncake-sample.jsonl'), '--policies', 'switchyard'],
+      ...['--scenario', 'moderate', '--max-requests', '30', '--speed', '50', '--seeds', '1'],
+      ...['--out', dir],
+    ]);
+    const results = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8')) as Results & {
+      settings: { timeScale: number };
+      scenarioRates: Record<string, { timeScale: number; offeredUtilisation: number }>;
+      loadAverage: { start: number[]; end: number[] };
+    };
+    const rate = results.scenarioRates['moderate'];
+    assert.ok(rate !== undefined);
+    assert.ok(Math.abs(rate.offeredUtilisation - 0.5) < 1e-9);
+    // Derived from the servers' capacity, not --time-scale.
+    assert.notEqual(rate.timeScale, results.settings.timeScale);
+    assert.equal(results.scenarios['moderate']?.['switchyard']?.errors, 0);
+    assert.equal(results.loadAverage.start.length, 3);
+    assert.match(
+      readFileSync(join(dir, 'report.md'), 'utf8'),
+      /keeps 50 % of the servers' slots busy/,
+    );
+  });
+
   it('reads an Azure CSV excerpt by its content', async () => {
     const dir = join(out, 'azure');
     await bench([
