@@ -103,8 +103,8 @@ async function main(): Promise<void> {
     }
     await Promise.race([
       sync.done,
-      sleep(600_000).then(() =>
-        Promise.reject(new Error('initial sync: not every subscriber synced within 10 min')),
+      sleep(1_800_000).then(() =>
+        Promise.reject(new Error('initial sync: not every subscriber synced within 30 min')),
       ),
     ]);
     sync.forget();
@@ -115,6 +115,18 @@ async function main(): Promise<void> {
       hostsStartedMs: Math.round(hostsUpMs),
       allSyncedMs: Math.round(syncMs),
       perSubscriberMs: dist([...sync.arrivals.values()].map((at) => at - t0)),
+      // The full sidecars start after every host, a few at a time: their share apart.
+      clientsMs: dist(
+        [...sync.arrivals].flatMap(([i, at]) =>
+          fleet.subscribers[i]!.kind === 'client' ? [at - t0] : [],
+        ),
+      ),
+      fullSidecarsMs: dist(
+        [...sync.arrivals].flatMap(([i, at]) =>
+          fleet.subscribers[i]!.kind === 'sidecar' ? [at - t0] : [],
+        ),
+      ),
+      load: loadAverage(),
       replicasAfter: await readReplicas(replicas),
     };
 
