@@ -26,6 +26,7 @@ const HELP = `npm run bench:controller-fleet -- [flags]
                          and the replicas' CPU (default 60)
   --report-every <s>     the subscribers' --report-every (default 10)
   --timeout <s>          give up waiting for a write's or the kill's subscribers (default 60)
+  --sync-timeout <s>     give up the initial sync after this long (default 1800)
   --no-kill              skip killing a replica
   --out <file>           results JSON (default bench/results/controller-fleet.json)
 `;
@@ -43,6 +44,7 @@ export interface FleetFlags {
   steadySeconds: number;
   reportEveryS: number;
   timeoutMs: number;
+  syncTimeoutMs: number;
   kill: boolean;
   out: string;
 }
@@ -62,6 +64,7 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
       'steady-seconds': { type: 'string', default: '60' },
       'report-every': { type: 'string', default: '10' },
       timeout: { type: 'string', default: '60' },
+      'sync-timeout': { type: 'string', default: '1800' },
       kill: { type: 'boolean', default: true },
       out: { type: 'string', default: join(REPO, 'bench/results/controller-fleet.json') },
     },
@@ -86,6 +89,7 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
     steadySeconds: numberFlag('steady-seconds', v['steady-seconds'], { min: 1 }),
     reportEveryS: numberFlag('report-every', v['report-every'], { min: 1 }),
     timeoutMs: numberFlag('timeout', v.timeout, { min: 1 }) * 1000,
+    syncTimeoutMs: numberFlag('sync-timeout', v['sync-timeout'], { min: 1 }) * 1000,
     kill: v.kill,
     out: v.out,
   };

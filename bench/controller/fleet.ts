@@ -101,12 +101,28 @@ async function main(): Promise<void> {
         (i) => tokenFiles[i]!,
       );
     }
-    await Promise.race([
-      sync.done,
-      sleep(1_800_000).then(() =>
-        Promise.reject(new Error('initial sync: not every subscriber synced within 30 min')),
-      ),
-    ]);
+    // Progress every 30 s: how many hold their snapshot, and the replicas' streams.
+    const progress = setInterval(() => {
+      void readReplicas(replicas).then((rs) =>
+        log(
+          `synced ${sync.arrivals.size}/${total}; streams ${rs.map((r) => r.connectedSidecars ?? '?').join(' + ')}; RSS ${rs.map((r) => Math.round(r.rssMb ?? 0)).join(' / ')} MB; load ${loadAverage()}`,
+        ),
+      );
+    }, 30_000);
+    try {
+      await Promise.race([
+        sync.done,
+        sleep(flags.syncTimeoutMs).then(() =>
+          Promise.reject(
+            new Error(
+              `initial sync: ${total - sync.arrivals.size} of ${total} subscribers had no snapshot after ${flags.syncTimeoutMs / 60_000} min`,
+            ),
+          ),
+        ),
+      ]);
+    } finally {
+      clearInterval(progress);
+    }
     sync.forget();
     const syncMs = Math.max(...sync.arrivals.values()) - t0;
     log(`initial sync: ${Math.round(syncMs)} ms`);
