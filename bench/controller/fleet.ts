@@ -110,9 +110,10 @@ async function main(): Promise<void> {
       );
     }, 30_000);
     try {
+      // The timeouts are unref'd: a race already won must not keep the bench alive.
       await Promise.race([
         sync.done,
-        sleep(flags.syncTimeoutMs).then(() =>
+        sleep(flags.syncTimeoutMs, undefined, { ref: false }).then(() =>
           Promise.reject(
             new Error(
               `initial sync: ${total - sync.arrivals.size} of ${total} subscribers had no snapshot after ${flags.syncTimeoutMs / 60_000} min`,
@@ -208,7 +209,7 @@ async function main(): Promise<void> {
       if (res.status !== 200) throw new Error(`PUT ${pool.slice}: HTTP ${res.status}: ${res.text}`);
       const timedOut = await Promise.race([
         w.done.then(() => false),
-        sleep(flags.timeoutMs).then(() => true),
+        sleep(flags.timeoutMs, undefined, { ref: false }).then(() => true),
       ]);
       w.forget();
       const per = [...w.arrivals.values()].map((at) => at - w0);
