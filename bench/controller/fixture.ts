@@ -126,7 +126,12 @@ export function serviceObject(pool: PoolFixture): unknown {
     apiVersion: 'v1',
     kind: 'Service',
     metadata: { name: pool.service, namespace: pool.namespace },
-    spec: { ports: [{ name: 'http', port: 80, targetPort: PORT, protocol: 'TCP' }] },
+    // Headless: the test cluster's Service range is a /24 (254 ClusterIPs), fewer than the fleet
+    // bench's 1,000 pools; the controller reads the EndpointSlices, never the ClusterIP.
+    spec: {
+      clusterIP: 'None',
+      ports: [{ name: 'http', port: 80, targetPort: PORT, protocol: 'TCP' }],
+    },
   };
 }
 

@@ -1,0 +1,124 @@
+/**
+ * A subscriber host for `npm run bench:controller-fleet`: one process running many of the
+ * sidecar's own controller clients (`startControllerClient`: the stream, the snapshot applier,
+ * the reporter, as `switchyard sidecar --controller` wires them), each with its own token file,
+ * pool and sidecar id, all through one local round-robin forwarder over the controller replicas
+ * (fleet-forwarder.ts: the Service's part). What the routing would do with a snapshot is left
+ * out; every endpoint is reported healthy.
+ *
+ * Usage: node fleet-host.ts <config.json>. Prints the forwarder's URL once listening, then a
+ * line per snapshot a client applied (`s <subscriber> <epoch ms> <digest of its endpoint ids>`),
+ * and on stdin `arm` a line per stream seen closed afterwards (`d <subscriber> <epoch ms>`), on
+ * `stats` one `stats {json}` line.
+ */
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import pino from 'pino';
+import {
+  startControllerClient,
+  type ControllerClient,
+} from '../../sidecar/config/controller/controller-client.ts';
+import { snapshotKey } from './fixture.ts';
+import { keyDigest } from './fleet-digest.ts';
+import { startForwarder } from './fleet-forwarder.ts';
+
+export interface HostConfig {
+  /** The replicas' stream ports on 127.0.0.1. */
+  backends: number[];
+  /** Where this host's round-robin starts (host index), so hosts together spread evenly. */
+  offset: number;
+  caFile: string;
+  reportEveryMs: number;
+  subscribers: { index: number; namespace: string; pool: string; tokenFile: string }[];
+}
+
+const epochMs = (): number => performance.timeOrigin + performance.now();
+
+async function main(): Promise<void> {
+  const config = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as HostConfig;
+  const forwarder = await startForwarder(config.backends, config.offset);
+  // Errors only: 10,000 clients' reconnect warnings would cost more than they tell.
+  const logger = pino({ level: 'error' }, pino.destination(2));
+  let pending: string[] = [];
+  const emit = (line: string): void => {
+    if (pending.length === 0) setImmediate(flush);
+    pending.push(line);
+  };
+  const flush = (): void => {
+    const text = pending.join('\n') + '\n';
+    pending = [];
+    process.stdout.write(text);
+  };
+  const clients: ControllerClient[] = [];
+  const held = new Map<number, string>();
+  let applied = 0;
+  for (const s of config.subscribers) {
+    let endpoints: { id: string }[] = [];
+    clients.push(
+      startControllerClient({
+        controllerUrl: `https://127.0.0.1:${forwarder.port}`,
+        namespace: s.namespace,
+        pool: s.pool,
+        tokenFile: s.tokenFile,
+        caFile: config.caFile,
+        sidecarId: `fleet-${s.index}`,
+        reportEveryMs: config.reportEveryMs,
+        logger,
+        onSnapshot: (snapshot) => {
+          applied++;
+          endpoints = snapshot.endpoints;
+          const digest = keyDigest(snapshotKey(endpoints));
+          const changed = held.get(s.index) !== digest;
+          held.set(s.index, digest);
+          emit(`s ${s.index} ${epochMs().toFixed(2)} ${digest}`);
+          return changed;
+        },
+        currentEndpoints: () =>
+          endpoints.map((e) => ({
+            id: e.id,
+            breaker: 'closed' as const,
+            errorRate: 0,
+            rateLimitRate: 0,
+            ewmaTtftMs: 0,
+            inFlight: 0,
+          })),
+      }),
+    );
+  }
+  process.stdout.write(`https://127.0.0.1:${forwarder.port}\n`);
+
+  // Drops, watched only after `arm` (the replica-kill measure): polled, since the client tells
+  // only whether a stream is open now.
+  let watch: NodeJS.Timeout | undefined;
+  const input = createInterface({ input: process.stdin });
+  input.on('line', (line) => {
+    if (line === 'arm') {
+      const down = new Set<number>();
+      clearInterval(watch);
+      watch = setInterval(() => {
+        config.subscribers.forEach((s, i) => {
+          const open = clients[i]!.connected();
+          if (!open && !down.has(s.index)) {
+            down.add(s.index);
+            emit(`d ${s.index} ${epochMs().toFixed(2)}`);
+          } else if (open) down.delete(s.index);
+        });
+      }, 10);
+    } else if (line === 'stats') {
+      const connected = clients.filter((c) => c.connected()).length;
+      emit(
+        `stats ${JSON.stringify({ connected, applied, handed: forwarder.handed, rssMb: process.memoryUsage().rss / 2 ** 20 })}`,
+      );
+    }
+  });
+  input.on('close', () => void shutdown());
+  const shutdown = async (): Promise<void> => {
+    clearInterval(watch);
+    await Promise.all(clients.map((c) => c.close()));
+    forwarder.close();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void shutdown());
+}
+
+await main();

@@ -1,0 +1,115 @@
+/**
+ * The fleet bench's controller replicas (one serving certificate for 127.0.0.1, shared, as the
+ * chart's Secret is) and the readings taken of them and of the API server: each replica's RSS and
+ * CPU, its connected sidecars, and the API server's request counters by verb and resource.
+ */
+import { cpuSeconds, memoryMb } from '../../harness/proc.ts';
+import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
+import type { ApiServer } from './setup.ts';
+import { parseMetrics } from './report.ts';
+
+export interface Replica {
+  identity: string;
+  process: RunningProcess;
+  port: number;
+  alive: boolean;
+}
+
+export async function startReplicas(
+  count: number,
+  server: ApiServer,
+  tls: { certFile: string; keyFile: string },
+): Promise<Replica[]> {
+  const start = (i: number): Promise<Replica> =>
+    startSwitchyard(
+      [
+        'controller',
+        '--kubeconfig',
+        server.cluster.kubeconfigPath,
+        '--tls-cert-file',
+        tls.certFile,
+        '--tls-key-file',
+        tls.keyFile,
+        '--listen',
+        '127.0.0.1:0',
+        '--admin',
+        '127.0.0.1:0',
+        '--lease-namespace',
+        'switchyard',
+        '--identity',
+        `controller-${i}`,
+        // Nothing may connect to the bench's 10.200.x.x endpoints (fixture.ts).
+        '--load-scrape-every',
+        '0',
+      ],
+      { timeoutMs: 120_000 },
+    ).then((process) => ({
+      identity: `controller-${i}`,
+      process,
+      port: Number(new URL(process.url).port),
+      alive: true,
+    }));
+  return Promise.all(Array.from({ length: count }, (_, i) => start(i)));
+}
+
+export interface ReplicaReading {
+  identity: string;
+  rssMb: number | undefined;
+  hwmMb: number | undefined;
+  cpuSeconds: number | undefined;
+  connectedSidecars: number | undefined;
+}
+
+export async function readReplicas(replicas: readonly Replica[]): Promise<ReplicaReading[]> {
+  return Promise.all(
+    replicas
+      .filter((r) => r.alive)
+      .map(async (r) => {
+        let connected: number | undefined;
+        try {
+          const text = await (await fetch(`${r.process.adminUrl}/metrics`)).text();
+          connected = parseMetrics(text).get('switchyard_controller_connected_sidecars');
+        } catch {
+          connected = undefined;
+        }
+        const mem = memoryMb(r.process.pid);
+        return {
+          identity: r.identity,
+          rssMb: mem?.rss,
+          hwmMb: mem?.hwm,
+          cpuSeconds: cpuSeconds(r.process.pid),
+          connectedSidecars: connected,
+        };
+      }),
+  );
+}
+
+/** `apiserver_request_total` summed by "VERB resource[/subresource]". */
+export async function apiRequestCounts(server: ApiServer): Promise<Map<string, number>> {
+  const res = await server.api.request('GET', '/metrics');
+  const counts = new Map<string, number>();
+  for (const line of res.text.split('\n')) {
+    if (!line.startsWith('apiserver_request_total{')) continue;
+    const labels = Object.fromEntries(
+      [...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!]),
+    );
+    const key = `${labels.verb} ${labels.resource}${labels.subresource ? `/${labels.subresource}` : ''}`;
+    counts.set(key, (counts.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1)));
+  }
+  return counts;
+}
+
+/** Per minute, the counters' growth between two readings, writes only (and TokenReviews). */
+export function ratesPerMinute(
+  before: Map<string, number>,
+  after: Map<string, number>,
+  seconds: number,
+): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [key, v] of after) {
+    const grown = v - (before.get(key) ?? 0);
+    if (grown <= 0 || !/^(POST|PUT|PATCH|DELETE|APPLY) /.test(key)) continue;
+    out[key] = Math.round((grown / seconds) * 60 * 10) / 10;
+  }
+  return out;
+}
