@@ -6,13 +6,12 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import type { HeldWaiter, PoolFlow } from '../config/active-pool.ts';
+import type { ActivePool, HeldWaiter, PoolFlow } from '../config/active-pool.ts';
 import type { ZeroHold } from '../policy/index.ts';
 import { sendError } from './errors.ts';
 import { Exchange, type ExchangeDeps, type ExchangeInit } from './exchange.ts';
 import { FlowGate, type GatedRequest } from './flow-gate.ts';
 import type { SidecarMetrics } from './metrics.ts';
-import type { PoolSlot } from './proxy-server.ts';
 import { HoldGate, type HoldRequest } from './zero-gate.ts';
 
 /**
@@ -26,6 +25,13 @@ export type Routed = Pick<ExchangeInit, 'req' | 'res' | 'pool' | 'path' | 'query
 
 /** What a route adds to an exchange; by default none of it (no body, fields or affinity). */
 export type RouteParts = Partial<Omit<ExchangeInit, keyof Routed>>;
+
+/** One pool the proxy routes for: its name, its configuration in force (if any) and its metrics. */
+export interface PoolSlot {
+  readonly name: string;
+  readonly current: ActivePool | undefined;
+  readonly metrics: SidecarMetrics;
+}
 
 export interface AdmissionOptions {
   logger: Logger;

@@ -14,7 +14,7 @@ import {
 } from './client-request.ts';
 import { sendError, sendModelNotFound, sendRawError } from './errors.ts';
 import type { ExchangeDeps, ResponseTap } from './exchange.ts';
-import { Admission, type Routed } from './admission.ts';
+import { Admission, type PoolSlot, type Routed } from './admission.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
 import { LimitedBody } from './limited-body.ts';
 import type { SidecarMetrics } from './metrics.ts';
@@ -38,12 +38,7 @@ import { countsTokens, withUsageAsked } from './usage.ts';
 /** A matched route and what its path says about stored responses (inference-routes.ts). */
 type Matched = Extract<ReturnType<typeof matchRoute>, { kind: 'route' }>;
 
-/** One pool the proxy routes for: its name, its configuration in force (if any) and its metrics. */
-export interface PoolSlot {
-  readonly name: string;
-  readonly current: ActivePool | undefined;
-  readonly metrics: SidecarMetrics;
-}
+export type { PoolSlot } from './admission.ts';
 
 /**
  * Slow clients (slow-loris). The app is on the same pod and sends a request in microseconds, so
