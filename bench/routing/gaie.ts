@@ -136,38 +136,54 @@ async function createPool(cluster: Cluster, ctx: Pick<RouterContext, 'backends'>
   );
 }
 
+/** One chat completion of one token through the stand-in; the endpoint that served, if any. */
+async function oneToken(url: string, prompt: string): Promise<string | undefined> {
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'sim',
+      max_tokens: 1,
+      messages: [{ role: 'user', content: prompt }],
+    }),
+  }).catch(() => undefined);
+  if (res === undefined) return undefined;
+  await res.arrayBuffer();
+  return res.ok ? (res.headers.get(SERVED_HEADER) ?? undefined) : undefined;
+}
+
 /**
- * Until a round of requests through the stand-in has reached every backend (the EPP knows all).
- * Chat completions of one token with distinct prompts: the full EPP scores a body-less request as
- * it does any, but the prefix scorer must see no shared prefix, so that its random tie-break
- * among idle pods spreads the round.
+ * Until the picker knows every pod and a request through the stand-in is served. lwepp: a round
+ * of requests has reached every backend (round-robin). The full EPP picks by score, so a round
+ * need not reach every backend (a simulator that kept KV blocks from an earlier policy's run
+ * scores lower until its cache empties); instead its own metrics list one
+ * `inference_pool_per_pod_queue_size` series per endpoint in its datastore.
  */
-async function untilEveryBackendServed(
+async function untilReady(
+  picker: GaiePicker,
   url: string,
+  metricsPort: number,
   ctx: Pick<RouterContext, 'backends'>,
 ): Promise<void> {
   const want = new Set(ctx.backends.map((b) => hostPort(b.url)));
   let round = 0;
   await waitFor(
-    `GAIE's picker to route to all ${want.size} backends`,
+    `GAIE's picker (${picker}) to know all ${want.size} backends and route a request`,
     async () => {
-      const seen = new Set<string>();
-      for (let i = 0; i < want.size * 4; i++) {
-        const res = await fetch(`${url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model: 'sim',
-            max_tokens: 1,
-            messages: [{ role: 'user', content: `${round}.${i} ready?` }],
-          }),
-        }).catch(() => undefined);
-        if (res === undefined) return false;
-        await res.arrayBuffer();
-        const served = res.headers.get(SERVED_HEADER);
-        if (res.ok && served !== null) seen.add(served);
-      }
       round++;
+      if (picker === 'epp') {
+        const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).catch(() => undefined);
+        if (res === undefined || !res.ok) return false;
+        const known = (await res.text())
+          .split('\n')
+          .filter((l) => l.startsWith('inference_pool_per_pod_queue_size{')).length;
+        return known === want.size && (await oneToken(url, `ready? ${round}`)) !== undefined;
+      }
+      const seen = new Set<string>();
+      for (let i = 0; i < want.size * 2; i++) {
+        const served = await oneToken(url, `ready? ${round}.${i}`);
+        if (served !== undefined) seen.add(served);
+      }
       return [...want].every((e) => seen.has(e));
     },
     { timeoutMs: 60_000 },
@@ -232,7 +248,7 @@ export async function startGaieEpp(
       http,
     );
     children.push(proxy);
-    await untilEveryBackendServed(proxy.url, ctx);
+    await untilReady(picker, proxy.url, metrics, ctx);
     return { urls: [proxy.url], pids: children.map((c) => c.pid), stop };
   } catch (err) {
     const logs = children.map((c) => `${c.name}: ${c.output().slice(-2000)}`).join('\n');
