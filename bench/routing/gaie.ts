@@ -136,13 +136,22 @@ async function createPool(cluster: Cluster, ctx: Pick<RouterContext, 'backends'>
   );
 }
 
+/** The first model a backend lists (the bench's simulators serve one they were told, not `sim`). */
+async function servedModel(backendUrl: string): Promise<string> {
+  const res = await fetch(`${backendUrl}/v1/models`);
+  const body = (await res.json()) as { data?: { id?: string }[] };
+  const id = body.data?.[0]?.id;
+  if (!res.ok || id === undefined) throw new Error(`${backendUrl}/v1/models lists no model`);
+  return id;
+}
+
 /** One chat completion of one token through the stand-in; the endpoint that served, if any. */
-async function oneToken(url: string, prompt: string): Promise<string | undefined> {
+async function oneToken(url: string, model: string, prompt: string): Promise<string | undefined> {
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({
-      model: 'sim',
+      model,
       max_tokens: 1,
       messages: [{ role: 'user', content: prompt }],
     }),
@@ -166,6 +175,7 @@ async function untilReady(
   ctx: Pick<RouterContext, 'backends'>,
 ): Promise<void> {
   const want = new Set(ctx.backends.map((b) => hostPort(b.url)));
+  const model = await servedModel(ctx.backends[0]!.url);
   let round = 0;
   await waitFor(
     `GAIE's picker (${picker}) to know all ${want.size} backends and route a request`,
@@ -177,11 +187,11 @@ async function untilReady(
         const known = (await res.text())
           .split('\n')
           .filter((l) => l.startsWith('inference_pool_per_pod_queue_size{')).length;
-        return known === want.size && (await oneToken(url, `ready? ${round}`)) !== undefined;
+        return known === want.size && (await oneToken(url, model, `ready? ${round}`)) !== undefined;
       }
       const seen = new Set<string>();
       for (let i = 0; i < want.size * 2; i++) {
-        const served = await oneToken(url, `ready? ${round}.${i}`);
+        const served = await oneToken(url, model, `ready? ${round}.${i}`);
         if (served !== undefined) seen.add(served);
       }
       return [...want].every((e) => seen.has(e));
