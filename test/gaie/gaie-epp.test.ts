@@ -3,9 +3,9 @@
  * scheduling profile) on the harness's kube-apiserver, the ext_proc stand-in for Envoy in front,
  * two real simulators behind (whose vLLM metrics it scrapes), the official `openai` client in
  * front. Checks what the bench relies on: streamed answers arrive through the EPP's response
- * phases; a repeated long prompt keeps going where its prefix went
- * (the prefix-cache scorer, weight 3, outweighs the queue and KV-cache scorers of idle pods); a
- * pool with no ready pod is a 503 (the EPP's immediate response, which the stand-in passes on).
+ * phases; a repeated long prompt keeps going where its prefix went (the prefix-cache scorer,
+ * weight 3, outweighs the queue and KV-cache scorers of idle pods); a pool with no ready pod is a
+ * 503 (the EPP's immediate response, which the stand-in passes on).
  *
  * Never skipped: the picker is built on first use (scripts/gaie/build-epp.sh, minutes on a cold
  * Go cache; `npm test` runs it as the `gaie:build` step before this file).
