@@ -75,8 +75,10 @@ export const POLICY_NAMES = [
   'vllm-router-cache-aware-central',
   'vllm-router-consistent-hash-central',
   'vllm-router-p2c-central',
-  // GAIE's endpoint picker behind an ext_proc stand-in for Envoy: central by design (gaie.ts).
+  // GAIE's endpoint pickers behind an ext_proc stand-in for Envoy, central by design (gaie.ts):
+  // the full EPP (v1.5.0) and the round-robin reference picker (v1.6.2).
   'gaie-epp',
+  'gaie-lwepp',
 ] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 

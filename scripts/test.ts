@@ -1,9 +1,11 @@
 /**
  * `npm test`: every test layer, in lanes that run side by side.
  *
- *   simulated  verify → test:unit → test:integration → test:chart → test:engine (after engine install)
+ *   simulated  verify → test:unit → test:integration → test:chart → test:gaie (after gaie:build)
+ *              → test:engine (after engine install)
  *   real       test:k8s → test:node → test:reliability (alone, once every other step is done)
  *   install    engine:prepare (vLLM and the tiny models; a no-op once cached)
+ *   gaie       gaie:build (GAIE's endpoint picker and the ext_proc stand-in; a no-op once built)
  *
  * Why lanes: one after the other the layers took 16.8 minutes warm on the 2-core CI machine,
  * and the real ones (a kube-apiserver, a kubelet, vLLM) spend much of their time waiting on
@@ -51,6 +53,9 @@ const LANES: readonly Lane[] = [
       { script: 'test:unit' },
       { script: 'test:integration' },
       { script: 'test:chart' },
+      // GAIE's full endpoint picker is a Go build (minutes cold, a stamp check warm): its own
+      // install lane builds it while the layers above run.
+      { script: 'test:gaie', after: ['gaie:build'] },
       { script: 'test:engine', after: ['engine:prepare'] },
     ],
   },
@@ -63,10 +68,14 @@ const LANES: readonly Lane[] = [
       // Alone at the end: its 10,000-abort test twice found a connection still open after 30 s
       // while the real lane ran beside it (never when run alone); until that is understood it
       // runs with the machine to itself.
-      { script: 'test:reliability', after: ['test:integration', 'test:chart', 'test:engine'] },
+      {
+        script: 'test:reliability',
+        after: ['test:integration', 'test:chart', 'test:gaie', 'test:engine'],
+      },
     ],
   },
   { name: 'install', streams: false, steps: [{ script: 'engine:prepare' }] },
+  { name: 'gaie', streams: false, steps: [{ script: 'gaie:build' }] },
 ];
 
 const serial = process.env['SWITCHYARD_TEST_SERIAL'] === '1';

@@ -13,8 +13,9 @@ const PEERS = (results: BenchResults, scenario: string): string[] =>
   );
 
 const CENTRAL = '-central';
-/** One instance for every client: the `-central` gateways, and GAIE's picker by design (gaie.ts). */
-const isCentral = (policy: string): boolean => policy.endsWith(CENTRAL) || policy === 'gaie-epp';
+/** One instance for every client: the `-central` gateways, and GAIE's pickers by design (gaie.ts). */
+const isCentral = (policy: string): boolean =>
+  policy.endsWith(CENTRAL) || policy === 'gaie-epp' || policy === 'gaie-lwepp';
 
 /**
  * The routing issue's targets (docs/benchmarks.md#routing), for the scenarios that were run:

@@ -33,7 +33,7 @@ import {
   versionOf,
   which,
 } from '../common/peers.ts';
-import { gaieEpp } from './gaie.ts';
+import { gaieEpp, gaieLwepp } from './gaie.ts';
 import { litellm, smg, vllmRouter } from './gateways.ts';
 import {
   centralVariant,
@@ -391,6 +391,7 @@ export const POLICIES: readonly PolicyDefinition[] = [
   ...GATEWAYS,
   ...GATEWAYS.map(centralVariant),
   gaieEpp,
+  gaieLwepp,
 ];
 
 export function policy(name: string): PolicyDefinition | undefined {

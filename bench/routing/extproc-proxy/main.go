@@ -11,7 +11,10 @@
 // OpenAI-style error. It does not retry, does not fail over to the EPP's fallback endpoints,
 // keeps Go's default connection pooling (not Envoy's), and talks plaintext gRPC.
 //
-// It is switchyard's own code; scripts/gaie/build-epp.sh builds it beside GAIE's lwepp because
+// It answers with the header x-gateway-destination-endpoint-served naming the endpoint that
+// served (the bench waits on it until every backend has been picked once).
+//
+// It is switchyard's own code; scripts/gaie/build-epp.sh builds it beside GAIE's picker because
 // it needs the go-control-plane ext_proc types at the version the EPP module pins.
 //
 //	extproc-proxy --listen 127.0.0.1:8080 --epp 127.0.0.1:9002
@@ -299,6 +302,9 @@ func (p *proxy) respond(w http.ResponseWriter, stream extproc.ExternalProcessor_
 	for k, vs := range out {
 		w.Header()[k] = vs
 	}
+	// Which endpoint served, for the bench and the test (Envoy reports it only to the EPP; the
+	// lwepp picker's conformance header is not in the full EPP's default configuration).
+	w.Header().Set(servedKey, target)
 	w.WriteHeader(res.StatusCode)
 	flusher, _ := w.(http.Flusher)
 
