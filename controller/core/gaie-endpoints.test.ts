@@ -99,6 +99,19 @@ describe('gaieEndpoints', () => {
     assert.equal(r.total, 4);
   });
 
+  test("carries the backend's model rewrite to every endpoint, as a Service backend does", () => {
+    const r = gaieEndpoints(
+      { ...backend, model: 'llama-3.1-8b' },
+      NAMESPACE,
+      found(gaiePool(), [pod('10.0.0.1')]),
+    );
+    assert.ok(r.ok);
+    assert.deepEqual(
+      r.endpoints.map((e) => e.model),
+      ['llama-3.1-8b'],
+    );
+  });
+
   test('leaves out pods not ready, being deleted, without an IP, or not matching every label', () => {
     const r = gaieEndpoints(
       backend,

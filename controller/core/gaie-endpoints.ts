@@ -22,6 +22,8 @@ export interface GaieBackend {
   tier: number;
   inferencePoolRef: { name: string };
   costPerMTok: number;
+  /** The model name each request is sent with (`backends[].model`), as for a Service backend. */
+  model?: string | undefined;
 }
 
 /**
@@ -142,6 +144,7 @@ export function gaieEndpoints(
       tier: backend.tier,
       url: e.url,
       costPerMTok: backend.costPerMTok,
+      ...(backend.model === undefined ? {} : { model: backend.model }),
     }));
   // Members without an IP yet (pending) count too: "0 of 2 ready" says more than "no endpoints".
   return { ok: true, endpoints, total: seen.size + pending * ports.length };
