@@ -9,12 +9,16 @@
  * plain http like a Service's pods. The pool's endpoint picker is never called: switchyard's own
  * policy picks among these endpoints.
  */
-import type { EndpointSpec } from '../../crds/policy-types.ts';
 import { GAIE_GROUP, GAIE_VERSION } from '../../crds/inference-pool.schema.ts';
 import { compareStrings } from './hash.ts';
 import type { GaieInferencePool, Pod } from './objects.ts';
 import { Reason, type Problem } from './problems.ts';
-import { SERVICE_API_PATH, type ServiceEndpointsResult } from './service-endpoints.ts';
+import {
+  routableEndpoints,
+  SERVICE_API_PATH,
+  type SeenEndpoint,
+  type ServiceEndpointsResult,
+} from './service-endpoints.ts';
 
 /** What an `inferencePoolRef` backend needs from the spec. */
 export interface GaieBackend {
@@ -114,7 +118,7 @@ export function gaieEndpoints(
     return fail(Reason.InferencePoolUnsupported, `${shown} has no spec.targetPorts`);
   }
 
-  const seen = new Map<string, { url: string; routable: boolean }>();
+  const seen = new Map<string, SeenEndpoint>();
   let pending = 0;
   for (const pod of pods) {
     if (!matches(pod, labels)) continue;
@@ -135,17 +139,7 @@ export function gaieEndpoints(
     }
   }
 
-  const endpoints: EndpointSpec[] = [...seen]
-    .filter(([, e]) => e.routable)
-    .sort(([a], [b]) => compareStrings(a, b))
-    .map(([id, e]) => ({
-      id,
-      backend: backend.name,
-      tier: backend.tier,
-      url: e.url,
-      costPerMTok: backend.costPerMTok,
-      ...(backend.model === undefined ? {} : { model: backend.model }),
-    }));
+  const endpoints = routableEndpoints(seen, backend);
   // Members without an IP yet (pending) count too: "0 of 2 ready" says more than "no endpoints".
   return { ok: true, endpoints, total: seen.size + pending * ports.length };
 }

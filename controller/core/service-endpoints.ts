@@ -166,7 +166,7 @@ export function serviceEndpoints(
   const choice = choosePort(serviceName, service, backend.service.port);
   if (!('kind' in choice)) return { ok: false, problem: choice };
 
-  const seen = new Map<string, { url: string; routable: boolean }>();
+  const seen = new Map<string, SeenEndpoint>();
   for (const slice of slicesByService.get(serviceName) ?? []) {
     if (!belongsTo(slice, serviceName)) continue;
     const port = slicePort(slice, choice);
@@ -189,7 +189,22 @@ export function serviceEndpoints(
     }
   }
 
-  const endpoints: EndpointSpec[] = [...seen]
+  const endpoints = routableEndpoints(seen, backend);
+  return { ok: true, endpoints, total: seen.size };
+}
+
+/** An endpoint while a backend's addresses are collected, by id. */
+export type SeenEndpoint = { url: string; routable: boolean };
+
+/**
+ * The routable endpoints of a backend (Service or GAIE pool) from its collected addresses, in id
+ * order, with the backend's tier, price and model rewrite.
+ */
+export function routableEndpoints(
+  seen: ReadonlyMap<string, SeenEndpoint>,
+  backend: { name: string; tier: number; costPerMTok: number; model?: string | undefined },
+): EndpointSpec[] {
+  return [...seen]
     .filter(([, e]) => e.routable)
     .sort(([a], [b]) => compareStrings(a, b))
     .map(([id, e]) => ({
@@ -200,5 +215,4 @@ export function serviceEndpoints(
       costPerMTok: backend.costPerMTok,
       ...(backend.model === undefined ? {} : { model: backend.model }),
     }));
-  return { ok: true, endpoints, total: seen.size };
 }

@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { ActivePool, HeldWaiter, PoolFlow } from '../config/active-pool.ts';
 import type { ZeroHold } from '../policy/index.ts';
-import { sendError } from './errors.ts';
+import { sendError, sendShuttingDown } from './errors.ts';
 import { Exchange, type ExchangeDeps, type ExchangeInit } from './exchange.ts';
 import { FlowGate, type GatedRequest } from './flow-gate.ts';
 import type { SidecarMetrics } from './metrics.ts';
@@ -105,16 +105,7 @@ export class Admission {
     const { req, res, trace } = routed;
     if (this.options.isDraining()) {
       // Its body was still coming when the drain began (refuseHeld has run): nothing to wait for.
-      sendError(
-        res,
-        503,
-        'shutting_down',
-        'This sidecar is shutting down; retry on a fresh connection.',
-        {
-          connection: 'close',
-          'retry-after': '1',
-        },
-      );
+      sendShuttingDown(res);
       return;
     }
     // A held request is demand now (an autoscaler scales on it), not when it is released.

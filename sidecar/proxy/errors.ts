@@ -88,6 +88,23 @@ export function sendError(
 }
 
 /**
+ * 503 `shutting_down`, closing the connection: the sidecar is draining, and a retry on a fresh
+ * connection reaches the pod's next sidecar or a peer.
+ */
+export function sendShuttingDown(res: ServerResponse): void {
+  sendError(
+    res,
+    503,
+    'shutting_down',
+    'This sidecar is shutting down; retry on a fresh connection.',
+    {
+      connection: 'close',
+      'retry-after': '1',
+    },
+  );
+}
+
+/**
  * 404 `model_not_found` with `param: "model"`, as OpenAI answers a model it does not serve: the
  * request names a model no pool of this sidecar serves (docs/sidecar.md, "Several pools").
  */

@@ -12,7 +12,7 @@ import {
   SUPPORTED_ENCODINGS,
   withoutBom,
 } from './client-request.ts';
-import { sendError, sendModelNotFound, sendRawError } from './errors.ts';
+import { sendError, sendShuttingDown, sendModelNotFound, sendRawError } from './errors.ts';
 import type { ExchangeDeps, ResponseTap } from './exchange.ts';
 import { Admission, type PoolSlot, type Routed } from './admission.ts';
 import { knownPaths, matchRoute, type InferenceRoute } from './inference-routes.ts';
@@ -293,16 +293,7 @@ export class SidecarProxy {
       return;
     }
     if (this.options.isDraining()) {
-      sendError(
-        res,
-        503,
-        'shutting_down',
-        'This sidecar is shutting down; retry on a fresh connection.',
-        {
-          connection: 'close',
-          'retry-after': '1',
-        },
-      );
+      sendShuttingDown(res);
       return;
     }
     const slots = this.#slots();
