@@ -5,7 +5,7 @@
  */
 import { cpuSeconds, memoryMb } from '../../harness/proc.ts';
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
-import type { ApiServer } from './setup.ts';
+import { controllerArgs, type ApiServer } from './setup.ts';
 import { parseMetrics } from './report.ts';
 
 export interface Replica {
@@ -21,29 +21,9 @@ export async function startReplicas(
   tls: { certFile: string; keyFile: string },
 ): Promise<Replica[]> {
   const start = (i: number): Promise<Replica> =>
-    startSwitchyard(
-      [
-        'controller',
-        '--kubeconfig',
-        server.cluster.kubeconfigPath,
-        '--tls-cert-file',
-        tls.certFile,
-        '--tls-key-file',
-        tls.keyFile,
-        '--listen',
-        '127.0.0.1:0',
-        '--admin',
-        '127.0.0.1:0',
-        '--lease-namespace',
-        'switchyard',
-        '--identity',
-        `controller-${i}`,
-        // Nothing may connect to the bench's 10.200.x.x endpoints (fixture.ts).
-        '--load-scrape-every',
-        '0',
-      ],
-      { timeoutMs: 120_000 },
-    ).then((process) => ({
+    startSwitchyard(controllerArgs(server.cluster.kubeconfigPath, tls, `controller-${i}`), {
+      timeoutMs: 120_000,
+    }).then((process) => ({
       identity: `controller-${i}`,
       process,
       port: Number(new URL(process.url).port),

@@ -153,6 +153,37 @@ export interface RunningController {
   memoryPoint: (at: string) => Promise<void>;
 }
 
+/**
+ * `switchyard controller` as the benches run it: every port picked by the OS, load scraping off
+ * (nothing may connect to the bench's 10.200.x.x endpoints, fixture.ts). Also the fleet bench's
+ * replicas (fleet-replicas.ts).
+ */
+export function controllerArgs(
+  kubeconfigPath: string,
+  tls: { certFile: string; keyFile: string },
+  identity: string,
+): string[] {
+  return [
+    'controller',
+    '--kubeconfig',
+    kubeconfigPath,
+    '--tls-cert-file',
+    tls.certFile,
+    '--tls-key-file',
+    tls.keyFile,
+    '--listen',
+    '127.0.0.1:0',
+    '--admin',
+    '127.0.0.1:0',
+    '--lease-namespace',
+    'switchyard',
+    '--identity',
+    identity,
+    '--load-scrape-every',
+    '0',
+  ];
+}
+
 /** The controller on the API server, with a serving certificate of its own for the stream. */
 export async function startController(
   flags: Flags,
@@ -165,29 +196,7 @@ export async function startController(
   resources.hold(() => watch.stop());
   const tls = makeTls(resources.dir);
   const ca = readFileSync(tls.caFile, 'utf8');
-  const controllerFlags = [
-    '--listen',
-    '127.0.0.1:0',
-    '--admin',
-    '127.0.0.1:0',
-    '--lease-namespace',
-    'switchyard',
-    '--identity',
-    'controller-0',
-    // Nothing may connect to the bench's 10.200.x.x endpoints (fixture.ts).
-    '--load-scrape-every',
-    '0',
-  ];
-  const args = [
-    'controller',
-    '--kubeconfig',
-    cluster.kubeconfigPath,
-    '--tls-cert-file',
-    tls.certFile,
-    '--tls-key-file',
-    tls.keyFile,
-    ...controllerFlags,
-  ];
+  const args = controllerArgs(cluster.kubeconfigPath, tls, 'controller-0');
   await sleep(1_000); // a baseline sample before the controller exists
   log('starting the controller');
   const profileDir = join(resources.dir, 'prof');
@@ -261,7 +270,8 @@ export async function startController(
     spawnAt,
     spawnDate,
     listeningMs,
-    flags: controllerFlags,
+    // What the results record of the command: the flags after the kubeconfig and certificate.
+    flags: args.slice(args.indexOf('--listen')),
     nodeFlags,
     ca,
     profileDir,
