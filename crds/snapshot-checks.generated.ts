@@ -119,3 +119,18 @@ export const checkPoolShares: (value: unknown) => boolean = (() => {
     )
   }
 })();
+
+export const checkPoolPlacements: (value: unknown) => boolean = (() => {
+  const local_0 = /^[A-Za-z0-9_-]+$/;
+  return function check(value) {
+    return (
+      (typeof value === 'object' && value !== null && !Array.isArray(value)) &&
+      Array.isArray(value['endpoints']) &&
+      value['endpoints'].length <= 10000 &&
+      ((array) => { for(const value of array) if(!(((typeof value === 'string') && value.length <= 512 && value.length >= 1))) { return false }; return true; })(value['endpoints']) &&
+      Array.isArray(value['placements']) &&
+      value['placements'].length <= 10000 &&
+      ((array) => { for(const value of array) if(!(((typeof value === 'object' && value !== null && !Array.isArray(value)) && Number.isInteger(value['endpoint']) && value['endpoint'] <= 9999 && value['endpoint'] >= 0 && Number.isInteger(value['ageMs']) && value['ageMs'] >= 0 && (typeof value['hashes'] === 'string') && value['hashes'].length <= 598 && value['hashes'].length >= 10 && local_0.test(value['hashes'])))) { return false }; return true; })(value['placements'])
+    )
+  }
+})();

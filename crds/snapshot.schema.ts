@@ -141,12 +141,38 @@ export const PoolLoadSchema = Type.Object({
   endpoints: Type.Array(EndpointLoadSchema, { maxItems: 10_000 }),
 });
 
+/**
+ * One placement (issue 45, the fleet-wide view): some sidecar sent a request whose prompt had
+ * these block hashes to this endpoint, `ageMs` before the batch was made. `hashes` is a digest of
+ * the prompt's chain, not all of it: a few depths (`placementDepths` in lib/placement-hashes.ts),
+ * each hash 7 bytes big-endian (52 bits), concatenated, base64url without padding, shallowest
+ * first. Prompt text never leaves the sidecar; only these hashes do.
+ */
+export const PlacementSchema = Type.Object({
+  /** Index into the batch's `endpoints`. */
+  endpoint: Type.Integer({ minimum: 0, maximum: 9_999 }),
+  ageMs: Type.Integer({ minimum: 0 }),
+  /** At most 64 hashes (448 bytes, 598 base64url characters). */
+  hashes: Type.String({ minLength: 10, maxLength: 598, pattern: '^[A-Za-z0-9_-]+$' }),
+});
+
+/**
+ * The `placements` event, and the body a sidecar POSTs to `…/placements`: where requests of the
+ * pool went lately, so that every sidecar routes as if it saw the whole fleet's prompts. Endpoint
+ * ids are listed once per batch, the placements point into that list. Unknown fields are allowed.
+ */
+export const PoolPlacementsSchema = Type.Object({
+  endpoints: Type.Array(Type.String({ minLength: 1, maxLength: 512 }), { maxItems: 10_000 }),
+  placements: Type.Array(PlacementSchema, { maxItems: 10_000 }),
+});
+
 /** The checked messages of the stream, by name: what the generator compiles. */
 export const SNAPSHOT_SCHEMAS = {
   PoolSnapshot: PoolSnapshotSchema,
   PoolLoad: PoolLoadSchema,
   SidecarReport: SidecarReportSchema,
   PoolShares: PoolSharesSchema,
+  PoolPlacements: PoolPlacementsSchema,
 } as const;
 
 export type SnapshotMessage = keyof typeof SNAPSHOT_SCHEMAS;

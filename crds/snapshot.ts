@@ -16,6 +16,7 @@ import { createRequire } from 'node:module';
 import type { Static } from '@sinclair/typebox';
 import {
   checkPoolLoad,
+  checkPoolPlacements,
   checkPoolShares,
   checkPoolSnapshot,
   checkSidecarReport,
@@ -26,6 +27,8 @@ import type {
   BudgetDemandSchema,
   BudgetShareSchema,
   PoolLoadSchema,
+  PoolPlacementsSchema,
+  PlacementSchema,
   PoolSharesSchema,
   PoolSnapshotSchema,
   SidecarReportSchema,
@@ -52,6 +55,25 @@ export const LOAD_EVENT = 'load';
  */
 export const SHARES_EVENT = 'shares';
 
+/**
+ * The SSE event type of a `PoolPlacements` (issue 45): where the pool's sidecars sent which
+ * prompt prefixes lately, batched by the controller about every 100 ms. Added without bumping
+ * `SNAPSHOT_PROTOCOL_VERSION`, like `load`; no `id:` line.
+ */
+export const PLACEMENTS_EVENT = 'placements';
+
+/**
+ * Response header of the snapshot stream when the controller relays placements: the most bytes
+ * per second of `placements` events it sends this subscriber. A sidecar uploads its own
+ * placements (`placementsPath`) only to a controller that sends this header.
+ */
+export const PLACEMENTS_HEADER = 'x-switchyard-placements';
+
+/** Path sidecars POST their placements to (a `PoolPlacements`; 204). */
+export function placementsPath(namespace: string, pool: string): string {
+  return `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}/placements`;
+}
+
 /** Path of a pool's snapshot stream (GET, Server-Sent Events). */
 export function snapshotStreamPath(namespace: string, pool: string): string {
   return `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}/snapshots`;
@@ -66,6 +88,8 @@ export type PoolSnapshot = Static<typeof PoolSnapshotSchema>;
 export type SidecarReport = Static<typeof SidecarReportSchema>;
 export type EndpointHealthReport = Static<typeof EndpointHealthReportSchema>;
 export type PoolLoad = Static<typeof PoolLoadSchema>;
+export type PoolPlacements = Static<typeof PoolPlacementsSchema>;
+export type Placement = Static<typeof PlacementSchema>;
 export type EndpointLoad = Static<typeof EndpointLoadSchema>;
 export type BudgetDemand = Static<typeof BudgetDemandSchema>;
 export type PoolDemand = Static<typeof PoolDemandSchema>;
@@ -131,6 +155,37 @@ function uniqueIds<T>(
 export function parseLoad(value: unknown): ParseResult<PoolLoad> {
   const result = parseWith<PoolLoad>('PoolLoad', checkPoolLoad, value);
   return result.ok ? uniqueIds(result, result.value.endpoints) : result;
+}
+
+/**
+ * Checks a `placements` event's data (sidecar) or upload (controller): the schema, and every
+ * placement's endpoint index inside the batch's list and its hashes whole 7-byte units.
+ */
+export function parsePlacements(value: unknown): ParseResult<PoolPlacements> {
+  const result = parseWith<PoolPlacements>('PoolPlacements', checkPoolPlacements, value);
+  if (!result.ok) return result;
+  const { endpoints, placements } = result.value;
+  for (const [i, p] of placements.entries()) {
+    if (p.endpoint >= endpoints.length)
+      return {
+        ok: false,
+        errors: [
+          {
+            path: `/placements/${i}/endpoint`,
+            message: `index ${p.endpoint} is past the ${endpoints.length} endpoints listed`,
+          },
+        ],
+      };
+    // 7 bytes are 9⅓ base64url characters: whole hashes make a length of 10, 19, 28, … (mod 28: 0, 10, 19).
+    if (![0, 10, 19].includes(p.hashes.length % 28))
+      return {
+        ok: false,
+        errors: [
+          { path: `/placements/${i}/hashes`, message: 'not a whole number of 7-byte hashes' },
+        ],
+      };
+  }
+  return result;
 }
 
 /** Checks a `shares` event's data; a sidecar uses nothing that fails this. */
