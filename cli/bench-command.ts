@@ -186,10 +186,10 @@ export function addBenchCommand(program: Command): void {
     .addOption(
       new Option(
         '--load-source <who>',
-        "who scrapes the servers' load for switchyard's sidecars: each sidecar itself (sidecar, as standalone) or one controller stream they all subscribe to (controller, as in Kubernetes)",
+        "what feeds switchyard's sidecars: one controller stream they all subscribe to, which scrapes the servers' load once and relays where each sidecar sent which prompts (controller, as in Kubernetes or with switchyard relay), or each sidecar scraping the servers itself and knowing only its own prompts (sidecar, standalone from a pool file)",
       )
         .choices(LOAD_SOURCES)
-        .default('sidecar'),
+        .default('controller'),
     )
     .option('--heterogeneous', 'make b1 half as fast and give b2 an eighth of the cache')
     .option('--no-plots', 'skip the plots')
@@ -215,7 +215,7 @@ export function addBenchCommand(program: Command): void {
         '  switchyard bench --trace ../shared/traces/azure2023-conv.csv --policies switchyard,round-robin\n' +
         '  switchyard bench --scenario conversations --routers 16 --policies switchyard,smg-cache-aware,smg-cache-aware-central\n' +
         '  switchyard bench --scenario lora --policies switchyard,round-robin,least-connections,p2c  # 16 LoRA adapters, 4 resident per server\n' +
-        '  switchyard bench --routers 16 --load-source controller  # 16 sidecars fed by one scraper, as in Kubernetes\n' +
+        '  switchyard bench --routers 16 --load-source sidecar  # each sidecar scrapes the servers itself, as standalone from a pool file\n' +
         '  switchyard bench --scenario priority --routers 4  # interactive chat beside a batch flood, with and without flow control (bench/results/routing-priority/)',
     )
     .action(async (flags: BenchFlags) => {

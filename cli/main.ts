@@ -5,6 +5,7 @@ import { addDemoCommand } from './demo-command.ts';
 import { addControllerCommand } from './controller-command.ts';
 import { addBenchCommand } from './bench-command.ts';
 import { addStatusCommand } from './status-command.ts';
+import { addRelayCommand } from './relay-command.ts';
 
 const program = new Command();
 program
@@ -21,6 +22,7 @@ addSidecarCommand(program);
 addSimCommand(program);
 addDemoCommand(program);
 addControllerCommand(program);
+addRelayCommand(program);
 addBenchCommand(program);
 addStatusCommand(program);
 

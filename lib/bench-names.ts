@@ -36,9 +36,10 @@ export const PRIORITY_VARIANT_NAMES = [
 ] as const;
 
 /**
- * Who scrapes the servers' load for switchyard's sidecars in the bench: each sidecar itself, as a
- * standalone sidecar does, or one controller stream that every sidecar subscribes to, as in
- * Kubernetes (bench/routing/load-relay.ts).
+ * What feeds switchyard's sidecars in the bench: one controller stream that every sidecar
+ * subscribes to, as in Kubernetes or behind `switchyard relay` (bench/routing/load-relay.ts: the
+ * servers' load scraped once, placements shared between sidecars; the default), or each sidecar
+ * scraping the servers itself and knowing only its own prompts, as standalone from a pool file.
  */
 export const LOAD_SOURCES = ['sidecar', 'controller'] as const;
 export type LoadSource = (typeof LOAD_SOURCES)[number];
@@ -49,6 +50,7 @@ export const POLICY_NAMES = [
   'least-connections',
   'p2c',
   'switchyard',
+  'switchyard-local',
   'oracle',
   'haproxy-roundrobin',
   'haproxy-leastconn',

@@ -8,8 +8,15 @@ import { range, type SeedFigures } from './seeds.ts';
 const PEERS = (results: BenchResults, scenario: string): string[] =>
   Object.keys(results.scenarios[scenario] ?? {}).filter(
     (p) =>
-      !['round-robin', 'random', 'least-connections', 'p2c', 'switchyard', 'oracle'].includes(p) &&
-      !p.includes('@'),
+      ![
+        'round-robin',
+        'random',
+        'least-connections',
+        'p2c',
+        'switchyard',
+        'switchyard-local',
+        'oracle',
+      ].includes(p) && !p.includes('@'),
   );
 
 const CENTRAL = '-central';

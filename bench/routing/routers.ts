@@ -72,7 +72,13 @@ function poolYaml(ctx: RouterContext, affinity: 'Prefix' | 'None'): string {
   });
 }
 
-function sidecars(picker: string, affinity: 'Prefix' | 'None') {
+/**
+ * Placements relayed to each sidecar per second (the controller's default,
+ * `--placement-bytes-per-second`): the fleet-wide view of issue 45 (docs/fleet-view.md).
+ */
+const PLACEMENT_BYTES_PER_SECOND = 8192;
+
+function sidecars(picker: string, affinity: 'Prefix' | 'None', fleetView = true) {
   return async (ctx: RouterContext): Promise<RouterSet> => {
     const dir = tempDir('routing-sidecar');
     const file = join(dir, 'pool.yaml');
@@ -102,7 +108,11 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None') {
     // As in Kubernetes: one scraper for every sidecar, its load streamed to them (load-relay.ts).
     const token = join(dir, 'token');
     writeFileSync(token, 'bench');
-    const relay = await startNodeScript(RELAY_SCRIPT, [file, String(scrapeEveryMs)]);
+    const relay = await startNodeScript(RELAY_SCRIPT, [
+      file,
+      String(scrapeEveryMs),
+      String(fleetView ? PLACEMENT_BYTES_PER_SECOND : 0),
+    ]);
     let relayExited = false;
     void relay.exited.then(() => (relayExited = true));
     try {
@@ -179,13 +189,14 @@ const inside = (
   affinity: 'Prefix' | 'None',
   family: Family,
   describe: string,
+  fleetView = true,
 ): PolicyDefinition => ({
   name,
   family,
   describe,
   unavailable: () => undefined,
   version: switchyardVersion,
-  start: sidecars(picker, affinity),
+  start: sidecars(picker, affinity, fleetView),
 });
 
 // --------------------------------------------------------------------------------------------
@@ -379,7 +390,15 @@ export const POLICIES: readonly PolicyDefinition[] = [
     'p2c',
     'Prefix',
     'switchyard',
-    'switchyard sidecar, the full policy: prefix affinity, P2C, breakers, retry budget',
+    'switchyard sidecar, the full policy: prefix affinity, P2C, breakers, retry budget; with --load-source controller, placements shared across sidecars (the fleet-wide view)',
+  ),
+  inside(
+    'switchyard-local',
+    'p2c',
+    'Prefix',
+    'switchyard',
+    'switchyard sidecar, the full policy, each sidecar knowing only the prompts it sent (placements not shared)',
+    false,
   ),
   ORACLE,
   haproxy('roundrobin', 'roundrobin'),

@@ -555,7 +555,7 @@ async function runOnce(run: {
           seed: run.seed,
           model: MODEL,
           adapters: sc.lora === undefined ? undefined : adapterNames(sc.lora),
-          loadSource: settings.loadSource ?? 'sidecar',
+          loadSource: settings.loadSource ?? 'controller',
         });
       } catch (err) {
         return {

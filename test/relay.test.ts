@@ -1,0 +1,168 @@
+/**
+ * `switchyard relay`: the controller's stream for standalone sidecars, from pool files. Real
+ * simulators, the relay CLI and real sidecars started with `--controller`, as a user runs them.
+ */
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import OpenAI from 'openai';
+import { balancePool, scratchDir } from '../harness/pool-file.ts';
+import {
+  controllerSidecarArgs,
+  startSim,
+  startSwitchyard,
+  stopAll,
+  type RunningProcess,
+} from '../harness/processes.ts';
+import { debugBackends, eventually } from './helpers.ts';
+
+/** The first `snapshot` event of a stream, or the refusal's status and JSON. */
+async function firstSnapshot(
+  url: string,
+  token: string,
+): Promise<{ status: number; body: unknown; placements: string | null }> {
+  const ac = new AbortController();
+  const res = await fetch(`${url}/v1/namespaces/default/pools/test/snapshots`, {
+    headers: { authorization: `Bearer ${token}` },
+    signal: ac.signal,
+  });
+  try {
+    if (res.status !== 200) return { status: res.status, body: await res.json(), placements: null };
+    let text = '';
+    for await (const chunk of res.body! as AsyncIterable<Uint8Array>) {
+      text += Buffer.from(chunk).toString('utf8');
+      if (/event: snapshot\n(?:id: \d+\n)?data: .*\n\n/.test(text)) break;
+    }
+    const data = /event: snapshot\n(?:id: \d+\n)?data: (.*)\n\n/.exec(text)?.[1];
+    return {
+      status: 200,
+      body: data === undefined ? undefined : JSON.parse(data),
+      placements: res.headers.get('x-switchyard-placements'),
+    };
+  } finally {
+    ac.abort();
+  }
+}
+
+describe('switchyard relay', () => {
+  it('serves a pool file to sidecars, and a change of it live', async () => {
+    const { dir, cleanup } = await scratchDir();
+    const started: RunningProcess[] = [];
+    try {
+      const sims = [await startSim('a'), await startSim('b'), await startSim('c')];
+      started.push(...sims);
+      const poolFile = join(dir, 'pool.yaml');
+      await writeFile(poolFile, balancePool(sims.slice(0, 2).map((s) => s.url)));
+      const tokenFile = join(dir, 'token');
+      await writeFile(tokenFile, 'shared-secret\n');
+      const relay = await startSwitchyard([
+        'relay',
+        '--pool-file',
+        poolFile,
+        '--listen',
+        '127.0.0.1:0',
+        '--token-file',
+        tokenFile,
+        '--log-level',
+        'warn',
+      ]);
+      started.push(relay);
+      const sidecar = await startSwitchyard([
+        ...controllerSidecarArgs({
+          controllerUrl: relay.url,
+          namespace: 'default',
+          pool: 'test',
+          tokenFile,
+          sidecarId: 'app-1',
+        }),
+        '--log-level',
+        'warn',
+      ]);
+      started.push(sidecar);
+      await eventually(
+        async () => (await debugBackends(sidecar)).endpoints.length === 2,
+        10_000,
+        'the pool from the relay',
+      );
+      const client = new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'k', maxRetries: 0 });
+      const answer = await client.chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: 'hello' }],
+      });
+      assert.ok((answer.choices[0]?.message.content ?? '').length > 0);
+
+      // A third backend added to the file reaches the running sidecar as a new snapshot.
+      await writeFile(poolFile, balancePool(sims.map((s) => s.url)));
+      await eventually(
+        async () => (await debugBackends(sidecar)).endpoints.length === 3,
+        10_000,
+        'the changed pool file applied',
+      );
+      // An invalid change is refused and the last good pool stays.
+      await writeFile(poolFile, balancePool(['ftp://10.0.0.1']));
+      await new Promise((r) => setTimeout(r, 1_500));
+      assert.equal((await debugBackends(sidecar)).endpoints.length, 3);
+      assert.match(relay.output(), /pool file change rejected/);
+    } finally {
+      await stopAll(started);
+      await cleanup();
+    }
+  });
+
+  it('takes only its token, and gives API keys to those who have it', async () => {
+    const { dir, cleanup } = await scratchDir();
+    const started: RunningProcess[] = [];
+    try {
+      const poolFile = join(dir, 'pool.yaml');
+      await writeFile(
+        poolFile,
+        [
+          'apiVersion: switchyard.dev/v1alpha1',
+          'kind: InferencePool',
+          'metadata: {name: test}',
+          'spec:',
+          '  backends:',
+          '  - {name: p, url: "http://127.0.0.1:9/v1", apiKeyEnv: PROVIDER_KEY}',
+          '',
+        ].join('\n'),
+      );
+      const tokenFile = join(dir, 'token');
+      await writeFile(tokenFile, 'shared-secret');
+      const relay = await startSwitchyard(
+        ['relay', '--pool-file', poolFile, '--listen', '127.0.0.1:0', '--token-file', tokenFile],
+        { env: { PROVIDER_KEY: 'sk-provider' } },
+      );
+      started.push(relay);
+      const refused = await firstSnapshot(relay.url, 'guess');
+      assert.equal(refused.status, 401);
+      assert.deepEqual((refused.body as { error: { code: string } }).error.code, 'unauthenticated');
+      const ok = await firstSnapshot(relay.url, 'shared-secret');
+      assert.equal(ok.status, 200);
+      const snapshot = ok.body as { endpoints: { apiKey?: string }[] };
+      assert.equal(snapshot.endpoints[0]?.apiKey, 'sk-provider');
+    } finally {
+      await stopAll(started);
+      await cleanup();
+    }
+  });
+
+  it('refuses to listen off loopback without a token, and names a bad pool file field', async () => {
+    const { dir, cleanup } = await scratchDir();
+    try {
+      const poolFile = join(dir, 'pool.yaml');
+      await writeFile(poolFile, balancePool(['http://127.0.0.1:9']));
+      await assert.rejects(
+        startSwitchyard(['relay', '--pool-file', poolFile, '--listen', '0.0.0.0:0']),
+        /not loopback: give --token-file/,
+      );
+      await writeFile(poolFile, balancePool(['ftp://10.0.0.1']));
+      await assert.rejects(
+        startSwitchyard(['relay', '--pool-file', poolFile, '--listen', '127.0.0.1:0']),
+        /spec\.backends\[0\]\.url/,
+      );
+    } finally {
+      await cleanup();
+    }
+  });
+});
