@@ -55,6 +55,12 @@ export interface PolicyResult {
   conversations?: ConversationAffinity;
   /** The lora scenario: adapters the backends loaded, per 1,000 client requests. */
   adapterLoadsPer1k?: number;
+  /** CPU the router instances spent during the replay, ms per client request (all instances). */
+  routerCpuMsPerRequest?: number;
+  /** CPU of the processes beside them (switchyard's relay), ms per client request. */
+  auxCpuMsPerRequest?: number;
+  /** Placements received per router instance per second of replay, bytes (issue 45). */
+  placementBytesPerInstancePerSecond?: number;
 }
 
 /** Nearest-rank percentile of sorted values (NaN for none). */

@@ -21,6 +21,16 @@ export interface RouterSet {
   /** One base URL (without /v1) per instance. */
   urls: string[];
   pids: number[];
+  /**
+   * Processes beside the instances that the set needs (switchyard's relay, standing in for the
+   * controller): their CPU is reported apart from the instances'.
+   */
+  auxPids?: number[];
+  /**
+   * Bytes of placements (issue 45's fleet-wide view) the instances received so far, summed over
+   * them; read just before the set stops. Absent: the router shares none.
+   */
+  placementBytesReceived?: () => Promise<number>;
   stop(): Promise<void>;
 }
 

@@ -113,6 +113,14 @@ export function checkTargets(results: BenchResults): { checks: TargetCheck[] } {
   return { checks };
 }
 
+/** The instances' CPU per request, and the relay's beside it (`+ 0.05 relay`) where there is one. */
+function routerCpuText(r: ScenarioResult): string {
+  if (r.routerCpuMsPerRequest === undefined) return '–';
+  const aux =
+    r.auxCpuMsPerRequest === undefined ? '' : ` + ${r.auxCpuMsPerRequest.toFixed(2)} relay`;
+  return `${r.routerCpuMsPerRequest.toFixed(2)}${aux}`;
+}
+
 const ms = (v: number): string =>
   Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : '–';
 const pct = (v: number, digits = 1): string => `${(v * 100).toFixed(digits)} %`;
@@ -207,8 +215,8 @@ export function renderReport(results: BenchResults, plots: string[]): string {
       );
     }
     out.push(
-      '| policy | TTFT p50 | p90 | p99 | e2e p50 | e2e p99 | errors | hit rate | req/s | $/1k req | CPU | share (%) |',
-      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+      '| policy | TTFT p50 | p90 | p99 | e2e p50 | e2e p99 | errors | hit rate | req/s | $/1k req | CPU | router CPU ms/req | share (%) |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
     );
     for (const [policy, r] of Object.entries(byPolicy)) {
       const cells = [
@@ -237,6 +245,7 @@ export function renderReport(results: BenchResults, plots: string[]): string {
         r.machineCpuPercent === null || r.machineCpuPercent === undefined
           ? '–'
           : `${r.machineCpuPercent} %`,
+        routerCpuText(r),
         shareText(r.share),
       ];
       out.push(`| ${cells.join(' | ')} |`);

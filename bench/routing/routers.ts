@@ -115,6 +115,7 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None', fleetView = true)
     ]);
     let relayExited = false;
     void relay.exited.then(() => (relayExited = true));
+    const adminUrls: string[] = [];
     try {
       const set = await startInstances(ctx.instances, async (i) => {
         const sidecar = await startSwitchyard([
@@ -137,11 +138,17 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None', fleetView = true)
           await sidecar.stop();
           throw err;
         });
+        if (sidecar.adminUrl !== undefined) adminUrls.push(sidecar.adminUrl);
         return sidecar;
       });
       return {
         ...set,
-        pids: [...set.pids, relay.pid],
+        auxPids: [relay.pid],
+        placementBytesReceived: async () => {
+          let sum = 0;
+          for (const url of adminUrls) sum += await counterSum(url, PLACEMENT_BYTES_METRIC);
+          return sum;
+        },
         stop: async () => {
           // A relay gone mid-run left the sidecars on stale load: the run measured nothing, and
           // the bench stops with the relay's output rather than report it.
@@ -159,6 +166,20 @@ function sidecars(picker: string, affinity: 'Prefix' | 'None', fleetView = true)
       throw err;
     }
   };
+}
+
+/** The sidecar's counter of placement bytes received (sidecar/telemetry, issue 45). */
+const PLACEMENT_BYTES_METRIC = 'switchyard_placement_bytes_received_total';
+
+/** The sum of a counter's samples on a sidecar's admin /metrics (0 when it has none). */
+async function counterSum(adminUrl: string, name: string): Promise<number> {
+  const res = await fetch(`${adminUrl}/metrics`);
+  const text = await res.text();
+  let sum = 0;
+  for (const line of text.split('\n'))
+    if (line.startsWith(name) && (line[name.length] === '{' || line[name.length] === ' '))
+      sum += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
+  return sum;
 }
 
 /** Resolves once a sidecar's /startupz passes (a configuration applied), within 10 s. */

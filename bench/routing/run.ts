@@ -11,7 +11,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { availableParallelism, loadavg } from 'node:os';
-import { machineCpuSeconds } from '../../harness/proc.ts';
+import { cpuSeconds, machineCpuSeconds } from '../../harness/proc.ts';
 import { blockKeys } from '../../sim/engine/prefix-cache.ts';
 import type { SimOptions } from '../../sim/options.ts';
 import { startFleet, type SimFleet } from './backends.ts';
@@ -576,6 +576,9 @@ async function runOnce(run: {
       await warmUpRouters(routers.urls, run, timeoutMs);
     }
     const cpuBefore = machineCpuSeconds();
+    const instanceCpu = processCpu(routers?.pids ?? []);
+    const auxCpu = processCpu(routers?.auxPids ?? []);
+    const placementsBefore = (await routers?.placementBytesReceived?.()) ?? 0;
     const replayStart = performance.now();
     let results: ClientResult[];
     let affinity: PolicyResult['conversations'];
@@ -630,8 +633,18 @@ async function runOnce(run: {
             );
     }
     const cpuAfter = machineCpuSeconds();
-    if (settings.dumpRequests === true) dumpRequests(run, def.name, results);
     const wallS = (performance.now() - replayStart) / 1000;
+    const perRequest = (cpuS: number | undefined): number | undefined =>
+      cpuS === undefined || results.length === 0
+        ? undefined
+        : Math.round((cpuS * 1000 * 1000) / results.length) / 1000;
+    const routerCpuMsPerRequest = perRequest(instanceCpu());
+    const auxCpuMsPerRequest = perRequest(auxCpu());
+    const placementBytes =
+      routers?.placementBytesReceived === undefined
+        ? undefined
+        : (await routers.placementBytesReceived()) - placementsBefore;
+    if (settings.dumpRequests === true) dumpRequests(run, def.name, results);
     const machineCpuPercent =
       cpuBefore === undefined || cpuAfter === undefined || wallS <= 0
         ? null
@@ -643,6 +656,17 @@ async function runOnce(run: {
     const result = {
       ...summarise(results, counters, settings.speed, { lora: sc.lora !== undefined }),
       ...(affinity === undefined ? {} : { conversations: affinity }),
+      ...(routerCpuMsPerRequest === undefined ? {} : { routerCpuMsPerRequest }),
+      ...(auxCpuMsPerRequest === undefined || routers?.auxPids === undefined
+        ? {}
+        : { auxCpuMsPerRequest }),
+      ...(placementBytes === undefined || routers === undefined || wallS <= 0
+        ? {}
+        : {
+            placementBytesPerInstancePerSecond: Math.round(
+              placementBytes / routers.urls.length / wallS,
+            ),
+          }),
       machineCpuPercent,
     };
     return {
@@ -657,6 +681,28 @@ async function runOnce(run: {
     await routers?.stop();
     await fleet.idle();
   }
+}
+
+/**
+ * CPU seconds `pids` spend from now until the returned function is called (undefined when a
+ * process could not be read at either end, or there is none).
+ */
+function processCpu(pids: readonly number[]): () => number | undefined {
+  const read = (): number | undefined => {
+    if (pids.length === 0) return undefined;
+    let sum = 0;
+    for (const pid of pids) {
+      const s = cpuSeconds(pid);
+      if (s === undefined) return undefined;
+      sum += s;
+    }
+    return sum;
+  };
+  const before = read();
+  return () => {
+    const after = read();
+    return before === undefined || after === undefined ? undefined : after - before;
+  };
 }
 
 const RUNS_FILE = 'runs.json';

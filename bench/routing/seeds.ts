@@ -23,6 +23,9 @@ export interface SeedFigures {
   wallS: number;
   conversations?: ConversationAffinity | undefined;
   adapterLoadsPer1k?: number | undefined;
+  routerCpuMsPerRequest?: number | undefined;
+  auxCpuMsPerRequest?: number | undefined;
+  placementBytesPerInstancePerSecond?: number | undefined;
 }
 
 /** One policy's result over every seed: each figure the median over them; `seeds` holds each. */
@@ -93,6 +96,10 @@ export function aggregateSeeds(runs: readonly SeedRun[]): SeededResult {
   const loads = results.flatMap((r) =>
     r.adapterLoadsPer1k === undefined ? [] : [r.adapterLoadsPer1k],
   );
+  const optionalMedian = <K extends keyof PolicyResult>(key: K): Partial<PolicyResult> => {
+    const values = results.flatMap((r) => (typeof r[key] === 'number' ? [r[key]] : []));
+    return values.length === 0 ? {} : { [key]: median(values) };
+  };
   return {
     requests: median(results.map((r) => r.requests)),
     errors: median(results.map((r) => r.errors)),
@@ -111,6 +118,9 @@ export function aggregateSeeds(runs: readonly SeedRun[]): SeededResult {
     ),
     ...(conversations === undefined ? {} : { conversations }),
     ...(loads.length === 0 ? {} : { adapterLoadsPer1k: median(loads) }),
+    ...optionalMedian('routerCpuMsPerRequest'),
+    ...optionalMedian('auxCpuMsPerRequest'),
+    ...optionalMedian('placementBytesPerInstancePerSecond'),
     machineCpuPercent: Number.isFinite(cpu) ? Math.round(cpu) : null,
     seeds: runs.map((r) => ({
       seed: r.seed,
@@ -127,6 +137,15 @@ export function aggregateSeeds(runs: readonly SeedRun[]): SeededResult {
       ...(r.result.adapterLoadsPer1k === undefined
         ? {}
         : { adapterLoadsPer1k: r.result.adapterLoadsPer1k }),
+      ...(r.result.routerCpuMsPerRequest === undefined
+        ? {}
+        : { routerCpuMsPerRequest: r.result.routerCpuMsPerRequest }),
+      ...(r.result.auxCpuMsPerRequest === undefined
+        ? {}
+        : { auxCpuMsPerRequest: r.result.auxCpuMsPerRequest }),
+      ...(r.result.placementBytesPerInstancePerSecond === undefined
+        ? {}
+        : { placementBytesPerInstancePerSecond: r.result.placementBytesPerInstancePerSecond }),
     })),
   };
 }
