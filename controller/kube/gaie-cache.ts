@@ -46,8 +46,31 @@ export interface GaieWatchesOptions {
 type CachedGaiePool = GaieInferencePool & KubernetesObject;
 type CachedPod = Pod & KubernetesObject;
 
-/** Why a list keeps failing in a way a retry alone will not fix; undefined: it does not. */
-type ListError = { kind: 'crd-missing' | 'forbidden'; why: string } | undefined;
+/**
+ * Why a list fails: in a way a retry alone will not fix (`crd-missing`, `forbidden`), or any other
+ * way (`failing`: the API server answering 5xx, unreachable, timing out), which the informer
+ * retries with backoff; undefined: it does not fail.
+ */
+type ListError = { kind: 'crd-missing' | 'forbidden' | 'failing'; why: string } | undefined;
+
+/** A list failing otherwise, said for the pools' ResolvedRefs condition. */
+function failing(what: string, err: unknown): ListError {
+  const status = statusOf(err);
+  const detail =
+    status === undefined ? ((err as Error | null)?.message ?? String(err)) : `HTTP ${status}`;
+  return {
+    kind: 'failing',
+    why: `listing ${what} failed (${detail}); the controller retries with backoff`,
+  };
+}
+
+/**
+ * The error a lookup reports: a `failing` list only matters before the first good one; after it
+ * the cache still holds the last list and the watch, and routing goes on from them.
+ */
+function reported(error: ListError, synced: boolean): ListError {
+  return error?.kind === 'failing' && synced ? undefined : error;
+}
 
 interface PodWatch {
   namespace: string;
@@ -104,9 +127,9 @@ export class GaieWatches implements GaieCache {
   lookup(namespace: string, name: string): GaieLookup | 'pending' {
     const pools = this.#pools;
     if (pools === undefined) return 'pending';
-    const error = this.#poolsError;
+    const error = reported(this.#poolsError, pools.hasSynced);
     if (error?.kind === 'crd-missing') return { kind: 'not-found', why: error.why };
-    if (error?.kind === 'forbidden') return { kind: 'unreadable', why: error.why };
+    if (error !== undefined) return { kind: 'unreadable', why: error.why };
     if (!pools.hasSynced) return 'pending';
     const pool = pools.get(name, namespace);
     if (pool === undefined) return { kind: 'not-found' };
@@ -114,7 +137,9 @@ export class GaieWatches implements GaieCache {
     // No selector: the core says why it takes no pods; nothing to watch.
     if (selector === undefined) return { kind: 'found', pool, pods: [] };
     const watch = this.#pods.get(this.#ensurePodWatch(namespace, selector));
-    if (watch?.error !== undefined) return { kind: 'unreadable', why: watch.error.why };
+    const podError =
+      watch === undefined ? undefined : reported(watch.error, watch.informer.hasSynced);
+    if (podError !== undefined) return { kind: 'unreadable', why: podError.why };
     if (watch === undefined || !watch.informer.hasSynced) return 'pending';
     return { kind: 'found', pool, pods: watch.informer.list(namespace) };
   }
@@ -130,7 +155,8 @@ export class GaieWatches implements GaieCache {
 
   /** The selector of a cached GAIE pool, once its watch has a trustworthy list. */
   #selectorOf(namespace: string, name: string): string | undefined {
-    if (this.#pools?.hasSynced !== true || this.#poolsError !== undefined) return undefined;
+    if (this.#pools?.hasSynced !== true) return undefined;
+    if (reported(this.#poolsError, true) !== undefined) return undefined;
     const pool = this.#pools.get(name, namespace);
     return pool === undefined ? undefined : gaieLabelSelector(pool);
   }
@@ -182,10 +208,10 @@ export class GaieWatches implements GaieCache {
                     `the controller may not list ${GAIE_RESOURCE} (HTTP 403): ` +
                     `its ClusterRole needs list and watch on them (the chart grants both)`,
                 }
-              : undefined;
+              : failing(GAIE_RESOURCE, err);
         set(error);
         // The informer logs this at each retry: say it as a person on call would want it.
-        throw error === undefined ? err : new Error(error.why, { cause: err });
+        throw new Error(error!.why, { cause: err });
       }
     };
     const informer = new SupervisedInformer<CachedGaiePool>({
@@ -236,7 +262,7 @@ export class GaieWatches implements GaieCache {
             set(undefined);
             return result;
           } catch (err) {
-            const forbidden: ListError =
+            const error: ListError =
               statusOf(err) === 403
                 ? {
                     kind: 'forbidden',
@@ -244,9 +270,9 @@ export class GaieWatches implements GaieCache {
                       `the controller may not list pods in namespace ${namespace} (HTTP 403): ` +
                       `its ClusterRole needs list and watch on pods (the chart grants both)`,
                   }
-                : undefined;
-            set(forbidden);
-            throw forbidden === undefined ? err : new Error(forbidden.why, { cause: err });
+                : failing(`pods in namespace ${namespace}`, err);
+            set(error);
+            throw new Error(error!.why, { cause: err });
           }
         },
         logger,
