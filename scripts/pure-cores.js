@@ -15,6 +15,7 @@ export const PURE_CORES = [
   { path: 'lib/model-server-load.ts', coverage: true },
   { path: 'lib/load-scrape/scrape-schedule.ts', coverage: true },
   { path: 'lib/load-scrape/period.ts', coverage: true },
+  { path: 'lib/placement-hashes.ts', coverage: true },
   { path: 'sidecar/policy/**/*.ts', coverage: true },
   { path: 'controller/core/**/*.ts', coverage: true },
   // The pure decisions that live in the controller's feature rooms, beside their shells.
