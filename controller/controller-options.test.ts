@@ -144,4 +144,20 @@ describe('planControllerOptions', () => {
       { apiVersion: 'v1', kind: 'Pod', name: 'switchyard-0', uid: 'uid-1' },
     ]);
   });
+
+  test('placements: 8192 bytes a second by default, 0 turns them off, too little is refused', () => {
+    const at = (n?: number): ControllerPlan =>
+      planControllerOptions(flags({ ...CERT, placementBytesPerSecond: n }), files());
+    const plan = at();
+    assert.ok(plan.ok);
+    assert.equal(plan.options.placementBytesPerSecond, 8192);
+    const off = at(0);
+    assert.ok(off.ok);
+    assert.equal(off.options.placementBytesPerSecond, 0);
+    assert.match(
+      problem(at(500)),
+      /--placement-bytes-per-second 500: give 0 \(off\) or a whole number/,
+    );
+    assert.match(problem(at(2500.5)), /--placement-bytes-per-second/);
+  });
 });
