@@ -90,6 +90,15 @@ export function planControllerOptions(
     return refuse(
       `--placement-bytes-per-second ${placementBytes}: give 0 (off) or a whole number of at least ${MIN_PLACEMENT_BYTES_PER_SECOND} (an event, a tenth of it, must hold a placement)`,
     );
+  if (
+    flags.advertiseAddress !== undefined &&
+    flags.advertiseAddress !== '' &&
+    // An IPv4 address or DNS name, or an IPv6 address (hex digits and colons).
+    !/^([a-z0-9]([a-z0-9.-]*[a-z0-9])?|[0-9a-f.]*:[0-9a-f:.]*)$/i.test(flags.advertiseAddress)
+  )
+    return refuse(
+      `--advertise-address ${flags.advertiseAddress}: give the IP address (or DNS name) the other replicas reach this one at ($POD_IP)`,
+    );
   // Without a configuration the client would quietly talk to http://localhost:8080.
   if (files.kubeconfigMissing !== undefined) return refuse(files.kubeconfigMissing);
 
@@ -179,4 +188,16 @@ export function planControllerOptions(
       advertiseAddress: flags.advertiseAddress,
     },
   };
+}
+
+/**
+ * The URL the other replicas reach this one's stream at: `streamUrl` with `address` as its host,
+ * or as it is when it listens on a specific address; undefined on a wildcard without `address`.
+ */
+export function advertisedUrl(streamUrl: string, address: string | undefined): string | undefined {
+  const url = new URL(streamUrl);
+  if (address !== undefined && address !== '')
+    url.hostname = address.includes(':') ? `[${address}]` : address;
+  else if (['0.0.0.0', '[::]', ''].includes(url.hostname)) return undefined;
+  return url.origin;
 }

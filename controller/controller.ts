@@ -26,6 +26,7 @@ import { PlacementPeers } from './stream/placement-peers.ts';
 import { ReplicaSummaries } from './stream/replica-summary.ts';
 import { SnapshotServer } from './stream/snapshot-server.ts';
 import { TokenAuthenticator } from './stream/token-auth.ts';
+import { advertisedUrl } from './controller-options.ts';
 import { certificateNotAfterMs } from './tls/certificates.ts';
 import { startTlsSource, type TlsConfig } from './tls/source.ts';
 
@@ -354,16 +355,4 @@ export async function startController(options: ControllerOptions): Promise<Runni
       raw.close();
     },
   };
-}
-
-/**
- * The URL the other replicas reach this one's stream at: `streamUrl` with `address` as its host,
- * or as it is when it listens on a specific address; undefined on a wildcard without `address`.
- */
-export function advertisedUrl(streamUrl: string, address: string | undefined): string | undefined {
-  const url = new URL(streamUrl);
-  if (address !== undefined && address !== '')
-    url.hostname = address.includes(':') ? `[${address}]` : address;
-  else if (['0.0.0.0', '[::]', ''].includes(url.hostname)) return undefined;
-  return url.origin;
 }
