@@ -67,6 +67,9 @@ describe('PlacementRelay', () => {
     );
     assert.deepEqual(again, { accepted: 1, duplicate: 1, invalid: 0, overBudget: 0 });
     assert.equal(relay.accept(batch(['a'], [[0, 7, 0]]), DUPLICATE_WINDOW_MS).accepted, 1);
+    assert.equal(relay.remembered, 2, 'a/7 again, x/7');
+    relay.tick(3 * DUPLICATE_WINDOW_MS, 8192);
+    assert.equal(relay.remembered, 0, 'the window forgets');
   });
 
   it('keeps the newest within the budget and counts the rest as dropped', () => {
