@@ -2,11 +2,14 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { pino } from 'pino';
-import { LOG_LEVELS, parseDurationMs, parseHostPort } from './args.ts';
+import { LOG_LEVELS, parseDurationMs, parseHostPort, parseNonNegativeNumber } from './args.ts';
 import { DEFAULT_LOAD_SCRAPE_EVERY_MS } from '../lib/load-scrape/period.ts';
 import type { ControllerFlags as ControllerFlagValues } from '../controller/controller-options.ts';
 
-type ControllerFlags = ControllerFlagValues & { logLevel: (typeof LOG_LEVELS)[number] };
+type ControllerFlags = ControllerFlagValues & {
+  logLevel: (typeof LOG_LEVELS)[number];
+  peerTokenFile?: string | undefined;
+};
 
 /** `switchyard controller`: watches InferencePools and streams snapshots to sidecars. */
 export function addControllerCommand(program: Command): void {
@@ -106,6 +109,28 @@ export function addControllerCommand(program: Command): void {
         "this replica's Pod UID (the pod named by --identity): it owns the replica's Lease, which then goes with the pod",
       ).default(process.env.POD_UID, '$POD_UID'),
     )
+    .addOption(
+      new Option(
+        '--placement-bytes-per-second <n>',
+        "relay the sidecars' placements (the fleet-wide view): at most this many bytes a second of placements events to each subscriber; 0 turns it off",
+      )
+        .default(8192)
+        .argParser(parseNonNegativeNumber),
+    )
+    .addOption(
+      new Option(
+        '--advertise-address <ip>',
+        "the address the other replicas reach this one's stream at, to relay placements uploaded here to their sidecars",
+      ).default(process.env.POD_IP, '$POD_IP'),
+    )
+    .addOption(
+      new Option(
+        '--peer-token-file <path>',
+        "this replica's ServiceAccount token, sent to the other replicas when relaying placements (they accept only their own ServiceAccount's)",
+      )
+        .default(undefined, 'the mounted ServiceAccount token')
+        .hideHelp(),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info'))
     .action(async (flags: ControllerFlags) => {
       const logger = pino({ level: flags.logLevel, base: { component: 'controller' } });
@@ -163,7 +188,17 @@ export function addControllerCommand(program: Command): void {
         fail(`cannot load the kubeconfig: ${(err as Error).message}`);
       }
       for (const note of plan.notes) logger.info(note);
-      const controller = await startController({ ...plan.options, kubeConfig, logger });
+      const peerTokenFile = flags.peerTokenFile ?? SERVICE_ACCOUNT_TOKEN;
+      const controller = await startController({
+        ...plan.options,
+        // Re-read (kubelet rotates it); undefined when missing (not in a pod).
+        readPeerToken: () => {
+          const read = readText(peerTokenFile);
+          return read.ok ? read.text : undefined;
+        },
+        kubeConfig,
+        logger,
+      });
       const stop = (signal: string): void => {
         logger.info({ signal }, 'shutdown requested');
         controller.stop().then(

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
+  advertisedUrl,
   LEASE_DURATION_MS,
   planControllerOptions,
   type ControllerFiles,
@@ -143,5 +144,36 @@ describe('planControllerOptions', () => {
     assert.deepEqual(plan.ok && plan.options.owners?.replica, [
       { apiVersion: 'v1', kind: 'Pod', name: 'switchyard-0', uid: 'uid-1' },
     ]);
+  });
+
+  test('advertise address: checked, and the URL the other replicas relay placements to', () => {
+    assert.match(
+      problem(planControllerOptions(flags({ ...CERT, advertiseAddress: '$(POD_IP)' }), files())),
+      /--advertise-address \$\(POD_IP\): give the IP address/,
+    );
+    const plan = planControllerOptions(flags({ ...CERT, advertiseAddress: '10.1.2.3' }), files());
+    assert.ok(plan.ok);
+    assert.equal(plan.options.advertiseAddress, '10.1.2.3');
+    assert.equal(advertisedUrl('https://0.0.0.0:8443', '10.1.2.3'), 'https://10.1.2.3:8443');
+    assert.equal(advertisedUrl('https://[::]:8443', 'fd00::7'), 'https://[fd00::7]:8443');
+    assert.equal(advertisedUrl('http://127.0.0.1:4021', undefined), 'http://127.0.0.1:4021');
+    assert.equal(advertisedUrl('https://0.0.0.0:8443', undefined), undefined);
+    assert.equal(advertisedUrl('https://[::]:8443', ''), undefined);
+  });
+
+  test('placements: 8192 bytes a second by default, 0 turns them off, too little is refused', () => {
+    const at = (n?: number): ControllerPlan =>
+      planControllerOptions(flags({ ...CERT, placementBytesPerSecond: n }), files());
+    const plan = at();
+    assert.ok(plan.ok);
+    assert.equal(plan.options.placementBytesPerSecond, 8192);
+    const off = at(0);
+    assert.ok(off.ok);
+    assert.equal(off.options.placementBytesPerSecond, 0);
+    assert.match(
+      problem(at(500)),
+      /--placement-bytes-per-second 500: give 0 \(off\) or a whole number/,
+    );
+    assert.match(problem(at(2500.5)), /--placement-bytes-per-second/);
   });
 });

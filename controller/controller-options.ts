@@ -32,6 +32,10 @@ export interface ControllerFlags {
   leaseName: string;
   identity: string;
   podUid?: string | undefined;
+  /** Per subscriber, bytes a second of placements events; 0 is off (default 8192). */
+  placementBytesPerSecond?: number | undefined;
+  /** The address other replicas reach this one's stream at (default $POD_IP). */
+  advertiseAddress?: string | undefined;
 }
 
 /** What the command read for the flags: the text of `--injection-config`, the pod's own token. */
@@ -63,6 +67,10 @@ export const LEASE_RENEW_EVERY_MS = 2_000;
 export const SIDECAR_STALE_AFTER_MS = 60_000;
 /** Status is refreshed from reports each second; only changes are written. */
 export const STATUS_EVERY_MS = 1_000;
+/** Per subscriber, the default bytes a second of `placements` events (issue 45). */
+export const DEFAULT_PLACEMENT_BYTES_PER_SECOND = 8192;
+/** A tenth of a second's worth must hold an event with a placement of a dozen hashes. */
+export const MIN_PLACEMENT_BYTES_PER_SECOND = 2000;
 /** Each replica publishes its sidecars for the leader every 5 s. */
 export const REPLICA_SUMMARY_EVERY_MS = 5_000;
 
@@ -73,6 +81,24 @@ export function planControllerOptions(
   const refuse = (problem: string): ControllerPlan => ({ ok: false, problem });
   const scrapeProblem = loadScrapePeriodProblem(flags.loadScrapeEvery);
   if (scrapeProblem !== undefined) return refuse(scrapeProblem);
+  const placementBytes = flags.placementBytesPerSecond ?? DEFAULT_PLACEMENT_BYTES_PER_SECOND;
+  if (
+    !Number.isSafeInteger(placementBytes) ||
+    placementBytes < 0 ||
+    (placementBytes > 0 && placementBytes < MIN_PLACEMENT_BYTES_PER_SECOND)
+  )
+    return refuse(
+      `--placement-bytes-per-second ${placementBytes}: give 0 (off) or a whole number of at least ${MIN_PLACEMENT_BYTES_PER_SECOND} (an event, a tenth of it, must hold a placement)`,
+    );
+  if (
+    flags.advertiseAddress !== undefined &&
+    flags.advertiseAddress !== '' &&
+    // An IPv4 address or DNS name, or an IPv6 address (hex digits and colons).
+    !/^([a-z0-9]([a-z0-9.-]*[a-z0-9])?|[0-9a-f.]*:[0-9a-f:.]*)$/i.test(flags.advertiseAddress)
+  )
+    return refuse(
+      `--advertise-address ${flags.advertiseAddress}: give the IP address (or DNS name) the other replicas reach this one at ($POD_IP)`,
+    );
   // Without a configuration the client would quietly talk to http://localhost:8080.
   if (files.kubeconfigMissing !== undefined) return refuse(files.kubeconfigMissing);
 
@@ -158,6 +184,20 @@ export function planControllerOptions(
       statusEveryMs: STATUS_EVERY_MS,
       replicaSummaryEveryMs: REPLICA_SUMMARY_EVERY_MS,
       loadScrapeEveryMs: flags.loadScrapeEvery,
+      placementBytesPerSecond: placementBytes,
+      advertiseAddress: flags.advertiseAddress,
     },
   };
+}
+
+/**
+ * The URL the other replicas reach this one's stream at: `streamUrl` with `address` as its host,
+ * or as it is when it listens on a specific address; undefined on a wildcard without `address`.
+ */
+export function advertisedUrl(streamUrl: string, address: string | undefined): string | undefined {
+  const url = new URL(streamUrl);
+  if (address !== undefined && address !== '')
+    url.hostname = address.includes(':') ? `[${address}]` : address;
+  else if (['0.0.0.0', '[::]', ''].includes(url.hostname)) return undefined;
+  return url.origin;
 }

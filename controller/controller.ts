@@ -22,9 +22,11 @@ import { ReconcileLoop } from './reconcile-loop.ts';
 import { Reconciler } from './reconciler.ts';
 import { StatusQueue } from './status-queue.ts';
 import { StatusWriter } from './status-writer.ts';
+import { PlacementPeers } from './stream/placement-peers.ts';
 import { ReplicaSummaries } from './stream/replica-summary.ts';
 import { SnapshotServer } from './stream/snapshot-server.ts';
 import { TokenAuthenticator } from './stream/token-auth.ts';
+import { advertisedUrl } from './controller-options.ts';
 import { certificateNotAfterMs } from './tls/certificates.ts';
 import { startTlsSource, type TlsConfig } from './tls/source.ts';
 
@@ -60,6 +62,19 @@ export interface ControllerOptions {
    * (by every replica, for the pools with sidecars subscribed to it); 0 turns it off.
    */
   loadScrapeEveryMs: number;
+  /**
+   * Per subscriber, the most bytes a second of `placements` events (issue 45); 0 turns the relay
+   * off (no header, uploads answered 404).
+   */
+  placementBytesPerSecond: number;
+  /**
+   * The address the other replicas reach this one's stream at (its pod IP): placements uploaded
+   * here are relayed to their subscribers. Undefined: the listen address, unless it is a wildcard
+   * (then placements stay on the replica they were uploaded to).
+   */
+  advertiseAddress?: string | undefined;
+  /** This replica's own ServiceAccount token, sent to the peers and the one they must match. */
+  readPeerToken?: () => string | undefined;
   /** Owners of what the controller creates itself, so that it goes with the release (owners.ts). */
   owners?: Owners;
 }
@@ -155,6 +170,17 @@ export async function startController(options: ControllerOptions): Promise<Runni
         });
 
   // The stream: sidecars subscribe and report here; replicas share what their sidecars say.
+  const peers =
+    options.placementBytesPerSecond > 0
+      ? new PlacementPeers({
+          raw,
+          readToken: () => options.readPeerToken?.(),
+          peers: () => summaries.peerStreamUrls(),
+          ca: () => tls?.current().ca,
+          logger,
+        })
+      : undefined;
+  let ownStreamUrl: string | undefined = undefined; // known once listening
   const stream: SnapshotServer = new SnapshotServer({
     authenticator: new TokenAuthenticator(raw),
     logger,
@@ -165,6 +191,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
     poolExists: (key) => caches.pools.has(key),
     onSidecarChange: (key) => statusQueue.add(key),
     remoteDemand: (key, budget, unit) => summaries.remoteDemand(key, budget, unit),
+    placements: { bytesPerSecond: options.placementBytesPerSecond },
+    ...(peers === undefined ? {} : { placementPeers: peers }),
   });
   const summaries: ReplicaSummaries = new ReplicaSummaries({
     raw,
@@ -178,6 +206,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
     localDemand: () => stream.budgetDemandByPool(),
     onRemoteDemandChange: () => stream.scheduleAllSplits(),
     localSignals: () => stream.localSignals(),
+    streamUrl: () => ownStreamUrl,
   });
 
   // Server-reported load: every replica scrapes for the pools its own sidecars subscribe to.
@@ -282,7 +311,6 @@ export async function startController(options: ControllerOptions): Promise<Runni
   loop.start();
   await Promise.all([caches.start(), auditor?.start()]);
   leader.start();
-  summaries.start();
   load?.start();
   caBundle?.start();
   const streamUrl = await listen(
@@ -290,6 +318,13 @@ export async function startController(options: ControllerOptions): Promise<Runni
     options.listen,
     tls === undefined ? 'http' : 'https',
   );
+  ownStreamUrl = advertisedUrl(streamUrl, options.advertiseAddress);
+  if (peers !== undefined && ownStreamUrl === undefined)
+    logger.warn(
+      'placements stay on the replica they were uploaded to: no --advertise-address ($POD_IP) to tell the other replicas',
+    );
+  // After listening: its first summary carries the stream URL the other replicas relay to.
+  summaries.start();
   const adminUrl = await listen(admin, options.admin, 'http');
   // Always announced (unless silent): scripts and tests wait for this line to learn the ports.
   const announcer = logger.level === 'silent' ? logger : logger.child({}, { level: 'info' });
@@ -306,6 +341,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       const looped = loop.stop();
       status.stop();
       summaries.stop();
+      peers?.close();
       load?.stop();
       drift.stop();
       caBundle?.stop();

@@ -58,6 +58,10 @@ export class ControllerMetrics {
   readonly registry = new Registry();
   readonly reconciles: Counter<'result'>;
   readonly reconcileDuration: Histogram;
+  readonly placementsReceived: Counter;
+  readonly placementsRelayed: Counter;
+  readonly placementsDropped: Counter<'reason'>;
+  readonly placementBytesSent: Counter;
   readonly pushLatency: Histogram;
   readonly authFailures: Counter<'reason'>;
   readonly informerRestarts: Counter<'informer' | 'reason'>;
@@ -105,6 +109,27 @@ export class ControllerMetrics {
       name: 'switchyard_controller_status_writes_total',
       help: 'InferencePool status writes by the leader, by result.',
       labelNames: ['result'],
+      registers,
+    });
+    this.placementsReceived = new Counter({
+      name: 'switchyard_controller_placements_received_total',
+      help: 'Placements sidecars uploaded to this replica (issue 45, the fleet-wide view).',
+      registers,
+    });
+    this.placementsRelayed = new Counter({
+      name: 'switchyard_controller_placements_relayed_total',
+      help: "Placements this replica put in a pool's placements event (once per event, whatever its subscribers).",
+      registers,
+    });
+    this.placementsDropped = new Counter({
+      name: 'switchyard_controller_placements_dropped_total',
+      help: 'Placements not relayed, by reason: duplicate (same deepest hash and endpoint within 10 s), over_budget (did not fit the per-subscriber bytes per second, newest first), invalid (undecodable hashes).',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.placementBytesSent = new Counter({
+      name: 'switchyard_controller_placement_bytes_sent_total',
+      help: 'Bytes of placements events written to subscribers, summed over subscribers.',
       registers,
     });
     this.snapshotsPublished = new Counter({

@@ -73,6 +73,20 @@ describe('switchyard command line', () => {
     );
   });
 
+  test('the controller refuses a placement budget too small to hold a placement (0 is off)', async () => {
+    await assert.rejects(
+      run(process.execPath, [SWITCHYARD_BIN, 'controller', '--placement-bytes-per-second', '500']),
+      (err: { stderr: string; code: number }) => {
+        assert.equal(err.code, 2);
+        assert.match(
+          err.stderr,
+          /--placement-bytes-per-second 500: give 0 \(off\) or a whole number/,
+        );
+        return true;
+      },
+    );
+  });
+
   test('rejects a malformed flag value with a message naming the flag', async () => {
     await assert.rejects(
       run(process.execPath, [

@@ -34,6 +34,11 @@ type DemandSummary = Record<string, Record<string, [number, number, number, numb
  * A separate annotation, as the budget demand: older replicas ignore it.
  */
 const SIGNALS_ANNOTATION = 'switchyard.dev/pool-signals';
+/**
+ * Where the other replicas reach this one's stream (its pod IP and port), to relay placements
+ * (issue 45, stream/placement-peers.ts). Absent when the replica does not know its address.
+ */
+const STREAM_URL_ANNOTATION = 'switchyard.dev/stream-url';
 /** Keeps the annotation well under the 256 KiB limit of all annotations together. */
 const MAX_SIDECARS_PER_REPLICA = 1500;
 /** About 80 bytes a pool: 1,000 pools stay under 100 KiB beside the sidecars. */
@@ -73,6 +78,8 @@ export interface ReplicaSummaryOptions {
   onRemoteDemandChange?: () => void;
   /** This replica's part of each pool's autoscaling signals, by pool key (issue 44). */
   localSignals?: () => Map<string, ReplicaSignals>;
+  /** Where the other replicas reach this one's stream (placements relay); undefined: unknown. */
+  streamUrl?: () => string | undefined;
 }
 
 function leaseName(identity: string): string {
@@ -96,6 +103,8 @@ export class ReplicaSummaries {
   private remoteDemandText = '';
   /** Per pool, what each other live replica with sidecars of it knows of its signals. */
   private remoteSignalsByPool = new Map<string, ReplicaSignals[]>();
+  /** The stream URLs of the other live replicas that published one. */
+  private peerUrls: string[] = [];
   /** Lease record → when we first saw it (monotonic): a replica is gone when its record stops changing. */
   private observed = new Map<string, { record: string; atMs: number }>();
 
@@ -138,6 +147,11 @@ export class ReplicaSummaries {
     return (this.remoteDemandByPool.get(poolKey) ?? []).map((m) =>
       m === undefined ? undefined : (m.get(key) ?? { wanted: 0, sidecars: 0, unknown: 0 }),
     );
+  }
+
+  /** The stream URLs of the other live replicas (as of the last refresh). */
+  peerStreamUrls(): readonly string[] {
+    return this.peerUrls;
   }
 
   /** What the other live replicas know of `poolKey`'s autoscaling signals, one entry each. */
@@ -184,7 +198,8 @@ export class ReplicaSummaries {
       signals[pool] = encodeSignals(known);
     }
     const signalsText = JSON.stringify(signals);
-    const text = JSON.stringify(summary) + demandText + signalsText;
+    const streamUrl = this.options.streamUrl?.();
+    const text = JSON.stringify(summary) + demandText + signalsText + (streamUrl ?? '');
     // Renew at least every third period even when nothing changed, so others see this replica live.
     if (
       text === this.lastPublished &&
@@ -205,6 +220,7 @@ export class ReplicaSummaries {
           [ANNOTATION]: JSON.stringify(summary),
           [DEMAND_ANNOTATION]: demandText,
           [SIGNALS_ANNOTATION]: signalsText,
+          ...(streamUrl === undefined ? {} : { [STREAM_URL_ANNOTATION]: streamUrl }),
         },
         // On every write: a PUT replaces the whole object, owners included.
         ownerReferences: [...(this.options.ownerReferences ?? [])],
@@ -241,6 +257,7 @@ export class ReplicaSummaries {
     const nextDemand = new Map<string, (Map<string, ReplicaDemand> | undefined)[]>();
     const nextSignals = new Map<string, ReplicaSignals[]>();
     const seen = new Set<string>();
+    const peerUrls: string[] = [];
     for (const lease of list.items) {
       const holder = lease.spec?.holderIdentity ?? '';
       if (holder === this.options.identity) continue;
@@ -251,6 +268,8 @@ export class ReplicaSummaries {
         this.observed.set(lease.metadata.name, { record, atMs: now });
       const ageMs = now - (this.observed.get(lease.metadata.name)?.atMs ?? now);
       if (ageMs > (lease.spec?.leaseDurationSeconds ?? 0) * 1000) continue; // that replica is gone
+      const peerUrl = lease.metadata.annotations?.[STREAM_URL_ANNOTATION];
+      if (peerUrl !== undefined && URL.canParse(peerUrl)) peerUrls.push(peerUrl);
       let summary: Summary;
       try {
         summary = JSON.parse(lease.metadata.annotations?.[ANNOTATION] ?? '{}') as Summary;
@@ -304,6 +323,7 @@ export class ReplicaSummaries {
     }
     for (const name of this.observed.keys()) if (!seen.has(name)) this.observed.delete(name);
     this.remoteSignalsByPool = nextSignals;
+    this.peerUrls = peerUrls;
     const demandText = JSON.stringify(
       [...nextDemand].map(([pool, l]) => [pool, l.map((m) => (m === undefined ? null : [...m]))]),
     );

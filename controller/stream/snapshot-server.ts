@@ -5,11 +5,14 @@ import type { EndpointSpec } from '../../crds/policy-types.ts';
 import {
   LOAD_EVENT,
   metricsUrl,
+  parsePlacements,
   parseReport,
+  PLACEMENTS_HEADER,
   SHARES_EVENT,
   SNAPSHOT_EVENT,
   SNAPSHOT_PROTOCOL_VERSION,
   type PoolLoad,
+  type PoolPlacements,
   type BudgetShare,
   type PoolShares,
   type PoolSnapshot,
@@ -32,6 +35,7 @@ import {
 } from '../core/stream-access.ts';
 import type { SidecarView } from '../core/status.ts';
 import type { ControllerMetrics } from '../metrics.ts';
+import { PlacementHub } from './placement-hub.ts';
 import type { AuthResult } from './token-auth.ts';
 
 export interface Authenticator {
@@ -95,7 +99,16 @@ export const API_KEYS_HEADER = 'x-switchyard-api-keys';
  * while buffering them would grow without bound until TCP gives up. Snapshots are always written.
  */
 const MAX_LOAD_BACKLOG_BYTES = 64 * 1024;
-const ROUTE = /^\/v1\/namespaces\/([^/]+)\/pools\/([^/]+)\/(snapshots|reports)$/;
+const ROUTE = /^\/v1\/namespaces\/([^/]+)\/pools\/([^/]+)\/(snapshots|reports|placements)$/;
+/** A sidecar's upload of placements: the contract's bound. */
+const MAX_PLACEMENTS_BYTES = 64 * 1024;
+/**
+ * Where a replica sends its peers what its sidecars uploaded (issue 45; docs/controller.md,
+ * "Placements across replicas"): `{pools: {"<ns>/<name>": PoolPlacements}}`. Each pool's batch is
+ * at most one event's bytes, so a body is bounded by the pools times that; 4 MiB is far above.
+ */
+export const PEER_PLACEMENTS_PATH = '/v1/internal/placements';
+const MAX_PEER_PLACEMENTS_BYTES = 4 * 1024 * 1024;
 
 function sendJson(
   res: http.ServerResponse,
@@ -122,9 +135,22 @@ export class SnapshotServer {
   private readonly channels = new Map<PoolKey, PoolChannel>();
   private readonly heartbeat: NodeJS.Timeout;
   private readonly options: SnapshotServerOptions;
+  /** The placement relay (issue 45); undefined when `options.placements` is not given or 0. */
+  private readonly placements: PlacementHub | undefined;
 
   constructor(options: SnapshotServerOptions) {
     this.options = options;
+    const bytesPerSecond = options.placements?.bytesPerSecond ?? 0;
+    this.placements =
+      bytesPerSecond > 0
+        ? new PlacementHub({
+            bytesPerSecond,
+            metrics: options.metrics,
+            subscribers: (key) =>
+              [...(this.channels.get(key)?.subscribers ?? [])].map((s) => s.res),
+            forward: (batches) => options.placementPeers?.forward(batches),
+          })
+        : undefined;
     const handler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
       this.handle(req, res).catch((err: unknown) => {
         options.logger.error({ err: (err as Error).message }, 'snapshot server request failed');
@@ -342,6 +368,7 @@ export class SnapshotServer {
     if (channel === undefined) return;
     for (const s of channel.subscribers) s.res.end();
     clearTimeout(channel.splitTimer);
+    this.placements?.remove(key);
     this.splitCostMs.delete(key);
     this.channels.delete(key);
   }
@@ -380,6 +407,7 @@ export class SnapshotServer {
 
   close(): void {
     clearInterval(this.heartbeat);
+    this.placements?.close();
     for (const c of this.channels.values()) {
       clearTimeout(c.splitTimer);
       for (const s of c.subscribers) s.res.end();
@@ -399,6 +427,10 @@ export class SnapshotServer {
       await extra(req, res);
       return;
     }
+    if (url.pathname === PEER_PLACEMENTS_PATH) {
+      await this.acceptPeerPlacements(req, res);
+      return;
+    }
     const route = ROUTE.exec(url.pathname);
     if (route === null) {
       sendJson(
@@ -412,10 +444,16 @@ export class SnapshotServer {
     const namespace = decodeURIComponent(route[1]!);
     const name = decodeURIComponent(route[2]!);
     const kind = route[3]!;
-    if (
-      (kind === 'snapshots' && req.method !== 'GET') ||
-      (kind === 'reports' && req.method !== 'POST')
-    ) {
+    if (kind === 'placements' && this.placements === undefined) {
+      sendJson(
+        res,
+        404,
+        'placements_off',
+        'This controller does not relay placements (--placement-bytes-per-second 0); upload only to a stream that sends x-switchyard-placements.',
+      );
+      return;
+    }
+    if ((kind === 'snapshots') !== (req.method === 'GET')) {
       sendJson(
         res,
         405,
@@ -474,6 +512,7 @@ export class SnapshotServer {
       `${auth.identity.serviceAccount}@${req.socket.remoteAddress ?? '?'}`;
     if (kind === 'snapshots')
       this.subscribe(key, sidecar, access.kind === 'with-keys', auth.identity.pod, req, res);
+    else if (kind === 'placements') await this.acceptPlacements(key, req, res);
     else await this.acceptReport(key, auth.identity.podName, req, res);
   }
 
@@ -491,6 +530,9 @@ export class SnapshotServer {
       'cache-control': 'no-store',
       'x-switchyard-protocol': String(SNAPSHOT_PROTOCOL_VERSION),
       ...(withKeys ? {} : { [API_KEYS_HEADER]: 'withheld' }),
+      ...(this.placements === undefined
+        ? {}
+        : { [PLACEMENTS_HEADER]: String(this.options.placements?.bytesPerSecond) }),
     });
     res.socket?.setNoDelay(true);
     res.write(': connected\n\n');
@@ -521,6 +563,110 @@ export class SnapshotServer {
       this.options.onSidecarChange(key);
       this.scheduleSplit(key);
     });
+  }
+
+  /** The body as JSON; undefined when it answered 413 or 400 itself. */
+  private async readJson(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    maxBytes: number,
+    what: string,
+  ): Promise<{ value: unknown } | undefined> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > maxBytes) {
+        sendJson(res, 413, 'body_too_large', `${what} is over ${maxBytes} bytes.`, {
+          connection: 'close',
+        });
+        return undefined;
+      }
+      chunks.push(chunk);
+    }
+    try {
+      return { value: JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown };
+    } catch {
+      sendJson(res, 400, 'invalid_json', `${what} is not valid JSON.`);
+      return undefined;
+    }
+  }
+
+  /** A sidecar's placements (issue 45): checked, then relayed with the pool's next event. */
+  private async acceptPlacements(
+    key: PoolKey,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+  ): Promise<void> {
+    const body = await this.readJson(req, res, MAX_PLACEMENTS_BYTES, 'The placements upload');
+    if (body === undefined) return;
+    const parsed = parsePlacements(body.value);
+    if (!parsed.ok) {
+      this.options.metrics.placementsDropped.inc({ reason: 'invalid' });
+      sendJson(
+        res,
+        400,
+        'invalid_placements',
+        parsed.errors.map((e) => `${e.path}: ${e.message}`).join('; '),
+      );
+      return;
+    }
+    this.placements?.accept(key, parsed.value, true);
+    res.writeHead(204);
+    res.end();
+  }
+
+  /**
+   * Placements another replica's sidecars uploaded (docs/controller.md): only from a replica of
+   * this controller (its ServiceAccount), relayed to the subscribers here, never forwarded again.
+   */
+  private async acceptPeerPlacements(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+  ): Promise<void> {
+    const peers = this.options.placementPeers;
+    if (this.placements === undefined || peers === undefined) {
+      sendJson(res, 404, 'placements_off', 'This replica does not relay placements.');
+      return;
+    }
+    if (req.method !== 'POST') {
+      sendJson(res, 405, 'method_not_allowed', `${PEER_PLACEMENTS_PATH} accepts POST only.`);
+      return;
+    }
+    let allowed: boolean;
+    try {
+      allowed = await peers.authenticate(req.headers.authorization);
+    } catch (err) {
+      this.options.logger.debug({ err: (err as Error).message }, 'cannot verify a peer token');
+      sendJson(res, 503, 'auth_unavailable', 'Cannot verify the token right now; retry.');
+      return;
+    }
+    if (!allowed) {
+      this.options.metrics.authFailures.inc({ reason: 'forbidden' });
+      sendJson(
+        res,
+        403,
+        'forbidden',
+        "Only the controller's own ServiceAccount may relay placements between replicas.",
+      );
+      return;
+    }
+    const body = await this.readJson(req, res, MAX_PEER_PLACEMENTS_BYTES, 'The relayed placements');
+    if (body === undefined) return;
+    const pools = (body.value as { pools?: unknown } | null)?.pools;
+    if (typeof pools !== 'object' || pools === null) {
+      sendJson(res, 400, 'invalid_placements', '/pools: expected an object of pool batches');
+      return;
+    }
+    for (const [key, batch] of Object.entries(pools)) {
+      // Only pools with subscribers here: the others' placements would reach nobody.
+      if ((this.channels.get(key)?.subscribers.size ?? 0) === 0) continue;
+      const parsed = parsePlacements(batch);
+      if (parsed.ok) this.placements.accept(key, parsed.value, false);
+      else this.options.metrics.placementsDropped.inc({ reason: 'invalid' });
+    }
+    res.writeHead(204);
+    res.end();
   }
 
   /** `podName`: from a pod-bound token; otherwise the report's own `sidecar` names it. */
@@ -585,6 +731,22 @@ export interface SnapshotServerOptions {
    * per replica with sidecars of the pool, undefined where its demand is not known (issue 43).
    */
   remoteDemand?: (key: PoolKey, budget: string, unit: BudgetUnit) => (ReplicaDemand | undefined)[];
+  /**
+   * Relay sidecars' placements (issue 45): each subscriber is sent at most this many bytes a
+   * second of `placements` events, one about every 100 ms per pool. Absent or 0: off (no header,
+   * uploads answered 404 `placements_off`).
+   */
+  placements?: { bytesPerSecond: number };
+  /** The other replicas, for the placements relay (stream/placement-peers.ts). */
+  placementPeers?: PlacementPeerLink;
   /** Other handlers on this server by exact path (the injection webhook shares its certificate). */
   routes?: Record<string, (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>>;
+}
+
+/** How the placement relay reaches the other replicas and knows them (placement-peers.ts). */
+export interface PlacementPeerLink {
+  /** Whether a request's bearer token is the controller's own ServiceAccount's. */
+  authenticate(authorization: string | undefined): Promise<boolean>;
+  /** Sends the other replicas what this one's sidecars uploaded, per pool (fire and forget). */
+  forward(batches: Map<PoolKey, PoolPlacements>): void;
 }

@@ -482,6 +482,10 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '10s',
       '--load-scrape-every',
       '100ms',
+      '--placement-bytes-per-second',
+      '8192',
+      '--advertise-address',
+      '$(POD_IP)',
       '--log-level',
       'info',
     ]);
@@ -491,6 +495,7 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
         ['POD_NAME', 'metadata.name'],
         ['POD_NAMESPACE', 'metadata.namespace'],
         ['POD_UID', 'metadata.uid'],
+        ['POD_IP', 'status.podIP'],
       ],
     );
     assert.deepEqual(c.livenessProbe?.httpGet, { path: '/healthz', port: 'metrics' });

@@ -4,7 +4,9 @@
  * rewrites, one answering 404 like an external provider — and two controller replicas. A stream
  * reader on each replica (whichever leads) must see `load` events with the server's values, and
  * no snapshot because of them; the 404 server is asked once per replica and then left alone, with
- * nothing logged; a sidecar on the same stream counts the server's queue in its balancer.
+ * nothing logged; a sidecar on the same stream counts the server's queue in its balancer. The
+ * same two replicas relay placements (issue 45): one uploaded at one replica reaches a stream
+ * subscribed at the other (the latency is printed).
  *
  * The servers are tiny static HTTP servers, so the test sets the exact values they report.
  *
@@ -12,11 +14,20 @@
  */
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
-import { parseLoad, type PoolLoad } from '../../crds/snapshot.ts';
+import {
+  parseLoad,
+  parsePlacements,
+  placementsPath,
+  PLACEMENTS_HEADER,
+  type PoolLoad,
+  type PoolPlacements,
+} from '../../crds/snapshot.ts';
+import { decodeHashes, encodeHashes } from '../../lib/placement-hashes.ts';
 import type { RunningProcess } from '../../harness/processes.ts';
 import { waitFor } from '../../harness/k8s/cluster.ts';
 import {
@@ -85,6 +96,10 @@ function vllmMetrics(running: number, waiting: number, kv: number): string {
 interface StreamReader {
   snapshots: { version: number; hash: string }[];
   loads: PoolLoad[];
+  /** Each `placements` event, with when it arrived (performance.now()). */
+  placements: { atMs: number; batch: PoolPlacements }[];
+  /** The stream response's x-switchyard-placements header. */
+  placementsHeader: string | undefined;
   close(): void;
 }
 
@@ -96,13 +111,20 @@ async function openStream(controllerUrl: string, token: string, id: string): Pro
     `the stream of ${controllerUrl}`,
     () =>
       new Promise<StreamReader | undefined>((resolve, reject) => {
-        const reader: StreamReader = { snapshots: [], loads: [], close: () => req.destroy() };
+        const reader: StreamReader = {
+          snapshots: [],
+          loads: [],
+          placements: [],
+          placementsHeader: undefined,
+          close: () => req.destroy(),
+        };
         const req = http.get(url, { headers: { authorization: `Bearer ${token}` } }, (res) => {
           if (res.statusCode !== 200) {
             res.resume();
             resolve(undefined);
             return;
           }
+          reader.placementsHeader = res.headers[PLACEMENTS_HEADER] as string | undefined;
           res.setEncoding('utf8');
           let buffer = '';
           res.on('data', (chunk: string) => {
@@ -121,6 +143,11 @@ async function openStream(controllerUrl: string, token: string, id: string): Pro
                 const parsed = parseLoad(JSON.parse(data));
                 assert.ok(parsed.ok, `parseLoad: ${JSON.stringify(parsed)}`);
                 reader.loads.push(parsed.value);
+              } else if (type === 'placements') {
+                assert.equal(/^id:/m.test(block), false, 'a placements event carries no id');
+                const parsed = parsePlacements(JSON.parse(data));
+                assert.ok(parsed.ok, `parsePlacements: ${JSON.stringify(parsed)}`);
+                reader.placements.push({ atMs: performance.now(), batch: parsed.value });
               }
             }
           });
@@ -150,6 +177,11 @@ describe(
     const latest = (r: StreamReader, h: TestHost) =>
       r.loads.at(-1)?.endpoints.find((e) => e.id === id(h));
 
+    // The controllers' own ServiceAccount token (a pod's mounted one, in a cluster): the replicas
+    // relay placements to each other with it, and accept only it.
+    const peerDir = mkdtempSync(join(tmpdir(), 'switchyard-load-e2e-peer-'));
+    const peerTokenFile = join(peerDir, 'token');
+
     before(async () => {
       pool = await startServicePool({
         name: 'load-e2e',
@@ -170,13 +202,22 @@ describe(
           identity,
           '--load-scrape-every',
           SCRAPE_EVERY,
+          '--peer-token-file',
+          peerTokenFile,
         ]),
       });
+      const { token } = await pool.cluster.createServiceAccountToken(
+        'switchyard',
+        'switchyard-controller',
+        { audience: pool.cluster.apiAudience },
+      );
+      writeFileSync(peerTokenFile, token);
     });
 
     after(async () => {
       for (const r of readers) r.close();
       await pool?.stop();
+      rmSync(peerDir, { recursive: true, force: true });
     });
 
     it('streams what the server reports to the subscribers of every replica, as load events', async () => {
@@ -209,6 +250,89 @@ describe(
         }),
         [0, 1].map(() => ({ id: id(vllm), running: 7, waiting: 0, kvCacheUsage: 0.9 })),
       );
+    });
+
+    it('relays a placement uploaded at one replica to the stream subscribed at the other', async (t) => {
+      const [a, b] = pool.controllers as [RunningProcess, RunningProcess];
+      const [atA, atB] = readers as [StreamReader, StreamReader];
+      assert.equal(atB.placementsHeader, '8192');
+      const endpoint = id(pool.hosts[0]!);
+      let next = 1000;
+      /** Uploads a placement of a new prompt at replica A; its deepest hash. */
+      const upload = async (): Promise<number> => {
+        const deepest = next++;
+        const res = await fetch(`${a.url}${placementsPath(POOL_NAMESPACE, 'chat')}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${pool.token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({
+            endpoints: [endpoint],
+            placements: [{ endpoint: 0, ageMs: 0, hashes: encodeHashes([1, 2, deepest]) }],
+          }),
+        });
+        assert.equal(res.status, 204);
+        return deepest;
+      };
+      const arrival = (r: StreamReader, deepest: number): number | undefined =>
+        r.placements.find(({ batch }) =>
+          batch.placements.some(
+            (p) =>
+              batch.endpoints[p.endpoint] === endpoint &&
+              decodeHashes(p.hashes)?.at(-1) === deepest,
+          ),
+        )?.atMs;
+      // Until replica A has read B's address from its summary Lease (every 5 s).
+      await waitFor(
+        'a placement uploaded at A on the stream of B',
+        async () => (await upload()) > 0 && atB.placements.length > 0,
+        { timeoutMs: 20_000, intervalMs: 250 },
+      );
+      const latencies: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        const sentAt = performance.now();
+        const deepest = await upload();
+        const at = await waitFor('the placement at B', () => arrival(atB, deepest), {
+          timeoutMs: 5_000,
+        });
+        latencies.push(at - sentAt);
+        assert.ok(arrival(atA, deepest) !== undefined, 'and on the stream of A itself');
+      }
+      latencies.sort((x, y) => x - y);
+      t.diagnostic(
+        `upload at A → event at B: median ${latencies[5]!.toFixed(0)} ms, max ${latencies[9]!.toFixed(0)} ms (loaded machine)`,
+      );
+      assert.ok(latencies[9]! < 2_000, `${latencies.join(', ')} ms`);
+
+      // Once each: B does not send it back, and a repeat within 10 s is not relayed again.
+      const repeat = next - 1;
+      await fetch(`${a.url}${placementsPath(POOL_NAMESPACE, 'chat')}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${pool.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          endpoints: [endpoint],
+          placements: [{ endpoint: 0, ageMs: 0, hashes: encodeHashes([repeat]) }],
+        }),
+      });
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const count = (r: StreamReader): number =>
+        r.placements.filter(({ batch }) =>
+          batch.placements.some((p) => decodeHashes(p.hashes)?.at(-1) === repeat),
+        ).length;
+      assert.deepEqual([count(atA), count(atB)], [1, 1]);
+      const metricsOf = await Promise.all([a, b].map((c) => controllerMetrics(c)));
+      assert.match(metricsOf[0]!, /^switchyard_controller_placements_received_total [1-9]/m);
+      assert.match(metricsOf[1]!, /^switchyard_controller_placements_received_total 0$/m);
+      assert.match(
+        metricsOf[0]!,
+        /^switchyard_controller_placements_dropped_total\{reason="duplicate"\} [1-9]/m,
+      );
+
+      // The replicas' route takes only the controller's own ServiceAccount.
+      const stranger = await fetch(`${b.url}/v1/internal/placements`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${pool.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ pools: {} }),
+      });
+      assert.equal(stranger.status, 403);
     });
 
     it('sends no snapshot because of them: the version and hash stay put', async () => {

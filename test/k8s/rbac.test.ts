@@ -348,6 +348,7 @@ describe(
           '0.0.0.0:9091': '127.0.0.1:0',
           '/etc/switchyard/injection.json': injectionFile,
           '$(POD_NAME)': 'switchyard-0',
+          '$(POD_IP)': '127.0.0.1',
         };
         const out = chartArgs.map((a) => replace[a] ?? a);
         const san = out.indexOf('--tls-san') + 1;
