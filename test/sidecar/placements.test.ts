@@ -5,7 +5,8 @@
  *    send that prompt's next turn to B, though its own rendezvous home is A;
  *  - the sidecar's own request reaches the controller as an upload naming the endpoint it went to,
  *    with the prompt's digest, keep-alive, with the stream's token;
- *  - a controller that does not send `x-switchyard-placements` gets no upload.
+ *  - a controller that does not send `x-switchyard-placements` gets no upload;
+ *  - with several pools, each pool uploads and hears its own.
  */
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -42,20 +43,25 @@ const NS = 'apps';
 const POOL = 'chat';
 const TOKEN = 'placements-test-token';
 
-/** A fake controller: one pool's stream (a snapshot, then what the test sends) and uploads. */
+/** A fake controller: its pools' streams (a snapshot, then what the test sends) and uploads. */
 class FakeController {
   readonly server = http.createServer((req, res) => this.#handle(req, res));
   url = '';
-  readonly open = new Set<http.ServerResponse>();
-  readonly uploads: { token: string | undefined; socket: number; body: PoolPlacements }[] = [];
+  /** Open streams, by pool. */
+  readonly open = new Map<string, http.ServerResponse>();
+  readonly uploads: {
+    pool: string;
+    token: string | undefined;
+    socket: number;
+    body: PoolPlacements;
+  }[] = [];
   readonly #sockets = new Map<unknown, number>();
-
-  readonly snapshot: PoolSnapshot;
+  readonly snapshots: PoolSnapshot[];
   /** The `x-switchyard-placements` header's value, or none (a controller before issue 45). */
   readonly placementsHeader: string | undefined;
 
-  constructor(snapshot: PoolSnapshot, placementsHeader: string | undefined) {
-    this.snapshot = snapshot;
+  constructor(snapshots: PoolSnapshot | PoolSnapshot[], placementsHeader: string | undefined) {
+    this.snapshots = Array.isArray(snapshots) ? snapshots : [snapshots];
     this.placementsHeader = placementsHeader;
   }
 
@@ -64,9 +70,10 @@ class FakeController {
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
   }
 
-  send(placements: PoolPlacements): void {
-    for (const res of this.open)
-      res.write(`event: ${PLACEMENTS_EVENT}\ndata: ${JSON.stringify(placements)}\n\n`);
+  send(placements: PoolPlacements, pool = POOL): void {
+    this.open
+      .get(pool)
+      ?.write(`event: ${PLACEMENTS_EVENT}\ndata: ${JSON.stringify(placements)}\n\n`);
   }
 
   async close(): Promise<void> {
@@ -78,7 +85,9 @@ class FakeController {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     const auth = req.headers.authorization;
     const token = auth?.startsWith('Bearer ') ? auth.slice(7) : undefined;
-    if (req.method === 'GET' && path === snapshotStreamPath(NS, POOL)) {
+    const streamOf = this.snapshots.find((s) => path === snapshotStreamPath(NS, s.pool.name));
+    const uploadOf = this.snapshots.find((s) => path === placementsPath(NS, s.pool.name));
+    if (req.method === 'GET' && streamOf !== undefined) {
       res.writeHead(200, {
         'content-type': 'text/event-stream',
         'cache-control': 'no-cache',
@@ -86,12 +95,13 @@ class FakeController {
           ? {}
           : { [PLACEMENTS_HEADER]: this.placementsHeader }),
       });
-      res.write(`event: snapshot\nid: 1\ndata: ${JSON.stringify(this.snapshot)}\n\n`);
-      this.open.add(res);
-      res.on('close', () => this.open.delete(res));
+      res.write(`event: snapshot\nid: 1\ndata: ${JSON.stringify(streamOf)}\n\n`);
+      const pool = streamOf.pool.name;
+      this.open.set(pool, res);
+      res.on('close', () => this.open.delete(pool));
       return;
     }
-    if (req.method === 'POST' && path === placementsPath(NS, POOL)) {
+    if (req.method === 'POST' && uploadOf !== undefined) {
       if (!this.#sockets.has(req.socket)) this.#sockets.set(req.socket, this.#sockets.size);
       const socket = this.#sockets.get(req.socket)!;
       let body = '';
@@ -100,7 +110,7 @@ class FakeController {
       req.on('end', () => {
         const parsed = parsePlacements(JSON.parse(body));
         assert.ok(parsed.ok, `the sidecar uploaded an invalid batch: ${body}`);
-        this.uploads.push({ token, socket, body: parsed.value });
+        this.uploads.push({ pool: uploadOf.pool.name, token, socket, body: parsed.value });
         res.writeHead(204).end();
       });
       return;
@@ -115,18 +125,27 @@ let dir = '';
 let sims: RunningProcess[] = [];
 let snapshot: PoolSnapshot;
 
+/** Pool `name` over `urls` with prefix affinity, as the controller would send it. */
+function snapshotOf(name: string, urls: string[], extra = '', names?: string[]): PoolSnapshot {
+  const yaml = balancePool(
+    urls,
+    `  affinity: {key: Prefix, prefixChars: 4096}${extra}`,
+    names,
+  ).replace('metadata: {name: test}', `metadata: {name: ${name}}`);
+  const loaded = loadPoolText(yaml, {});
+  if (!loaded.ok) throw new Error(JSON.stringify(loaded.problems));
+  const { policy, timeouts, endpoints, hash } = loaded.pool;
+  return { version: 1, hash, pool: { namespace: NS, name }, policy, timeouts, endpoints };
+}
+
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'switchyard-placements-'));
   await writeFile(join(dir, 'token'), TOKEN);
   sims = [await startSim('sim-a'), await startSim('sim-b')];
-  const yaml = balancePool(
+  snapshot = snapshotOf(
+    POOL,
     sims.map((s) => s.url),
-    '  affinity: {key: Prefix, prefixChars: 4096}',
-  ).replace('metadata: {name: test}', `metadata: {name: ${POOL}}`);
-  const loaded = loadPoolText(yaml, {});
-  if (!loaded.ok) throw new Error(JSON.stringify(loaded.problems));
-  const { policy, timeouts, endpoints, hash } = loaded.pool;
-  snapshot = { version: 1, hash, pool: { namespace: NS, name: POOL }, policy, timeouts, endpoints };
+  );
 });
 after(async () => {
   await stopAll(sims);
@@ -137,7 +156,7 @@ async function sidecarOf(controller: FakeController, flags: string[] = []) {
   const sidecar = await startSwitchyard([
     ...controllerSidecarArgs({
       controllerUrl: controller.url,
-      pool: POOL,
+      pool: controller.snapshots.map((s) => s.pool.name),
       namespace: NS,
       tokenFile: join(dir, 'token'),
       sidecarId: 'app-1',
@@ -179,9 +198,9 @@ function blocksOf(messages: OpenAI.ChatCompletionMessageParam[]) {
   return prompt;
 }
 
-const metric = async (sidecar: RunningProcess, name: string): Promise<number> => {
+const metric = async (sidecar: RunningProcess, name: string, pool = POOL): Promise<number> => {
   const text = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name}{pool="${POOL}"}`));
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{pool="${pool}"}`));
   return line === undefined ? 0 : Number(line.split(' ').at(-1));
 };
 
@@ -330,6 +349,47 @@ test('a controller without the x-switchyard-placements header gets no upload', a
     });
     await new Promise((r) => setTimeout(r, 400));
     assert.equal(fake.uploads.length, 0);
+  } finally {
+    await stopAll([sidecar]);
+    await fake.close();
+  }
+});
+
+test('several pools: each uploads to its own path, naming its own endpoints, and counts its own events', async () => {
+  const chat = snapshotOf('chat', [sims[0]!.url], '\n  models: [chat-model]', ['chat-backend']);
+  const embed = snapshotOf('embed', [sims[1]!.url], '\n  models: [embed-model]', ['embed-backend']);
+  const fake = new FakeController([chat, embed], '8192');
+  await fake.start();
+  const { sidecar, client } = await sidecarOf(fake);
+  try {
+    for (const model of ['chat-model', 'embed-model'])
+      await client.chat.completions.create({
+        model,
+        max_tokens: 1,
+        messages: conversation(`pools ${model}`, 1),
+      });
+    await eventually(
+      () => new Set(fake.uploads.map((u) => u.pool)).size === 2,
+      5_000,
+      'an upload to each pool',
+    );
+    for (const u of fake.uploads) {
+      const own = (u.pool === 'chat' ? chat : embed).endpoints.map((e) => e.id);
+      assert.ok(
+        u.body.endpoints.every((id) => own.includes(id)),
+        `${u.pool}'s upload names ${u.body.endpoints.join(', ')}`,
+      );
+    }
+    assert.equal(await metric(sidecar, 'switchyard_placements_uploaded_total', 'chat'), 1);
+    assert.equal(await metric(sidecar, 'switchyard_placements_uploaded_total', 'embed'), 1);
+    // A placements event on chat's stream counts for chat only.
+    fake.send({ endpoints: [chat.endpoints[0]!.id], placements: [] }, 'chat');
+    await eventually(
+      async () => (await metric(sidecar, 'switchyard_placement_bytes_received_total', 'chat')) > 0,
+      5_000,
+      "chat's placements event counted",
+    );
+    assert.equal(await metric(sidecar, 'switchyard_placement_bytes_received_total', 'embed'), 0);
   } finally {
     await stopAll([sidecar]);
     await fake.close();
