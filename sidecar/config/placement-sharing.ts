@@ -14,6 +14,8 @@ export interface PlacementCounters {
   uploaded(count: number): void;
   received(count: number, bytes: number): void;
   uploadFailed(): void;
+  /** Placements dropped unsent: the outbox was full. */
+  dropped(count: number): void;
 }
 
 export interface PlacementSharing {
@@ -29,8 +31,16 @@ export function placementSharing(
   counters: PlacementCounters | undefined,
 ): PlacementSharing {
   const outbox = new PlacementOutbox();
+  let droppedBefore = 0;
   const hooks: PlacementHooks = {
-    take: (maxBytes) => outbox.take(active.nowMs(), maxBytes),
+    take: (maxBytes) => {
+      const batch = outbox.take(active.nowMs(), maxBytes);
+      if (outbox.dropped > droppedBefore) {
+        counters?.dropped(outbox.dropped - droppedBefore);
+        droppedBefore = outbox.dropped;
+      }
+      return batch;
+    },
     received: (batch: PoolPlacements, bytes) => {
       // Counted as received whether or not this pool has the endpoints named (bytes on the wire).
       counters?.received(batch.placements.length, bytes);

@@ -125,6 +125,7 @@ export class SidecarMetrics {
     uploaded(count: number): void;
     received(count: number, bytes: number): void;
     uploadFailed(): void;
+    dropped(count: number): void;
   };
   /** Scale from zero's counts for the hold gate (zero-gate.ts); bound children. */
   readonly hold: {
@@ -169,6 +170,7 @@ export class SidecarMetrics {
     const received = shared.placementsReceived.labels({ pool });
     const receivedBytes = shared.placementBytesReceived.labels({ pool });
     const failed = shared.placementUploadFailures.labels({ pool });
+    const dropped = shared.placementsDropped.labels({ pool });
     this.placements = {
       uploaded: (count) => uploaded.inc(count),
       received: (count, bytes) => {
@@ -176,6 +178,7 @@ export class SidecarMetrics {
         receivedBytes.inc(bytes);
       },
       uploadFailed: () => failed.inc(),
+      dropped: (count) => dropped.inc(count),
     };
     this.hold = {
       left: (outcome, seconds) => heldTime[outcome].observe(seconds),
@@ -364,6 +367,7 @@ class SharedFamilies {
   readonly placementsReceived: Counter<'pool'>;
   readonly placementBytesReceived: Counter<'pool'>;
   readonly placementUploadFailures: Counter<'pool'>;
+  readonly placementsDropped: Counter<'pool'>;
 
   constructor() {
     const registers = [this.registry];
@@ -445,6 +449,12 @@ class SharedFamilies {
     this.placementUploadFailures = new Counter({
       name: 'switchyard_placement_upload_failures_total',
       help: 'Placement uploads that failed (network, timeout, refused); each batch is dropped, not retried.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.placementsDropped = new Counter({
+      name: 'switchyard_placements_dropped_total',
+      help: 'Placements never uploaded because 4,096 were already waiting (uploads slower than placements, for long).',
       labelNames: ['pool'],
       registers,
     });
