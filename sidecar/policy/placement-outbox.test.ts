@@ -56,6 +56,25 @@ describe('PlacementOutbox', () => {
     );
   });
 
+  test('clear forgets what waits', () => {
+    const outbox = new PlacementOutbox();
+    outbox.add('e1', chain(1), 1, 0);
+    outbox.add('e1', [], 1, 0); // no blocks: nothing to say
+    assert.equal(outbox.size, 1);
+    outbox.clear();
+    assert.equal(outbox.size, 0);
+    assert.equal(outbox.take(1, 65_536), undefined);
+  });
+
+  test('a placement too large for the limit alone is dropped, not left to block the queue', () => {
+    const outbox = new PlacementOutbox();
+    outbox.add('x'.repeat(200), chain(1), 1, 0);
+    outbox.add('e', chain(2), 1, 0);
+    const batch = outbox.take(0, 150);
+    assert.deepEqual(batch?.endpoints, ['e']);
+    assert.equal(outbox.dropped, 1);
+  });
+
   test('the dedup memory is bounded too', () => {
     const outbox = new PlacementOutbox({ maxRemembered: 2 });
     outbox.add('e1', chain(1), 1, 0);

@@ -145,6 +145,19 @@ describe('PrefixIndex.recordAt (placements of other sidecars)', () => {
     assert.deepEqual(small.longestMatch([7], any, 18_000), { depth: 1, holders: ['a'] });
   });
 
+  test('several holders stay in time order, whatever order their placements arrive in', () => {
+    const idx = index(100, 10_000);
+    idx.record([1], 'a', 1_000);
+    idx.record([1], 'c', 3_000);
+    idx.recordAt([1], 'b', 2_000); // between the two
+    assert.deepEqual(idx.longestMatch([1], any, 4_000)?.holders, ['c', 'b', 'a']);
+    idx.recordAt([1], 'a', 2_500); // a refreshed: moves ahead of b, not of c
+    assert.deepEqual(idx.longestMatch([1], any, 4_000)?.holders, ['c', 'a', 'b']);
+    idx.recordAt([1], 'c', 3_500); // already first: stays
+    idx.recordAt([1], 'd', 500); // the oldest: last
+    assert.deepEqual(idx.longestMatch([1], any, 4_000)?.holders, ['c', 'a', 'b', 'd']);
+  });
+
   test('an older placement does not take the front of the holders from a fresher one', () => {
     const idx = index(100, 10_000);
     idx.record([1], 'a', 0);

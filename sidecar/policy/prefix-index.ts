@@ -201,7 +201,8 @@ export class PrefixIndex {
       if (at >= 0) list.splice(at, 1);
     }
     let i = 0;
-    while (i < list.length && (this.#usedAt(list[i] as string, hash) ?? -Infinity) > atMs) i++;
+    // Every listed holder has a time for the hash: the generations and this list change together.
+    while (i < list.length && (this.#usedAt(list[i] as string, hash) as number) > atMs) i++;
     list.splice(i, 0, endpointId);
     this.#holders.set(hash, list);
   }
