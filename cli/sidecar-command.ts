@@ -39,6 +39,7 @@ interface SidecarFlags {
   modelDiscovery: ModelDiscoveryMode;
   priority?: number;
   workload?: string;
+  sharePlacements: 'on' | 'off';
 }
 
 function configSource(flags: SidecarFlags): ConfigSource | string {
@@ -66,6 +67,7 @@ function configSource(flags: SidecarFlags): ConfigSource | string {
     cacheFile: flags.cacheFile,
     sidecarId: flags.sidecarId,
     reportEveryMs: flags.reportEvery,
+    sharePlacements: flags.sharePlacements === 'on',
   };
 }
 
@@ -188,6 +190,14 @@ export function addSidecarCommand(program: Command): void {
         '--priority <int>',
         "flow control: the priority of this pod's requests without an x-switchyard-priority header (higher first, negative = sheddable); default: the pool's flowControl.defaultPriority. Injection sets it from the pod annotation switchyard.dev/priority",
       ).argParser(parsePriorityFlag),
+    )
+    .addOption(
+      new Option(
+        '--share-placements <on|off>',
+        "with --controller: the fleet-wide view: upload where this sidecar sent which prompt prefixes (hashes only, never text) to a controller that relays them, and route by what the other sidecars placed; off: this sidecar's own placements only",
+      )
+        .choices(['on', 'off'])
+        .default('on'),
     )
     .option(
       '--workload <value>',

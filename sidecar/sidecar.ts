@@ -228,6 +228,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
             cacheFile: cacheFileFor(cacheFile, pool, poolNames.length),
             active: actives[i]!,
             logger: poolNames.length === 1 ? logger : logger.child({ pool }),
+            placementCounters: metrics[i]!.placements,
           }),
         ),
       );

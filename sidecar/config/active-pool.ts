@@ -16,6 +16,7 @@ import {
   type PolicyEvent,
   type PoolBalancer,
   type PoolPolicy,
+  type PromptBlocks,
   type Rng,
   ZeroHold,
 } from '../policy/index.ts';
@@ -203,6 +204,11 @@ export class ActivePoolState {
   #active: ActivePool | undefined;
   /** Scale from zero's held requests of this pool (see `ActivePool.hold`). */
   readonly hold = new ZeroHold<HeldWaiter>();
+  /**
+   * Told every prompt placement the balancer records (issue 45): the controller source queues
+   * them for upload while its controller relays placements. Set and cleared by that source.
+   */
+  onPlacement: ((endpointId: string, prompt: PromptBlocks, nowMs: number) => void) | undefined;
 
   constructor(options: ActivePoolStateOptions) {
     this.#options = options;
@@ -211,6 +217,11 @@ export class ActivePoolState {
   /** Undefined until a first configuration is applied. */
   current(): ActivePool | undefined {
     return this.#active;
+  }
+
+  /** The balancer's clock (what `onPlacement`'s times are read on). */
+  nowMs(): number {
+    return this.#options.clock.nowMs();
   }
 
   /** Requests held now because the pool has no endpoint (scale from zero): `demand.held`. */
@@ -287,6 +298,7 @@ export class ActivePoolState {
       rng,
       onEvent: (event) => this.#logEvent(event),
       picker,
+      onPlacement: (endpointId, prompt, nowMs) => this.onPlacement?.(endpointId, prompt, nowMs),
     });
   }
 

@@ -3,7 +3,7 @@ import type { ControllerClientOptions } from './controller/controller-client.ts'
 /** The controller client's options that the command line gives. */
 export type ControllerSourceOptions = Omit<
   ControllerClientOptions,
-  'logger' | 'onSnapshot' | 'currentEndpoints'
+  'logger' | 'onSnapshot' | 'currentEndpoints' | 'placements'
 >;
 
 /**

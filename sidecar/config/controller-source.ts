@@ -4,6 +4,7 @@ import type { ActivePoolState, PoolFlow } from './active-pool.ts';
 import type { ControllerSourceOptions, RunningConfigSource } from './config-source.ts';
 import { startControllerClient } from './controller/controller-client.ts';
 import { endpointHealth } from './controller/endpoint-health.ts';
+import { placementSharing, type PlacementCounters } from './placement-sharing.ts';
 
 /**
  * While requests wait in a budgeted pool's queue, demand is reported this often (≤ 4/s); and this
@@ -25,9 +26,18 @@ export async function startControllerSource(
      * 44), for the report's `demand.held`. Default: the pool's own hold (`active.heldRequests()`).
      */
     heldRequests?: (() => number) | undefined;
+    /** The pool's placement metrics (issue 45). */
+    placementCounters?: PlacementCounters | undefined;
   },
 ): Promise<RunningConfigSource> {
-  const { active, logger, heldRequests = () => active.heldRequests(), ...clientOptions } = options;
+  const {
+    active,
+    logger,
+    heldRequests = () => active.heldRequests(),
+    placementCounters,
+    ...clientOptions
+  } = options;
+  const sharing = placementSharing(active, placementCounters);
   // A count the report's schema accepts (an integer ≥ 0), or the whole report would be refused.
   const held = (): number => {
     const n = heldRequests();
@@ -49,6 +59,7 @@ export async function startControllerSource(
   const client = startControllerClient({
     ...clientOptions,
     logger,
+    placements: sharing.hooks,
     // Checked (ours, valid) and logged by the client's applier; the active pool tells a change
     // from the same content.
     onSnapshot: (snapshot) => {
@@ -98,12 +109,14 @@ export async function startControllerSource(
   // at once (rate-limited), so the autoscaler sees switchyard_pool_demand_held_requests rise now
   // rather than at the next report period (the report's `demand.held` is `heldRequests()`).
   active.hold.onFirstHeld = () => client.reportDemandNow();
+  if (clientOptions.sharePlacements !== false) sharing.attach(() => client.uploadingPlacements());
   await client.ready;
   return {
     reload: () => Promise.resolve(false),
     close: () => {
       clearInterval(demandPoll);
       active.hold.onFirstHeld = undefined;
+      sharing.detach();
       return client.close();
     },
   };

@@ -36,6 +36,8 @@ import {
   PrefixIndex,
 } from './prefix-index.ts';
 import { AdapterResidency } from './adapter-residency.ts';
+import { decodeHashes } from '../../lib/placement-hashes.ts';
+import type { PromptBlocks } from './prompt-blocks.ts';
 import { ModelLists, modelNotServed, servedAnywhere } from './model-filter.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { DEFAULT_REPORT_MAX_AGE_MS, type ServerLoadReport } from './server-load.ts';
@@ -56,6 +58,7 @@ import type {
   PoolBalancer,
   PoolPolicy,
   PrefillExchangeReading,
+  ReceivedPlacements,
   RetryDecision,
   ModelsServed,
   RoomPickResult,
@@ -86,6 +89,12 @@ export interface BalancerDeps {
   picker?: Picker | undefined;
   /** How old a server's load report may be and still count (DEFAULT_REPORT_MAX_AGE_MS). */
   reportMaxAgeMs?: number | undefined;
+  /**
+   * Every prompt placement the chooser records in its prefix index, for the fleet (issue 45: a
+   * `PlacementOutbox`); `nowMs` is this balancer's clock. Only the default chooser records
+   * placements: the baseline pickers keep no prefix index. Must not throw.
+   */
+  onPlacement?: ((endpointId: string, prompt: PromptBlocks, nowMs: number) => void) | undefined;
 }
 
 /** What the balancer knows about an attempt it handed out. */
@@ -161,6 +170,7 @@ export class Balancer implements PoolBalancer {
             reportMaxAgeMs: this.#reportMaxAgeMs,
             stateOf: (id) => this.#pool.get(id),
             residency: this.#adapters,
+            onPlacement: deps.onPlacement,
           })
         : baselineChooser(picker, deps.rng);
     this.#setEndpoints(endpoints, false);
@@ -396,6 +406,27 @@ export class Balancer implements PoolBalancer {
     const now = this.#now();
     this.#advanceBreakers(now);
     return this.#pool.order.map((s) => healthOf(s, now, this.#ewma));
+  }
+
+  /**
+   * Placements other sidecars made (issue 45, a `placements` event): each endpoint of this pool
+   * named holds the placement's hashes since `ageMs` ago. Endpoints this pool does not have,
+   * undecodable digests and placements older than the index keeps are skipped. Returns how many
+   * were recorded. This sidecar's own placements echoed back are harmless (never made older).
+   */
+  applyPlacements(batch: ReceivedPlacements): number {
+    const now = this.#now();
+    let applied = 0;
+    for (const p of batch.placements) {
+      const id = batch.endpoints[p.endpoint];
+      if (id === undefined || this.#pool.get(id) === undefined) continue;
+      if (!(p.ageMs >= 0) || p.ageMs >= DEFAULT_PREFIX_MAX_AGE_MS) continue;
+      const hashes = decodeHashes(p.hashes);
+      if (hashes === undefined || hashes.length === 0) continue;
+      this.#prefixes.recordAt(hashes, id, now - p.ageMs);
+      applied += 1;
+    }
+    return applied;
   }
 
   endpointReading(endpointId: string): EndpointReading | undefined {

@@ -19,6 +19,7 @@ import type { TtftEwmas } from './ewma.ts';
 import { pickLeastLoaded } from './p2c.ts';
 import type { PrefillExchange } from './prefill-exchange.ts';
 import type { PrefixIndex } from './prefix-index.ts';
+import type { PromptBlocks } from './prompt-blocks.ts';
 import { costTermMs, idleFade, score } from './score.ts';
 import { BALANCE_REPORT_MAX_AGE_MS } from './server-load.ts';
 import { prefillPositions, speedWeightedCount } from './server-speed.ts';
@@ -41,6 +42,11 @@ export interface DefaultChooserDeps {
   stateOf: (id: string) => EndpointState | undefined;
   /** Where LoRA adapters are resident; without it, no preference (a chooser tested alone). */
   residency?: AdapterResidency | undefined;
+  /**
+   * Every placement recorded in `prefixes` is told here too (issue 45: the balancer's
+   * `onPlacement`, which queues it for the fleet). Must not throw.
+   */
+  onPlacement?: ((endpointId: string, prompt: PromptBlocks, nowMs: number) => void) | undefined;
 }
 
 export class DefaultChooser implements Chooser<EndpointState> {
@@ -130,6 +136,7 @@ export class DefaultChooser implements Chooser<EndpointState> {
     // Wherever it went, that endpoint now holds this prompt's prefix, and its adapter.
     if (request.prompt !== undefined && policy.affinity.key === 'Prefix') {
       this.#deps.prefixes.record(request.prompt.hashes, chosen.id, now);
+      this.#deps.onPlacement?.(chosen.id, request.prompt, now);
     }
     if (model !== undefined) residency?.served(chosen.id, model, now);
     return { endpoint: chosen, affinity: affinity.result };

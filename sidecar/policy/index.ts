@@ -16,6 +16,13 @@ export { ADAPTER_SERVED_RECENTLY_MS } from './adapter-residency.ts';
 export { DEFAULT_LOAD_FACTOR, loadCapacity, rendezvousOrder } from './bounded-load.ts';
 export { PrefixIndex } from './prefix-index.ts';
 export {
+  DEFAULT_MAX_QUEUED_PLACEMENTS,
+  DEFAULT_PLACEMENT_DEDUP_MS,
+  PlacementOutbox,
+  type PlacementBatch,
+  type PlacementOutboxOptions,
+} from './placement-outbox.ts';
+export {
   DEFAULT_RESPONSE_HOMES_MAX_AGE_MS,
   DEFAULT_RESPONSE_HOMES_MAX_ENTRIES,
   ResponseHomes,

@@ -122,3 +122,47 @@ describe('PrefixIndex', () => {
     assert.equal(idx.longestMatch([1, 2], any, 1), undefined);
   });
 });
+
+describe('PrefixIndex.recordAt (placements of other sidecars)', () => {
+  test('records blocks held since a past time; they count until that time ages out', () => {
+    const idx = index(100, 10_000);
+    idx.recordAt([1, 4], 'b', 5_000);
+    assert.deepEqual(idx.longestMatch([1, 2, 3, 4], any, 14_000), { depth: 4, holders: ['b'] });
+    assert.equal(idx.longestMatch([1, 2, 3, 4], any, 15_001), undefined);
+  });
+
+  test('never makes an entry older than what the index has', () => {
+    const idx = index(100, 10_000);
+    idx.record([1, 2], 'a', 9_000);
+    // An old report of the same placement (in the young generation) keeps the fresh time.
+    idx.recordAt([1, 2], 'a', 1_000);
+    assert.deepEqual(idx.longestMatch([1, 2], any, 18_000), { depth: 2, holders: ['a'] });
+    // Nor in the old generation: fill the young one past half the share to turn it over.
+    const small = index(4, 10_000);
+    small.record([7], 'a', 9_000);
+    small.record([20, 21], 'a', 9_000); // young holds 3 of 4: the next new block turns it over
+    small.recordAt([22, 7], 'a', 1_000);
+    assert.deepEqual(small.longestMatch([7], any, 18_000), { depth: 1, holders: ['a'] });
+  });
+
+  test('several holders stay in time order, whatever order their placements arrive in', () => {
+    const idx = index(100, 10_000);
+    idx.record([1], 'a', 1_000);
+    idx.record([1], 'c', 3_000);
+    idx.recordAt([1], 'b', 2_000); // between the two
+    assert.deepEqual(idx.longestMatch([1], any, 4_000)?.holders, ['c', 'b', 'a']);
+    idx.recordAt([1], 'a', 2_500); // a refreshed: moves ahead of b, not of c
+    assert.deepEqual(idx.longestMatch([1], any, 4_000)?.holders, ['c', 'a', 'b']);
+    idx.recordAt([1], 'c', 3_500); // already first: stays
+    idx.recordAt([1], 'd', 500); // the oldest: last
+    assert.deepEqual(idx.longestMatch([1], any, 4_000)?.holders, ['c', 'a', 'b', 'd']);
+  });
+
+  test('an older placement does not take the front of the holders from a fresher one', () => {
+    const idx = index(100, 10_000);
+    idx.record([1], 'a', 0);
+    idx.record([1], 'b', 5_000);
+    idx.recordAt([1], 'a', 1_000);
+    assert.deepEqual(idx.longestMatch([1], any, 6_000), { depth: 1, holders: ['b', 'a'] });
+  });
+});

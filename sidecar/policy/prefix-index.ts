@@ -102,6 +102,17 @@ export class PrefixIndex {
 
   /** The request with these blocks was sent to `endpointId`: it holds them now. */
   record(hashes: readonly number[], endpointId: string, nowMs: number): void {
+    this.recordAt(hashes, endpointId, nowMs);
+  }
+
+  /**
+   * `endpointId` has held these blocks since `atMs`, which may be in the past: another sidecar's
+   * placement (issue 45, the fleet-wide view), `ageMs` old when it arrived. An entry this index
+   * already has with a later time keeps it: a report of an old placement must not make a fresh
+   * one look stale. A block's holders stay ordered by time. (An old placement still counts as
+   * just used for its endpoint's eviction: it joins the young generation.)
+   */
+  recordAt(hashes: readonly number[], endpointId: string, atMs: number): void {
     let gens = this.#byEndpoint.get(endpointId);
     if (gens === undefined) {
       gens = { young: new Map(), old: new Map() };
@@ -110,15 +121,19 @@ export class PrefixIndex {
     const half = Math.ceil(this.#capacity / 2);
     for (let i = hashes.length - 1; i >= 0; i--) {
       const hash = hashes[i] as number;
-      if (gens.young.has(hash)) {
-        gens.young.set(hash, nowMs);
-        this.#moveToFront(hash, endpointId);
+      const young = gens.young.get(hash);
+      if (young !== undefined) {
+        if (atMs >= young) {
+          gens.young.set(hash, atMs);
+          this.#placeHolder(hash, endpointId, atMs);
+        }
         continue;
       }
       if (gens.young.size >= half) this.#turnOver(endpointId, gens);
-      if (gens.old.delete(hash)) this.#moveToFront(hash, endpointId);
-      else this.#addHolder(hash, endpointId);
-      gens.young.set(hash, nowMs);
+      const old = gens.old.get(hash);
+      if (old !== undefined) gens.old.delete(hash);
+      if (old === undefined || atMs >= old) this.#placeHolder(hash, endpointId, atMs);
+      gens.young.set(hash, old === undefined ? atMs : Math.max(old, atMs));
     }
     if (gens.young.size + gens.old.size > this.#capacity) this.#trim(endpointId, gens);
   }
@@ -167,18 +182,29 @@ export class PrefixIndex {
     }
   }
 
-  #addHolder(hash: number, endpointId: string): void {
+  /**
+   * `endpointId` holds `hash` since `atMs`: it goes before every holder used no later than that
+   * (first, for this sidecar's own placements: their time is now), after the fresher ones.
+   */
+  #placeHolder(hash: number, endpointId: string, atMs: number): void {
     const held = this.#holders.get(hash);
-    if (held === undefined) this.#holders.set(hash, endpointId);
-    else if (typeof held === 'string') this.#holders.set(hash, [endpointId, held]);
-    else held.unshift(endpointId);
-  }
-
-  #moveToFront(hash: number, endpointId: string): void {
-    const held = this.#holders.get(hash);
-    if (held === undefined || typeof held === 'string' || held[0] === endpointId) return;
-    held.splice(held.indexOf(endpointId), 1);
-    held.unshift(endpointId);
+    if (held === undefined || held === endpointId) {
+      this.#holders.set(hash, endpointId);
+      return;
+    }
+    let list: string[];
+    if (typeof held === 'string') list = [held];
+    else {
+      if (held[0] === endpointId) return;
+      list = held;
+      const at = list.indexOf(endpointId);
+      if (at >= 0) list.splice(at, 1);
+    }
+    let i = 0;
+    // Every listed holder has a time for the hash: the generations and this list change together.
+    while (i < list.length && (this.#usedAt(list[i] as string, hash) as number) > atMs) i++;
+    list.splice(i, 0, endpointId);
+    this.#holders.set(hash, list);
   }
 
   #dropHolder(hash: number, endpointId: string): void {

@@ -207,6 +207,16 @@ export type EndpointHealth = Pick<
 >;
 
 /**
+ * A batch of placements other sidecars made (crds/snapshot.ts `PoolPlacements`, already checked):
+ * endpoint ids listed once, each placement pointing into them, its hashes a digest of a prompt's
+ * block chain (lib/placement-hashes.ts).
+ */
+export interface ReceivedPlacements {
+  readonly endpoints: readonly string[];
+  readonly placements: readonly { endpoint: number; ageMs: number; hashes: string }[];
+}
+
+/**
  * The routing policy of one pool: candidates → affinity → P2C → breaker gate, plus the retry
  * budget. Implemented by `Balancer` in `balancer.ts`; the proxy shell only talks to this.
  */
@@ -226,6 +236,11 @@ export interface PoolBalancer {
    * (default 0: just now).
    */
   reportLoad(endpointId: string, report: ServerLoadReport, ageMs?: number): void;
+  /**
+   * Where other sidecars placed prompts (issue 45, the controller's `placements` event): recorded
+   * in the prefix index as held since `ageMs` ago. Returns how many placements were recorded.
+   */
+  applyPlacements(batch: ReceivedPlacements): number;
   /**
    * What the endpoint's own `/v1/models` lists now (model discovery): used for endpoints whose
    * backend declares no `models`, replacing the previous list. Unknown ids are ignored.

@@ -120,6 +120,13 @@ export class SidecarMetrics {
     refused(reason: RefusalReason): void;
     leftQueue(priority: number, seconds: number): void;
   };
+  /** The fleet-wide view's counts (issue 45), for the controller source; bound children. */
+  readonly placements: {
+    uploaded(count: number): void;
+    received(count: number, bytes: number): void;
+    uploadFailed(): void;
+    dropped(count: number): void;
+  };
   /** Scale from zero's counts for the hold gate (zero-gate.ts); bound children. */
   readonly hold: {
     left(outcome: (typeof HOLD_OUTCOMES)[number], seconds: number): void;
@@ -159,6 +166,20 @@ export class SidecarMetrics {
     const heldTime = Object.fromEntries(
       HOLD_OUTCOMES.map((o) => [o, shared.heldTime.labels({ pool, outcome: o })]),
     ) as unknown as Record<(typeof HOLD_OUTCOMES)[number], { observe(seconds: number): void }>;
+    const uploaded = shared.placementsUploaded.labels({ pool });
+    const received = shared.placementsReceived.labels({ pool });
+    const receivedBytes = shared.placementBytesReceived.labels({ pool });
+    const failed = shared.placementUploadFailures.labels({ pool });
+    const dropped = shared.placementsDropped.labels({ pool });
+    this.placements = {
+      uploaded: (count) => uploaded.inc(count),
+      received: (count, bytes) => {
+        received.inc(count);
+        receivedBytes.inc(bytes);
+      },
+      uploadFailed: () => failed.inc(),
+      dropped: (count) => dropped.inc(count),
+    };
     this.hold = {
       left: (outcome, seconds) => heldTime[outcome].observe(seconds),
       // The no-endpoint 503 it stands for (switchyard_shed_total), whether held first or not.
@@ -342,6 +363,11 @@ class SharedFamilies {
   readonly refusals: Counter<'pool' | 'reason'>;
   readonly queueWait: Histogram<'pool' | 'priority'>;
   readonly heldTime: Histogram<'pool' | 'outcome'>;
+  readonly placementsUploaded: Counter<'pool'>;
+  readonly placementsReceived: Counter<'pool'>;
+  readonly placementBytesReceived: Counter<'pool'>;
+  readonly placementUploadFailures: Counter<'pool'>;
+  readonly placementsDropped: Counter<'pool'>;
 
   constructor() {
     const registers = [this.registry];
@@ -399,6 +425,37 @@ class SharedFamilies {
       name: 'switchyard_flow_refusals_total',
       help: 'Requests flow control answered 429, by reason: saturated (waited flowControl.maxQueueWait, no endpoint had room), budget (over a requests/tokens-per-minute budget), queue-full (the queue was full, or a higher priority pushed it out), sheddable (negative priority while others wait or nothing has room). Rising saturated: add capacity or lower load; budget: the workload spends its budget.',
       labelNames: ['pool', 'reason'],
+      registers,
+    });
+    // The fleet-wide view (issue 45; docs/fleet-view.md).
+    this.placementsUploaded = new Counter({
+      name: 'switchyard_placements_uploaded_total',
+      help: "Prompt placements (digests of a prompt's block hashes and the endpoint it went to) this sidecar uploaded to the controller and the controller took.",
+      labelNames: ['pool'],
+      registers,
+    });
+    this.placementsReceived = new Counter({
+      name: 'switchyard_placements_received_total',
+      help: "Placements the controller relayed to this sidecar (placements events), including ones naming endpoints this sidecar's pool does not have (ignored).",
+      labelNames: ['pool'],
+      registers,
+    });
+    this.placementBytesReceived = new Counter({
+      name: 'switchyard_placement_bytes_received_total',
+      help: 'Bytes of placements event data received from the controller.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.placementUploadFailures = new Counter({
+      name: 'switchyard_placement_upload_failures_total',
+      help: 'Placement uploads that failed (network, timeout, refused); each batch is dropped, not retried.',
+      labelNames: ['pool'],
+      registers,
+    });
+    this.placementsDropped = new Counter({
+      name: 'switchyard_placements_dropped_total',
+      help: 'Placements never uploaded because 4,096 were already waiting (uploads slower than placements, for long).',
+      labelNames: ['pool'],
       registers,
     });
     this.queueWait = new Histogram({

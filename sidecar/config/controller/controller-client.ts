@@ -18,16 +18,19 @@ import { http, https } from '../../../lib/node-http.ts';
 import type { Logger } from 'pino';
 import {
   parseShares,
+  placementsPath,
   reportPath,
   snapshotStreamPath,
   type BudgetDemand,
   type EndpointHealthReport,
   type PoolDemand,
   type PoolLoad,
+  type PoolPlacements,
   type PoolShares,
   type PoolSnapshot,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
+import { PlacementUploader } from './placement-uploader.ts';
 import { Reporter } from './reporter.ts';
 import { SnapshotApplier, type SnapshotSource } from './snapshot-applier.ts';
 import { LatestFileWriter, SnapshotCache } from './snapshot-cache.ts';
@@ -95,6 +98,25 @@ export interface ControllerClientOptions {
   demand?: (() => PoolDemand | undefined) | undefined;
   /** Randomness for the jitter, in [0, 1); injectable for tests. */
   random?: (() => number) | undefined;
+  /**
+   * `--share-placements` (issue 45), default true: upload this sidecar's placements to a
+   * controller that relays them, and apply the ones it relays. False: neither.
+   */
+  sharePlacements?: boolean | undefined;
+  /** The pool's placements: what to upload, where received ones go (without it: neither). */
+  placements?: PlacementHooks | undefined;
+}
+
+/** The fleet-wide view's side of one pool (issue 45): the source wires these to its balancer. */
+export interface PlacementHooks {
+  /** The batch waiting, at most `maxBytes` of JSON, removed from the queue; undefined if none. */
+  take(maxBytes: number): PoolPlacements | undefined;
+  /** A valid `placements` event of `bytes` bytes arrived. */
+  received(placements: PoolPlacements, bytes: number): void;
+  /** The controller took `count` uploaded placements. */
+  uploaded?(count: number): void;
+  /** An upload failed; its batch was dropped. */
+  uploadFailed?(): void;
 }
 
 export interface ControllerClient {
@@ -106,6 +128,8 @@ export interface ControllerClient {
   lastAppliedVersion(): number | undefined;
   /** Requests wait for want of share: report the demand now (at most 4 a second). */
   reportDemandNow(): void;
+  /** True while placements are uploaded: the open stream's controller relays them. */
+  uploadingPlacements(): boolean;
   /** Ends the stream and every timer and request; resolves when all is closed. Idempotent. */
   close(): Promise<void>;
 }
@@ -121,6 +145,7 @@ interface Settings {
   base: URL;
   streamUrl: URL;
   reportUrl: URL;
+  placementsUrl: URL;
   lib: typeof http | typeof https;
   heartbeatTimeoutMs: number;
   reportEveryMs: number;
@@ -170,6 +195,7 @@ function settingsOf(options: ControllerClientOptions): Settings {
     base,
     streamUrl: new URL(prefix + snapshotStreamPath(options.namespace, options.pool) + query, base),
     reportUrl: new URL(prefix + reportPath(options.namespace, options.pool), base),
+    placementsUrl: new URL(prefix + placementsPath(options.namespace, options.pool), base),
     lib: base.protocol === 'https:' ? https : http,
     heartbeatTimeoutMs,
     reportEveryMs,
@@ -295,6 +321,20 @@ export function startControllerClient(options: ControllerClientOptions): Control
     budgets: options.budgets,
     demand: options.demand,
   });
+  // Issue 45: placements go up only to a controller whose stream said it relays them.
+  const placements = options.sharePlacements === false ? undefined : options.placements;
+  const uploader =
+    placements === undefined
+      ? undefined
+      : new PlacementUploader({
+          url: settings.placementsUrl,
+          lib: settings.lib,
+          tracker,
+          log,
+          take: (maxBytes) => placements.take(maxBytes),
+          uploaded: (count) => placements.uploaded?.(count),
+          failed: () => placements.uploadFailed?.(),
+        });
   const stream = new SnapshotStream({
     url: settings.streamUrl,
     controller,
@@ -310,8 +350,16 @@ export function startControllerClient(options: ControllerClientOptions): Control
     maxEventSize: settings.maxEventSize,
     tracker,
     log,
-    onConnected: (session) => reporter.start(session),
-    onDisconnected: () => reporter.stop(),
+    onConnected: (session, placementsBytesPerSecond) => {
+      reporter.start(session);
+      if (placementsBytesPerSecond !== undefined) uploader?.start(session);
+    },
+    onDisconnected: () => {
+      reporter.stop();
+      uploader?.stop();
+    },
+    onPlacements:
+      placements === undefined ? undefined : (batch, bytes) => placements.received(batch, bytes),
     onSnapshot: (snapshot) => {
       if (applier.accept(snapshot, 'stream')) reporter.sendNow();
     },
@@ -342,8 +390,10 @@ export function startControllerClient(options: ControllerClientOptions): Control
     closing ??= (async () => {
       stream.close();
       reporter.close();
+      uploader?.close();
       await loop;
       await reporter.closed();
+      await uploader?.closed();
       await tracker.closeAll();
       await cache.close();
       await sharesCache.close();
@@ -356,6 +406,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
     connected: () => stream.connected,
     lastAppliedVersion: () => applier.applied?.version,
     reportDemandNow: () => reporter.demandNow(),
+    uploadingPlacements: () => uploader?.active ?? false,
     close,
   };
 }

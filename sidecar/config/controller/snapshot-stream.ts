@@ -5,15 +5,19 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import {
   LOAD_EVENT,
+  PLACEMENTS_EVENT,
+  PLACEMENTS_HEADER,
   parseLoad,
   parseShares,
   parseSnapshot,
   SHARES_EVENT,
   type PoolLoad,
+  type PoolPlacements,
   type PoolShares,
   type PoolSnapshot,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
+import { PlacementsEvents, placementsBudget } from './placements-event.ts';
 import type { SocketTracker } from './socket-tracker.ts';
 import type { SseEvent } from './sse-parser.ts';
 import { StreamConnection, type ControllerSession } from './stream-connection.ts';
@@ -55,8 +59,12 @@ export interface SnapshotStreamOptions {
   maxEventSize: number;
   tracker: SocketTracker;
   log: Logger;
-  /** A stream is open (status 200, an event stream of our protocol version). */
-  onConnected(session: ControllerSession): void;
+  /**
+   * A stream is open (status 200, an event stream of our protocol version).
+   * `placementsBytesPerSecond`: its `x-switchyard-placements` header, when the controller relays
+   * placements (issue 45); undefined from one that does not.
+   */
+  onConnected(session: ControllerSession, placementsBytesPerSecond?: number): void;
   /** The open stream closed. */
   onDisconnected(): void;
   /** A valid snapshot of our pool arrived. */
@@ -65,6 +73,8 @@ export interface SnapshotStreamOptions {
   onLoad(load: PoolLoad): void;
   /** A valid `shares` event arrived: this sidecar's shares of the pool's budgets. */
   onShares?(shares: PoolShares): void;
+  /** A valid `placements` event arrived (`bytes`: its data's size); see placements-event.ts. */
+  onPlacements?: ((placements: PoolPlacements, bytes: number) => void) | undefined;
 }
 
 /**
@@ -78,9 +88,11 @@ export class SnapshotStream {
   #closed = false;
   #current: http.ClientRequest | undefined;
   #session: ControllerSession | undefined;
+  readonly #placements: PlacementsEvents;
 
   constructor(options: SnapshotStreamOptions) {
     this.#options = options;
+    this.#placements = new PlacementsEvents(options.log);
   }
 
   /** True while a stream is open. */
@@ -150,9 +162,9 @@ export class SnapshotStream {
   async #streamOnce(session: ControllerSession): Promise<boolean> {
     const connection = new StreamConnection(this.#options, session, {
       closed: () => this.#closed,
-      opened: () => {
+      opened: (headers) => {
         this.#session = session;
-        this.#options.onConnected(session);
+        this.#options.onConnected(session, placementsBudget(headers[PLACEMENTS_HEADER]));
       },
       lost: () => {
         this.#session = undefined;
@@ -178,6 +190,11 @@ export class SnapshotStream {
     }
     if (event.type === SHARES_EVENT) {
       this.#onShares(event);
+      return;
+    }
+    if (event.type === PLACEMENTS_EVENT) {
+      if (this.#options.onPlacements !== undefined)
+        this.#placements.accept(event.data, this.#options.onPlacements);
       return;
     }
     if (event.type !== 'snapshot') {

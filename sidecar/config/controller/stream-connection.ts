@@ -45,8 +45,8 @@ const TLS_HINT_CODES = new Set([
 export interface ConnectionHooks {
   /** The stream was closed: the connection's end is expected, and not logged. */
   closed(): boolean;
-  /** The stream is open: an event stream of our protocol version. */
-  opened(): void;
+  /** The stream is open: an event stream of our protocol version (its response's headers). */
+  opened(headers: http.IncomingHttpHeaders): void;
   /** The open stream closed. */
   lost(): void;
   event(event: SseEvent): void;
@@ -175,7 +175,7 @@ export class StreamConnection {
         { controller },
         'the controller withholds API keys from this sidecar: its token is bound to no pod (only a pod labelled switchyard.dev/pool=<pool> gets them); backends that need a key will refuse its requests',
       );
-    this.#hooks.opened();
+    this.#hooks.opened(res.headers);
     const parser = new SseParser({ onEvent: (event) => this.#hooks.event(event) }, maxEventSize);
     res.setEncoding('utf8');
     res.on('data', (chunk: string) => this.#onData(parser, chunk));
