@@ -45,6 +45,16 @@ async function firstSnapshot(
   }
 }
 
+/** The sum of a counter's samples on a sidecar's admin /metrics. */
+async function counter(sidecar: RunningProcess, name: string): Promise<number> {
+  const text = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n'))
+    if (line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+      sum += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
+  return sum;
+}
+
 describe('switchyard relay', () => {
   it('serves a pool file to sidecars, and a change of it live', async () => {
     const { dir, cleanup } = await scratchDir();
@@ -104,6 +114,63 @@ describe('switchyard relay', () => {
       await new Promise((r) => setTimeout(r, 1_500));
       assert.equal((await debugBackends(sidecar)).endpoints.length, 3);
       assert.match(relay.output(), /pool file change rejected/);
+    } finally {
+      await stopAll(started);
+      await cleanup();
+    }
+  });
+
+  it('relays where one sidecar sent a prompt to the others', async () => {
+    const { dir, cleanup } = await scratchDir();
+    const started: RunningProcess[] = [];
+    try {
+      const sims = [await startSim('a'), await startSim('b')];
+      started.push(...sims);
+      const poolFile = join(dir, 'pool.yaml');
+      await writeFile(poolFile, balancePool(sims.map((s) => s.url)));
+      const tokenFile = join(dir, 'token');
+      await writeFile(tokenFile, 'shared-secret');
+      const relay = await startSwitchyard([
+        'relay',
+        ...['--pool-file', poolFile, '--listen', '127.0.0.1:0', '--token-file', tokenFile],
+        ...['--log-level', 'warn'],
+      ]);
+      started.push(relay);
+      const sidecars: RunningProcess[] = [];
+      for (const id of ['app-1', 'app-2']) {
+        const sidecar = await startSwitchyard([
+          ...controllerSidecarArgs({
+            controllerUrl: relay.url,
+            namespace: 'default',
+            pool: 'test',
+            tokenFile,
+            sidecarId: id,
+          }),
+          ...['--log-level', 'warn'],
+        ]);
+        started.push(sidecar);
+        sidecars.push(sidecar);
+        await eventually(
+          async () => (await debugBackends(sidecar)).endpoints.length === 2,
+          10_000,
+          'the pool from the relay',
+        );
+      }
+      const client = new OpenAI({ baseURL: `${sidecars[0]!.url}/v1`, apiKey: 'k', maxRetries: 0 });
+      await client.chat.completions.create({
+        model: 'm',
+        messages: [
+          { role: 'system', content: 'You answer questions about trains. '.repeat(20) },
+          { role: 'user', content: 'When does the last one leave?' },
+        ],
+      });
+      // The second sidecar sent nothing, yet hears of the first one's placement.
+      await eventually(
+        async () => (await counter(sidecars[1]!, 'switchyard_placements_received_total')) >= 1,
+        5_000,
+        "the second sidecar to receive the first one's placement",
+      );
+      assert.ok((await counter(sidecars[0]!, 'switchyard_placements_uploaded_total')) >= 1);
     } finally {
       await stopAll(started);
       await cleanup();
