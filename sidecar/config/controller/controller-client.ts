@@ -28,6 +28,7 @@ import {
   type PoolSnapshot,
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
+import { createControllerAgent } from './controller-agent.ts';
 import { Reporter } from './reporter.ts';
 import { SnapshotApplier, type SnapshotSource } from './snapshot-applier.ts';
 import { LatestFileWriter, SnapshotCache } from './snapshot-cache.ts';
@@ -282,9 +283,11 @@ export function startControllerClient(options: ControllerClientOptions): Control
     cache,
     log,
   });
+  const agent = createControllerAgent(settings.lib);
   const reporter = new Reporter({
     url: settings.reportUrl,
     lib: settings.lib,
+    agent,
     sidecarId,
     everyMs: settings.reportEveryMs,
     timeoutMs: settings.reportTimeoutMs,
@@ -344,6 +347,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
       reporter.close();
       await loop;
       await reporter.closed();
+      agent.destroy();
       await tracker.closeAll();
       await cache.close();
       await sharesCache.close();
