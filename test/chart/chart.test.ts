@@ -482,6 +482,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '10s',
       '--load-scrape-every',
       '100ms',
+      '--token-review-cache',
+      '5m',
       '--log-level',
       'info',
     ]);
