@@ -4,6 +4,7 @@ import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import { LOG_LEVELS, parseDurationMs, parseHostPort, parseNonNegativeNumber } from './args.ts';
 import { DEFAULT_LOAD_SCRAPE_EVERY_MS } from '../lib/load-scrape/period.ts';
+import { DEFAULT_TOKEN_REVIEW_CACHE_MS } from '../controller/stream/review-cache.ts';
 import type { ControllerFlags as ControllerFlagValues } from '../controller/controller-options.ts';
 
 type ControllerFlags = ControllerFlagValues & {
@@ -88,6 +89,14 @@ export function addControllerCommand(program: Command): void {
         "how often each endpoint's /metrics is scraped for its load (vLLM, SGLang, TensorRT-LLM) and each pool's load is streamed to its sidecars; 0 turns it off",
       )
         .default(DEFAULT_LOAD_SCRAPE_EVERY_MS, `${DEFAULT_LOAD_SCRAPE_EVERY_MS}ms`)
+        .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option(
+        '--token-review-cache <duration>',
+        "the longest a sidecar token's positive TokenReview is reused (1m to 1h): never past the token's expiry, and for a pod-bound token only while the controller's pod watch holds the pod (docs/snapshot-protocol.md#authentication)",
+      )
+        .default(DEFAULT_TOKEN_REVIEW_CACHE_MS, '5m')
         .argParser(parseDurationMs),
     )
     .addOption(

@@ -15,6 +15,7 @@ const flags = (over: Partial<ControllerFlags> = {}): ControllerFlags => ({
   tlsSan: [],
   heartbeat: 10_000,
   loadScrapeEvery: 100,
+  tokenReviewCache: 300_000,
   leaseNamespace: 'switchyard-system',
   leaseName: 'switchyard-controller',
   identity: 'switchyard-0',
@@ -43,8 +44,19 @@ describe('planControllerOptions', () => {
     assert.equal(plan.options.lease.durationMs, LEASE_DURATION_MS);
     assert.equal(plan.options.lease.identity, 'switchyard-0');
     assert.equal(plan.options.loadScrapeEveryMs, 100);
+    assert.equal(plan.options.tokenReviewCacheMs, 300_000);
     assert.deepEqual(plan.options.owners, { release: [], replica: [] });
     assert.equal(plan.notes.length, 2, 'no pod UID and no token: both said');
+  });
+
+  test('--token-review-cache: between a minute and an hour, naming the flag', () => {
+    for (const tokenReviewCache of [59_999, 3_600_001, Number.NaN])
+      assert.match(
+        problem(planControllerOptions(flags({ ...CERT, tokenReviewCache }), files())),
+        /^--token-review-cache must be between 1m and 1h/,
+      );
+    const hour = planControllerOptions(flags({ ...CERT, tokenReviewCache: 3_600_000 }), files());
+    assert.equal(hour.ok && hour.options.tokenReviewCacheMs, 3_600_000);
   });
 
   test('self-managed TLS in the lease namespace unless told otherwise; it needs names', () => {

@@ -28,6 +28,8 @@ export interface ControllerFlags {
   insecureHttp?: boolean | undefined;
   heartbeat: number;
   loadScrapeEvery: number;
+  /** The longest a positive TokenReview is reused, ms (`--token-review-cache`). */
+  tokenReviewCache: number;
   leaseNamespace: string;
   leaseName: string;
   identity: string;
@@ -74,6 +76,13 @@ export const MIN_PLACEMENT_BYTES_PER_SECOND = 2000;
 /** Each replica publishes its sidecars for the leader every 5 s. */
 export const REPLICA_SUMMARY_EVERY_MS = 5_000;
 
+/**
+ * `--token-review-cache` bounds: under the 60 s a token nothing else vouches for gets, it would
+ * only add reviews; past an hour, a deleted ServiceAccount's tokens would work too long.
+ */
+export const TOKEN_REVIEW_CACHE_MIN_MS = 60_000;
+export const TOKEN_REVIEW_CACHE_MAX_MS = 3_600_000;
+
 export function planControllerOptions(
   flags: ControllerFlags,
   files: ControllerFiles,
@@ -98,6 +107,13 @@ export function planControllerOptions(
   )
     return refuse(
       `--advertise-address ${flags.advertiseAddress}: give the IP address (or DNS name) the other replicas reach this one at ($POD_IP)`,
+    );
+  if (
+    !(flags.tokenReviewCache >= TOKEN_REVIEW_CACHE_MIN_MS) ||
+    flags.tokenReviewCache > TOKEN_REVIEW_CACHE_MAX_MS
+  )
+    return refuse(
+      `--token-review-cache must be between 1m and 1h (it is ${flags.tokenReviewCache} ms): how long a sidecar token's TokenReview is reused`,
     );
   // Without a configuration the client would quietly talk to http://localhost:8080.
   if (files.kubeconfigMissing !== undefined) return refuse(files.kubeconfigMissing);
@@ -183,6 +199,7 @@ export function planControllerOptions(
       sidecarStaleAfterMs: SIDECAR_STALE_AFTER_MS,
       statusEveryMs: STATUS_EVERY_MS,
       replicaSummaryEveryMs: REPLICA_SUMMARY_EVERY_MS,
+      tokenReviewCacheMs: flags.tokenReviewCache,
       loadScrapeEveryMs: flags.loadScrapeEvery,
       placementBytesPerSecond: placementBytes,
       advertiseAddress: flags.advertiseAddress,

@@ -57,6 +57,8 @@ export interface ControllerOptions {
   statusEveryMs: number;
   /** How often each replica publishes its sidecars for the leader (a per-replica Lease). */
   replicaSummaryEveryMs: number;
+  /** The longest a sidecar token's positive TokenReview is reused (`--token-review-cache`). */
+  tokenReviewCacheMs: number;
   /**
    * How often each endpoint's /metrics is scraped for its load and each pool's load is streamed
    * (by every replica, for the pools with sidecars subscribed to it); 0 turns it off.
@@ -182,7 +184,10 @@ export async function startController(options: ControllerOptions): Promise<Runni
       : undefined;
   let ownStreamUrl: string | undefined = undefined; // known once listening
   const stream: SnapshotServer = new SnapshotServer({
-    authenticator: new TokenAuthenticator(raw),
+    authenticator: new TokenAuthenticator(raw, {
+      cacheMs: options.tokenReviewCacheMs,
+      pods: auditor,
+    }),
     logger,
     metrics,
     heartbeatMs: options.heartbeatMs,

@@ -22,6 +22,7 @@ type Pod = PodLike &
   KubernetesObject & {
     status?: { phase?: string };
     metadata?: { uid?: string; deletionTimestamp?: unknown };
+    spec?: { serviceAccountName?: string };
   };
 
 export const NOT_INJECTED_REASON = 'SidecarNotInjected';
@@ -94,6 +95,18 @@ export class InjectionAuditor {
 
   stop(): Promise<void> {
     return this.informer.stop();
+  }
+
+  /**
+   * The watched pods, read by the stream's TokenReview cache (controller/stream/review-cache.ts):
+   * a pod-bound token is reused only while its pod is here.
+   */
+  get hasSynced(): boolean {
+    return this.informer.hasSynced;
+  }
+
+  get(namespace: string, name: string): Pod | undefined {
+    return this.informer.get(name, namespace);
   }
 
   /** Labelled pods without the sidecar, now (for the metric). */

@@ -1,6 +1,16 @@
 import { createHash } from 'node:crypto';
 import { poolsFollowedBy, type BoundPod, type PodMetadata } from '../core/stream-access.ts';
 import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
+import {
+  DEFAULT_TOKEN_REVIEW_CACHE_MS,
+  MAX_ENTRIES,
+  NEGATIVE_TTL_MS,
+  ReviewCache,
+  UNWATCHED_TTL_MS,
+  type PodWatch,
+  type ReviewAnswer,
+  type WatchedPod,
+} from './review-cache.ts';
 
 interface TokenReviewStatus {
   authenticated?: boolean;
@@ -19,8 +29,10 @@ export type Identity = {
   podName: string | undefined;
   podUid: string | undefined;
   /**
-   * The bound pod and the pools it follows, read when the token was reviewed (so a label change
-   * counts from the next review, within a minute); undefined for a token bound to no pod.
+   * The bound pod and the pools it follows, read when the token was reviewed and, while the
+   * controller's pod watch holds the pod, as the watch last saw it (so a label change counts at
+   * once; without the watch from the next review, within a minute); undefined for a token bound
+   * to no pod.
    */
   pod: BoundPod | undefined;
 };
@@ -29,37 +41,39 @@ export type AuthResult = { ok: true; identity: Identity } | { ok: false; reason:
 
 const SA_USER = /^system:serviceaccount:([^:]+):([^:]+)$/;
 
-/** How long a positive or negative TokenReview answer is reused (never past the token's expiry). */
-const CACHE_TTL_MS = 60_000;
-const NEGATIVE_TTL_MS = 5_000;
-const CACHE_MAX_ENTRIES = 10_000;
-
-function tokenExpiryMs(token: string): number | undefined {
-  const payload = token.split('.')[1];
-  if (payload === undefined) return undefined;
-  try {
-    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as {
-      exp?: unknown;
-    };
-    return typeof claims.exp === 'number' ? claims.exp * 1000 : undefined;
-  } catch {
-    return undefined;
-  }
+export interface TokenAuthenticatorOptions {
+  /** The longest a positive review is reused (`--token-review-cache`; review-cache.ts). */
+  cacheMs?: number | undefined;
+  /** The controller's pod watch, when it has one: pod-bound tokens are reused while it holds their pod. */
+  pods?: PodWatch | undefined;
+  now?: (() => number) | undefined;
+  maxEntries?: number | undefined;
 }
 
 /**
  * Authenticates sidecars by their projected ServiceAccount token with a TokenReview. Only the
  * API server decides whether a token is valid (signature, expiry, audience, bound pod still
- * existing); answers are cached by a hash of the token, never the token itself.
+ * existing); answers are cached by a hash of the token, never the token itself, for as long as
+ * review-cache.ts says is safe.
  */
 export class TokenAuthenticator {
-  private readonly raw: KubeRaw;
-  private readonly cache = new Map<string, { result: AuthResult; untilMs: number }>();
+  private readonly raw: Pick<KubeRaw, 'request'>;
+  private readonly pods: PodWatch | undefined;
+  private readonly cache: ReviewCache<AuthResult>;
   /** Reviews in progress: sidecars sharing a token that connect at once cost one TokenReview. */
-  private readonly inFlight = new Map<string, Promise<AuthResult>>();
+  private readonly inFlight = new Map<string, Promise<ReviewAnswer<AuthResult>>>();
 
-  constructor(raw: KubeRaw) {
+  constructor(raw: Pick<KubeRaw, 'request'>, options: TokenAuthenticatorOptions = {}) {
     this.raw = raw;
+    this.pods = options.pods;
+    this.cache = new ReviewCache<AuthResult>({
+      now: options.now ?? Date.now,
+      maxMs: options.cacheMs ?? DEFAULT_TOKEN_REVIEW_CACHE_MS,
+      unwatchedMs: UNWATCHED_TTL_MS,
+      negativeMs: NEGATIVE_TTL_MS,
+      maxEntries: options.maxEntries ?? MAX_ENTRIES,
+      pods: options.pods,
+    });
   }
 
   async authenticate(authorization: string | undefined): Promise<AuthResult> {
@@ -67,23 +81,30 @@ export class TokenAuthenticator {
     if (match === null) return { ok: false, reason: 'missing bearer token' };
     const token = match[1]!;
     const key = createHash('sha256').update(token).digest('hex');
-    const now = Date.now();
     const cached = this.cache.get(key);
-    if (cached !== undefined && cached.untilMs > now) return cached.result;
+    if (cached.kind === 'hit') return cached.value;
+    if (cached.kind === 'pod-changed' && cached.value.ok) {
+      // The pod's labels may have changed which pools it follows: read them from the watch.
+      const { identity } = cached.value;
+      const pod = boundPodOf(identity.namespace, identity.podName ?? '', cached.pod);
+      const result: AuthResult = { ok: true, identity: { ...identity, pod } };
+      this.cache.refresh(key, result, cached.pod);
+      return result;
+    }
     let pending = this.inFlight.get(key);
     if (pending === undefined) {
-      pending = this.review(token).finally(() => this.inFlight.delete(key));
+      pending = this.review(token)
+        .then((answer) => {
+          this.cache.set(key, token, answer);
+          return answer;
+        })
+        .finally(() => this.inFlight.delete(key));
       this.inFlight.set(key, pending);
     }
-    const result = await pending;
-    const expiry = tokenExpiryMs(token) ?? now + CACHE_TTL_MS;
-    const untilMs = Math.min(expiry, now + (result.ok ? CACHE_TTL_MS : NEGATIVE_TTL_MS));
-    if (this.cache.size >= CACHE_MAX_ENTRIES) this.cache.clear();
-    this.cache.set(key, { result, untilMs });
-    return result;
+    return (await pending).value;
   }
 
-  private async review(token: string): Promise<AuthResult> {
+  private async review(token: string): Promise<ReviewAnswer<AuthResult>> {
     let review: { status?: TokenReviewStatus };
     try {
       // Through the raw client's kept-alive connections: the generated client builds a new
@@ -99,12 +120,11 @@ export class TokenAuthenticator {
       throw new Error(`TokenReview failed: ${(err as Error).message}`, { cause: err });
     }
     const status = review.status;
-    if (status?.authenticated !== true)
-      return { ok: false, reason: status?.error ?? 'token not authenticated' };
+    if (status?.authenticated !== true) return refused(status?.error ?? 'token not authenticated');
     if (!(status.audiences ?? []).includes(SIDECAR_TOKEN_AUDIENCE))
-      return { ok: false, reason: `token audience is not ${SIDECAR_TOKEN_AUDIENCE}` };
+      return refused(`token audience is not ${SIDECAR_TOKEN_AUDIENCE}`);
     const user = SA_USER.exec(status.user?.username ?? '');
-    if (user === null) return { ok: false, reason: 'not a ServiceAccount token' };
+    if (user === null) return refused('not a ServiceAccount token');
     const extra = status.user?.extra ?? {};
     const namespace = user[1]!;
     const podName = extra['authentication.kubernetes.io/pod-name']?.[0];
@@ -112,13 +132,13 @@ export class TokenAuthenticator {
     let pod: BoundPod | undefined;
     if (podName !== undefined) {
       const found = await this.boundPod(namespace, podName, podUid);
-      if (found === undefined)
-        return { ok: false, reason: `the pod ${podName} the token is bound to is gone` };
+      if (found === undefined) return refused(`the pod ${podName} the token is bound to is gone`);
       pod = found;
     }
     return {
       ok: true,
-      identity: { namespace, serviceAccount: user[2]!, podName, podUid, pod },
+      value: { ok: true, identity: { namespace, serviceAccount: user[2]!, podName, podUid, pod } },
+      ...(podName === undefined ? {} : { pod: { namespace, name: podName, uid: podUid } }),
     };
   }
 
@@ -132,6 +152,10 @@ export class TokenAuthenticator {
     name: string,
     uid: string | undefined,
   ): Promise<BoundPod | undefined> {
+    // The watch has it (the review just said it exists): no GET needed.
+    const watched = this.pods?.hasSynced === true ? this.pods.get(namespace, name) : undefined;
+    if (watched !== undefined && (uid === undefined || watched.metadata?.uid === uid))
+      return boundPodOf(namespace, name, watched);
     let pod: PodMetadata & {
       metadata?: { uid?: string; labels?: Record<string, string> };
       spec?: { serviceAccountName?: string };
@@ -146,12 +170,21 @@ export class TokenAuthenticator {
       throw new Error(`reading the token's pod failed: ${(err as Error).message}`, { cause: err });
     }
     if (uid !== undefined && pod.metadata?.uid !== uid) return undefined;
-    return {
-      name,
-      follows: poolsFollowedBy(pod),
-      // `namespace/name`, as budgets name a ServiceAccount workload (the pod's namespace is the token's).
-      serviceAccount: `${namespace}/${pod.spec?.serviceAccountName ?? 'default'}`,
-      labels: pod.metadata?.labels,
-    };
+    return boundPodOf(namespace, name, pod);
   }
+}
+
+function refused(reason: string): ReviewAnswer<AuthResult> {
+  return { ok: false, value: { ok: false, reason } };
+}
+
+/** The identity's view of the token's pod, from the API server's answer or the pod watch. */
+function boundPodOf(namespace: string, name: string, pod: WatchedPod): BoundPod {
+  return {
+    name,
+    follows: poolsFollowedBy(pod),
+    // `namespace/name`, as budgets name a ServiceAccount workload (the pod's namespace is the token's).
+    serviceAccount: `${namespace}/${pod.spec?.serviceAccountName ?? 'default'}`,
+    labels: pod.metadata?.labels,
+  };
 }

@@ -486,6 +486,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '8192',
       '--advertise-address',
       '$(POD_IP)',
+      '--token-review-cache',
+      '5m',
       '--log-level',
       'info',
     ]);

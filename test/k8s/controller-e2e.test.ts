@@ -696,7 +696,7 @@ spec:
           lost: 0,
           requests: 1,
           recoveryMs: Math.round(refusedAfterMs),
-          note: 'new streams are accepted until the controller’s 60 s TokenReview cache expires',
+          note: 'without a pod watch (no --injection-config), new streams are accepted until the controller’s 60 s TokenReview cache expires',
         });
       },
     );

@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -330,6 +331,58 @@ spec:
         }
       });
       assert.equal(answer.object, 'chat.completion');
+    });
+
+    it('a pod-bound token, reused from the TokenReview cache, stops working within seconds of the pod’s deletion', async () => {
+      // The cache keeps a positive review up to 5 min, but a pod-bound token only while the
+      // controller's pod watch holds its pod (controller/stream/review-cache.ts).
+      const secret = await cluster.request<{ data: Record<string, string> }>(
+        'GET',
+        `/api/v1/namespaces/${SYSTEM_NS}/secrets/${TLS_SECRET}`,
+      );
+      const ca = Buffer.from(secret.body.data['ca.crt'] ?? '', 'base64').toString();
+      const { status } = await createPod(APPS, appPod('short-lived'));
+      assert.equal(status, 201);
+      const { token } = await cluster.createServiceAccountToken(APPS, 'default', {
+        audience: 'switchyard',
+        boundPod: 'short-lived',
+      });
+      const report = (): Promise<number> =>
+        new Promise((resolve, reject) => {
+          const body = JSON.stringify({
+            sidecar: 'short-lived',
+            appliedVersion: 0,
+            appliedHash: '',
+            endpoints: [],
+          });
+          const req = https.request(
+            `https://127.0.0.1:${controllerPort}/v1/namespaces/${APPS}/pools/chat/reports`,
+            {
+              method: 'POST',
+              ca,
+              agent: false,
+              headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+            },
+            (res) => {
+              res.resume();
+              resolve(res.statusCode ?? 0);
+            },
+          );
+          req.on('error', reject);
+          req.end(body);
+        });
+      // Twice: reviewed, then from the cache.
+      assert.ok((await report()) < 300);
+      assert.ok((await report()) < 300);
+      const deleted = performance.now();
+      await cluster.request(
+        'DELETE',
+        `/api/v1/namespaces/${APPS}/pods/short-lived?gracePeriodSeconds=0`,
+      );
+      await waitFor('the deleted pod’s token refused', async () => (await report()) === 401, {
+        timeoutMs: 10_000,
+      });
+      assert.ok(performance.now() - deleted < 10_000);
     });
 
     it('leaves OPENAI_BASE_URL out when the pod opts out', async () => {

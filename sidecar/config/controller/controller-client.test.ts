@@ -116,6 +116,10 @@ class FakeController {
   reportStatus = 204;
   connections: StreamConnection[] = [];
   reports: { token: string | undefined; at: number; body: SidecarReport }[] = [];
+  /** The connections reports came on, in order. */
+  readonly reportSockets: unknown[] = [];
+  /** Cuts the next reports that come on a connection used before, unanswered (a closing server). */
+  resetReused = 0;
   readonly open = new Set<http.ServerResponse>();
   /** What to do with a new open stream (default: send the current snapshot). */
   onStream: (res: http.ServerResponse) => void = (res) => {
@@ -188,6 +192,13 @@ class FakeController {
       return;
     }
     if (req.method === 'POST' && url.pathname === reportPath(NS, POOL)) {
+      const reused = this.reportSockets.includes(req.socket);
+      if (!reused) this.reportSockets.push(req.socket);
+      if (reused && this.resetReused > 0) {
+        this.resetReused -= 1;
+        req.socket.destroy();
+        return;
+      }
       let body = '';
       req.setEncoding('utf8');
       req.on('data', (c: string) => (body += c));
@@ -866,6 +877,28 @@ describe('controller client', () => {
     const count = fc.reports.length;
     await sleep(150);
     assert.ok(fc.reports.length <= count + 1);
+  });
+
+  for (const plain of [false, true])
+    test(`reports share one kept-alive ${plain ? 'http' : 'https'} connection (one replica, one TLS handshake)`, async (t) => {
+      const fc = await controller(t, plain);
+      fc.current = snapshot(1, 'h1');
+      await client(t, fc, { reportEveryMs: 10 });
+      await eventually(() => fc.reports.length >= 5, 'five reports');
+      assert.equal(fc.reportSockets.length, 1);
+    });
+
+  test('a report cut on a reused connection is sent again at once on a new one', async (t) => {
+    const fc = await controller(t);
+    fc.current = snapshot(1, 'h1');
+    const h = await client(t, fc); // reports every 60 s: only applied snapshots send one now
+    await eventually(() => fc.reports.length === 1, 'the first report');
+    fc.resetReused = 1;
+    fc.broadcast(sseEvent(snapshot(2, 'h2')));
+    await eventually(() => fc.reports.length === 2, 'the second report, retried');
+    assert.equal(fc.reports[1]!.body.appliedVersion, 2);
+    assert.equal(fc.reportSockets.length, 2, 'on a new connection');
+    assert.equal(logged(h, 'debug', /report failed/).length, 1);
   });
 
   test('close() leaves no timer, socket or request behind, in any state', async (t) => {

@@ -31,6 +31,7 @@ import {
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
 import { PlacementUploader } from './placement-uploader.ts';
+import { createControllerAgent } from './controller-agent.ts';
 import { Reporter } from './reporter.ts';
 import { SnapshotApplier, type SnapshotSource } from './snapshot-applier.ts';
 import { LatestFileWriter, SnapshotCache } from './snapshot-cache.ts';
@@ -308,9 +309,11 @@ export function startControllerClient(options: ControllerClientOptions): Control
     cache,
     log,
   });
+  const agent = createControllerAgent(settings.lib);
   const reporter = new Reporter({
     url: settings.reportUrl,
     lib: settings.lib,
+    agent,
     sidecarId,
     everyMs: settings.reportEveryMs,
     timeoutMs: settings.reportTimeoutMs,
@@ -329,6 +332,8 @@ export function startControllerClient(options: ControllerClientOptions): Control
       : new PlacementUploader({
           url: settings.placementsUrl,
           lib: settings.lib,
+          // One kept-alive connection for reports and uploads (the stream has its own).
+          agent,
           tracker,
           log,
           take: (maxBytes) => placements.take(maxBytes),
@@ -394,6 +399,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
       await loop;
       await reporter.closed();
       await uploader?.closed();
+      agent.destroy();
       await tracker.closeAll();
       await cache.close();
       await sharesCache.close();

@@ -36,6 +36,12 @@ export interface PlacementUploaderOptions {
   timeoutMs?: number | undefined;
   /** The batch waiting, at most `maxBytes` of JSON, removed from the queue; undefined if none. */
   take(maxBytes: number): PoolPlacements | undefined;
+  /**
+   * The kept-alive connection to share (the reports' one, controller-agent.ts), so that a sidecar
+   * holds one connection to the controller beside its stream, not two: each costs the replica
+   * ~80 KB (docs/controller.md). Its owner destroys it. Absent: the uploader keeps its own.
+   */
+  agent?: http.Agent | undefined;
   /** The controller took `count` placements (a 2xx). */
   uploaded?: ((count: number) => void) | undefined;
   /** An upload failed (network, timeout, a refusal): its batch is dropped. */
@@ -44,8 +50,9 @@ export interface PlacementUploaderOptions {
 
 export class PlacementUploader {
   readonly #options: PlacementUploaderOptions;
-  /** One connection, kept open between uploads (maxSockets 1: never a second in parallel). */
+  /** One connection, kept open between uploads (maxSockets 1: never a second in parallel), shared with the reports when given. */
   readonly #agent: http.Agent;
+  readonly #ownAgent: boolean;
   #session: ControllerSession | undefined;
   #timer: NodeJS.Timeout | undefined;
   #inFlight: { req: http.ClientRequest; done: Promise<void> } | undefined;
@@ -53,7 +60,8 @@ export class PlacementUploader {
 
   constructor(options: PlacementUploaderOptions) {
     this.#options = options;
-    this.#agent = new options.lib.Agent({ keepAlive: true, maxSockets: 1 });
+    this.#ownAgent = options.agent === undefined;
+    this.#agent = options.agent ?? new options.lib.Agent({ keepAlive: true, maxSockets: 1 });
   }
 
   /** True while uploads go (a stream whose controller relays placements is open). */
@@ -85,7 +93,7 @@ export class PlacementUploader {
     this.#closed = true;
     this.stop();
     this.#inFlight?.req.destroy();
-    this.#agent.destroy();
+    if (this.#ownAgent) this.#agent.destroy();
   }
 
   /** Resolves once no upload is in flight. */

@@ -8,6 +8,7 @@ import {
   type PoolDemand,
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
+import { resetOnReusedSocket } from './controller-agent.ts';
 import { describeError } from './describe-error.ts';
 import type { AppliedSnapshot } from './snapshot-applier.ts';
 import type { ControllerSession } from './snapshot-stream.ts';
@@ -16,6 +17,11 @@ import type { SocketTracker } from './socket-tracker.ts';
 export interface ReporterOptions {
   url: URL;
   lib: typeof http | typeof https;
+  /**
+   * The kept-alive connection reports go over (controller-agent.ts), so they land on one replica
+   * and reuse its cached TokenReview; the caller destroys it. Without: a connection per report.
+   */
+  agent?: http.Agent | https.Agent | undefined;
   /** Who reports: the pod name. */
   sidecarId: string;
   everyMs: number;
@@ -177,7 +183,7 @@ export class Reporter {
     this.#lastSentMs = performance.now();
     const req = this.#options.lib.request(this.#options.url, {
       method: 'POST',
-      agent: false,
+      agent: this.#options.agent ?? false,
       ca: session.ca,
       timeout: timeoutMs,
       headers: {
@@ -210,7 +216,11 @@ export class Reporter {
     });
     req.on('timeout', () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
     req.on('error', (err) => {
-      if (!this.#closed) log.debug({ err: describeError(err) }, 'report failed');
+      if (this.#closed) return;
+      // The kept socket was closed under it: once more, on a new connection (at most one
+      // socket is kept, so the retry's is fresh and this cannot repeat).
+      if (resetOnReusedSocket(req, err)) this.#again = true;
+      log.debug({ err: describeError(err) }, 'report failed');
     });
     req.end(body);
   }

@@ -1,0 +1,167 @@
+/**
+ * How long a TokenReview's answer is reused (the policy; token-auth.ts does the I/O). Pure: the
+ * clock and the pod cache are passed in, so every rule is a unit test away (review-cache.test.ts).
+ *
+ * Why reuse at all: a sidecar reports every 10 s and every report is authenticated; a review per
+ * report is a JWT check in kube-apiserver per sidecar every 10 s. Why it is safe to reuse one
+ * longer than a minute: the review already said the token is valid (signature, audience, not
+ * expired, bound object alive); what can change afterwards is (1) the token expires, which its
+ * own `exp` says, (2) its ServiceAccount, Secret or bound pod is deleted. (1) bounds every entry;
+ * for (2) a pod-bound token is reused past `unwatchedMs` only while the controller's pod watch
+ * holds its pod (same UID), so a deleted pod's token stops working once the watch sees the
+ * deletion (seconds); a deleted ServiceAccount is noticed within `maxMs` (the flag).
+ */
+
+/** The bound pod as the controller's pod watch holds it (the fields the identity reads). */
+export interface WatchedPod {
+  metadata?: {
+    uid?: string | undefined;
+    labels?: Record<string, string> | undefined;
+    annotations?: Record<string, string> | undefined;
+  };
+  spec?: { serviceAccountName?: string | undefined };
+}
+
+/** The controller's pod cache (the injection auditor's watch), when it has one. */
+export interface PodWatch {
+  /** False until the watch's first list is in: then a missing pod means nothing. */
+  readonly hasSynced: boolean;
+  get(namespace: string, name: string): WatchedPod | undefined;
+}
+
+export interface ReviewCacheOptions {
+  now: () => number;
+  /** The longest a positive answer is reused (`--token-review-cache`). */
+  maxMs: number;
+  /**
+   * The longest for a positive answer nothing else vouches for: a token without `exp`, or bound
+   * to a pod the pod watch does not hold (no watch, not synced yet, or a pod without the pool
+   * label). The 60 s the controller always used.
+   */
+  unwatchedMs: number;
+  /** A refusal is reused this long: a misconfigured sidecar costs a review per few seconds. */
+  negativeMs: number;
+  /** At most this many entries; the oldest goes first. */
+  maxEntries: number;
+  pods?: PodWatch | undefined;
+}
+
+/** What a review said about a token, as the cache needs it. */
+export type ReviewAnswer<T> =
+  | { ok: true; value: T; pod?: { namespace: string; name: string; uid?: string | undefined } }
+  | { ok: false; value: T };
+
+interface Entry<T> {
+  value: T;
+  untilMs: number;
+  /** Set when the entry lives only while the pod watch holds this pod. */
+  pod?: { namespace: string; name: string; uid?: string | undefined; seen: WatchedPod };
+}
+
+export type CacheHit<T> =
+  | { kind: 'hit'; value: T }
+  /** The pod watch holds a newer version of the bound pod: the caller refreshes what it read. */
+  | { kind: 'pod-changed'; value: T; pod: WatchedPod }
+  | { kind: 'miss' };
+
+export const DEFAULT_TOKEN_REVIEW_CACHE_MS = 5 * 60_000;
+export const UNWATCHED_TTL_MS = 60_000;
+export const NEGATIVE_TTL_MS = 5_000;
+export const MAX_ENTRIES = 20_000;
+
+/** The token's `exp` in ms, read without verifying it (the API server did); undefined if none. */
+export function tokenExpiryMs(token: string): number | undefined {
+  const payload = token.split('.')[1];
+  if (payload === undefined) return undefined;
+  try {
+    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as {
+      exp?: unknown;
+    };
+    return typeof claims.exp === 'number' && Number.isFinite(claims.exp)
+      ? claims.exp * 1000
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export class ReviewCache<T> {
+  readonly #options: ReviewCacheOptions;
+  readonly #entries = new Map<string, Entry<T>>();
+
+  constructor(options: ReviewCacheOptions) {
+    this.#options = options;
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  get(key: string): CacheHit<T> {
+    const entry = this.#entries.get(key);
+    if (entry === undefined) return { kind: 'miss' };
+    if (entry.untilMs <= this.#options.now()) {
+      this.#entries.delete(key);
+      return { kind: 'miss' };
+    }
+    if (entry.pod === undefined) return { kind: 'hit', value: entry.value };
+    const pods = this.#options.pods;
+    const pod = pods?.get(entry.pod.namespace, entry.pod.name);
+    // Gone from the watch (deleted, relabelled, or the watch restarting): review again, which
+    // asks the API server itself.
+    if (
+      pods === undefined ||
+      !pods.hasSynced ||
+      pod === undefined ||
+      !sameUid(pod, entry.pod.uid)
+    ) {
+      this.#entries.delete(key);
+      return { kind: 'miss' };
+    }
+    if (pod === entry.pod.seen) return { kind: 'hit', value: entry.value };
+    return { kind: 'pod-changed', value: entry.value, pod };
+  }
+
+  /** Keeps what a review said about `token` (the caller has reviewed it just now). */
+  set(key: string, token: string, answer: ReviewAnswer<T>): void {
+    const { now, maxMs, unwatchedMs, negativeMs, maxEntries, pods } = this.#options;
+    const nowMs = now();
+    const expiry = tokenExpiryMs(token);
+    let ttl: number;
+    let watched: Entry<T>['pod'];
+    if (!answer.ok) ttl = negativeMs;
+    else if (expiry === undefined) ttl = Math.min(maxMs, unwatchedMs);
+    else if (answer.pod === undefined) ttl = maxMs;
+    else {
+      const seen =
+        pods?.hasSynced === true ? pods.get(answer.pod.namespace, answer.pod.name) : undefined;
+      if (seen !== undefined && sameUid(seen, answer.pod.uid)) {
+        ttl = maxMs;
+        watched = { ...answer.pod, seen };
+      } else ttl = Math.min(maxMs, unwatchedMs);
+    }
+    // A positive answer never outlives the token's own expiry: the review vouched for it until
+    // then at most. A refusal stays one (an expired token does not become valid).
+    const untilMs = Math.min(nowMs + ttl, answer.ok ? (expiry ?? Infinity) : Infinity);
+    this.#entries.delete(key);
+    if (untilMs <= nowMs) return;
+    while (this.#entries.size >= maxEntries) {
+      const oldest = this.#entries.keys().next();
+      if (oldest.done === true) break;
+      this.#entries.delete(oldest.value);
+    }
+    this.#entries.set(key, { value: answer.value, untilMs, ...(watched && { pod: watched }) });
+  }
+
+  /** After a `pod-changed` hit: the value read from the newer pod, kept until the same expiry. */
+  refresh(key: string, value: T, pod: WatchedPod): void {
+    const entry = this.#entries.get(key);
+    if (entry?.pod === undefined) return;
+    entry.value = value;
+    entry.pod.seen = pod;
+  }
+}
+
+function sameUid(pod: WatchedPod, uid: string | undefined): boolean {
+  return uid === undefined || pod.metadata?.uid === uid;
+}
