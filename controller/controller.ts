@@ -13,7 +13,7 @@ import { InformerCaches } from './kube/caches.ts';
 import { KubeRaw } from './kube/kube-raw.ts';
 import { LeaderElector } from './kube/leader.ts';
 import { NO_OWNERS, type Owners } from './kube/owners.ts';
-import { LoadMonitor } from '../lib/load-scrape/monitor.ts';
+import { loadPublisher } from './stream/load-publisher.ts';
 import { ControllerMetrics } from './metrics.ts';
 import { PoolEventRecorder } from './pool-events.ts';
 import { PoolQueue } from './pool-queue.ts';
@@ -215,19 +215,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
   });
 
   // Server-reported load: every replica scrapes for the pools its own sidecars subscribe to.
-  const load =
-    options.loadScrapeEveryMs > 0
-      ? new LoadMonitor({
-          periodMs: options.loadScrapeEveryMs,
-          logger,
-          pools: () => stream.subscribedEndpoints(),
-          publish: (key, poolLoad) => stream.publishLoad(key, poolLoad),
-          onScrape: (result, seconds) => {
-            metrics.loadScrapes.inc({ result });
-            metrics.loadScrapeDuration.observe(seconds);
-          },
-        })
-      : undefined;
+  const load = loadPublisher(stream, options.loadScrapeEveryMs, logger, metrics);
 
   // The leader's work: Events, drift probes, status writes.
   const events = new PoolEventRecorder({

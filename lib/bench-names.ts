@@ -44,7 +44,8 @@ export const PRIORITY_VARIANT_NAMES = [
 export const LOAD_SOURCES = ['sidecar', 'controller'] as const;
 export type LoadSource = (typeof LOAD_SOURCES)[number];
 
-export const POLICY_NAMES = [
+/** The routers inside switchyard (its baselines too) and the oracle: every other is a peer. */
+export const OWN_POLICY_NAMES = [
   'round-robin',
   'random',
   'least-connections',
@@ -52,6 +53,10 @@ export const POLICY_NAMES = [
   'switchyard',
   'switchyard-local',
   'oracle',
+] as const;
+
+export const POLICY_NAMES = [
+  ...OWN_POLICY_NAMES,
   'haproxy-roundrobin',
   'haproxy-leastconn',
   'haproxy-random2',

@@ -17,9 +17,9 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { PoolSnapshot } from '../crds/snapshot.ts';
 import { ControllerMetrics } from '../controller/metrics.ts';
+import { loadPublisher } from '../controller/stream/load-publisher.ts';
 import { SnapshotServer } from '../controller/stream/snapshot-server.ts';
 import type { AuthResult } from '../controller/stream/token-auth.ts';
-import { LoadMonitor } from '../lib/load-scrape/monitor.ts';
 import { formatProblems, loadPoolFile, watchPoolFile } from '../sidecar/config/pool-file.ts';
 
 export interface RelayOptions {
@@ -93,6 +93,15 @@ export async function startRelay(options: RelayOptions): Promise<RunningRelay> {
     tls: options.tls,
     poolExists: (key) => keys.has(key),
     onSidecarChange: () => undefined,
+    // The controller's metrics (load scrapes, placements relayed and dropped, streams open) on the
+    // relay's own port: it has no admin port of its own.
+    routes: {
+      '/metrics': async (_req, res) => {
+        const text = await metrics.registry.metrics();
+        res.writeHead(200, { 'content-type': metrics.registry.contentType });
+        res.end(text);
+      },
+    },
     ...(options.placementBytesPerSecond > 0
       ? { placements: { bytesPerSecond: options.placementBytesPerSecond } }
       : {}),
@@ -148,15 +157,7 @@ export async function startRelay(options: RelayOptions): Promise<RunningRelay> {
     });
   }
 
-  const load =
-    options.loadScrapeEveryMs > 0
-      ? new LoadMonitor({
-          periodMs: options.loadScrapeEveryMs,
-          logger,
-          pools: () => stream.subscribedEndpoints(),
-          publish: (k, poolLoad) => stream.publishLoad(k, poolLoad),
-        })
-      : undefined;
+  const load = loadPublisher(stream, options.loadScrapeEveryMs, logger, metrics);
   load?.start();
 
   await new Promise<void>((resolve, reject) => {

@@ -56,7 +56,7 @@ async function counter(sidecar: RunningProcess, name: string): Promise<number> {
 }
 
 describe('switchyard relay', () => {
-  it('serves a pool file to sidecars, and a change of it live', async () => {
+  it('serves a pool file to sidecars: snapshot, load, placements, and a change of it live', async () => {
     const { dir, cleanup } = await scratchDir();
     const started: RunningProcess[] = [];
     try {
@@ -68,72 +68,8 @@ describe('switchyard relay', () => {
       await writeFile(tokenFile, 'shared-secret\n');
       const relay = await startSwitchyard([
         'relay',
-        '--pool-file',
-        poolFile,
-        '--listen',
-        '127.0.0.1:0',
-        '--token-file',
-        tokenFile,
-        '--log-level',
-        'warn',
-      ]);
-      started.push(relay);
-      const sidecar = await startSwitchyard([
-        ...controllerSidecarArgs({
-          controllerUrl: relay.url,
-          namespace: 'default',
-          pool: 'test',
-          tokenFile,
-          sidecarId: 'app-1',
-        }),
-        '--log-level',
-        'warn',
-      ]);
-      started.push(sidecar);
-      await eventually(
-        async () => (await debugBackends(sidecar)).endpoints.length === 2,
-        10_000,
-        'the pool from the relay',
-      );
-      const client = new OpenAI({ baseURL: `${sidecar.url}/v1`, apiKey: 'k', maxRetries: 0 });
-      const answer = await client.chat.completions.create({
-        model: 'm',
-        messages: [{ role: 'user', content: 'hello' }],
-      });
-      assert.ok((answer.choices[0]?.message.content ?? '').length > 0);
-
-      // A third backend added to the file reaches the running sidecar as a new snapshot.
-      await writeFile(poolFile, balancePool(sims.map((s) => s.url)));
-      await eventually(
-        async () => (await debugBackends(sidecar)).endpoints.length === 3,
-        10_000,
-        'the changed pool file applied',
-      );
-      // An invalid change is refused and the last good pool stays.
-      await writeFile(poolFile, balancePool(['ftp://10.0.0.1']));
-      await new Promise((r) => setTimeout(r, 1_500));
-      assert.equal((await debugBackends(sidecar)).endpoints.length, 3);
-      assert.match(relay.output(), /pool file change rejected/);
-    } finally {
-      await stopAll(started);
-      await cleanup();
-    }
-  });
-
-  it('relays where one sidecar sent a prompt to the others', async () => {
-    const { dir, cleanup } = await scratchDir();
-    const started: RunningProcess[] = [];
-    try {
-      const sims = [await startSim('a'), await startSim('b')];
-      started.push(...sims);
-      const poolFile = join(dir, 'pool.yaml');
-      await writeFile(poolFile, balancePool(sims.map((s) => s.url)));
-      const tokenFile = join(dir, 'token');
-      await writeFile(tokenFile, 'shared-secret');
-      const relay = await startSwitchyard([
-        'relay',
         ...['--pool-file', poolFile, '--listen', '127.0.0.1:0', '--token-file', tokenFile],
-        ...['--log-level', 'warn'],
+        ...['--load-scrape-every', '100ms', '--log-level', 'warn'],
       ]);
       started.push(relay);
       const sidecars: RunningProcess[] = [];
@@ -150,20 +86,29 @@ describe('switchyard relay', () => {
         ]);
         started.push(sidecar);
         sidecars.push(sidecar);
+        // The pool from the relay, and every server's load from the relay's scrapes (a sidecar
+        // with --controller leaves scraping to its controller), before any request.
         await eventually(
-          async () => (await debugBackends(sidecar)).endpoints.length === 2,
+          async () => {
+            const debug = await debugBackends(sidecar);
+            return (
+              debug.endpoints.length === 2 &&
+              debug.endpoints.every((e) => e.reported !== null && e.reported.running === 0)
+            );
+          },
           10_000,
-          'the pool from the relay',
+          "the pool and the relay's load on every endpoint",
         );
       }
       const client = new OpenAI({ baseURL: `${sidecars[0]!.url}/v1`, apiKey: 'k', maxRetries: 0 });
-      await client.chat.completions.create({
+      const answer = await client.chat.completions.create({
         model: 'm',
         messages: [
           { role: 'system', content: 'You answer questions about trains. '.repeat(20) },
           { role: 'user', content: 'When does the last one leave?' },
         ],
       });
+      assert.ok((answer.choices[0]?.message.content ?? '').length > 0);
       // The second sidecar sent nothing, yet hears of the first one's placement.
       await eventually(
         async () => (await counter(sidecars[1]!, 'switchyard_placements_received_total')) >= 1,
@@ -171,6 +116,24 @@ describe('switchyard relay', () => {
         "the second sidecar to receive the first one's placement",
       );
       assert.ok((await counter(sidecars[0]!, 'switchyard_placements_uploaded_total')) >= 1);
+      // The relay's own metrics, on its port (it has no admin port).
+      const relayMetrics = await (await fetch(`${relay.url}/metrics`)).text();
+      assert.match(relayMetrics, /^switchyard_controller_placements_received_total [1-9]/m);
+      assert.match(relayMetrics, /^switchyard_controller_load_scrapes_total\{result="ok"\} [1-9]/m);
+
+      // A third backend added to the file reaches the running sidecars as a new snapshot.
+      await writeFile(poolFile, balancePool(sims.map((s) => s.url)));
+      for (const sidecar of sidecars)
+        await eventually(
+          async () => (await debugBackends(sidecar)).endpoints.length === 3,
+          10_000,
+          'the changed pool file applied',
+        );
+      // An invalid change is refused and the last good pool stays.
+      await writeFile(poolFile, balancePool(['ftp://10.0.0.1']));
+      await new Promise((r) => setTimeout(r, 1_500));
+      assert.equal((await debugBackends(sidecars[0]!)).endpoints.length, 3);
+      assert.match(relay.output(), /pool file change rejected/);
     } finally {
       await stopAll(started);
       await cleanup();

@@ -2,21 +2,13 @@
  * The routing benchmark's report: the targets of docs/benchmarks.md#routing checked against the
  * results, and a markdown page with a table per scenario.
  */
+import { OWN_POLICY_NAMES } from '../../lib/bench-names.ts';
 import type { BenchResults, ScenarioResult, TargetCheck } from './results.ts';
 import { range, type SeedFigures } from './seeds.ts';
 
 const PEERS = (results: BenchResults, scenario: string): string[] =>
   Object.keys(results.scenarios[scenario] ?? {}).filter(
-    (p) =>
-      ![
-        'round-robin',
-        'random',
-        'least-connections',
-        'p2c',
-        'switchyard',
-        'switchyard-local',
-        'oracle',
-      ].includes(p) && !p.includes('@'),
+    (p) => !(OWN_POLICY_NAMES as readonly string[]).includes(p) && !p.includes('@'),
   );
 
 const CENTRAL = '-central';

@@ -1,5 +1,6 @@
 import type * as NodeHttp from 'node:http';
 import type * as NodeHttps from 'node:https';
+import type { ControllerSession } from './stream-connection.ts';
 
 /**
  * How long a kept-alive connection to the controller may sit idle before the sidecar closes it.
@@ -41,4 +42,28 @@ export function createControllerAgent(
  */
 export function resetOnReusedSocket(req: NodeHttp.ClientRequest, err: Error): boolean {
   return req.reusedSocket && (err as NodeJS.ErrnoException).code === 'ECONNRESET';
+}
+
+/**
+ * The options of a sidecar's JSON POST to the controller (a report, a placements upload): the
+ * stream's credentials and CA, the shared kept-alive `agent` (false: a connection of its own).
+ */
+export function controllerPost(
+  session: ControllerSession,
+  agent: NodeHttp.Agent | false,
+  timeoutMs: number,
+  body: string,
+): NodeHttps.RequestOptions {
+  return {
+    method: 'POST',
+    agent,
+    ca: session.ca,
+    timeout: timeoutMs,
+    headers: {
+      authorization: `Bearer ${session.token}`,
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      'user-agent': 'switchyard-sidecar',
+    },
+  };
 }

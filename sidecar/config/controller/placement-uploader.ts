@@ -15,6 +15,7 @@ import type http from 'node:http';
 import type https from 'node:https';
 import type { Logger } from 'pino';
 import type { PoolPlacements } from '../../../crds/snapshot.ts';
+import { controllerPost } from './controller-agent.ts';
 import { describeError } from './describe-error.ts';
 import type { ControllerSession } from './stream-connection.ts';
 import type { SocketTracker } from './socket-tracker.ts';
@@ -121,18 +122,7 @@ export class PlacementUploader {
     const timeoutMs = this.#options.timeoutMs ?? 2_000;
     const body = JSON.stringify(batch);
     const count = batch.placements.length;
-    const req = lib.request(url, {
-      method: 'POST',
-      agent: this.#agent,
-      ca: session.ca,
-      timeout: timeoutMs,
-      headers: {
-        authorization: `Bearer ${session.token}`,
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(body),
-        'user-agent': 'switchyard-sidecar',
-      },
-    });
+    const req = lib.request(url, controllerPost(session, this.#agent, timeoutMs, body));
     let ok = false;
     const done = new Promise<void>((resolveDone) => {
       req.on('close', () => {

@@ -8,7 +8,7 @@ import {
   type PoolDemand,
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
-import { resetOnReusedSocket } from './controller-agent.ts';
+import { controllerPost, resetOnReusedSocket } from './controller-agent.ts';
 import { describeError } from './describe-error.ts';
 import type { AppliedSnapshot } from './snapshot-applier.ts';
 import type { ControllerSession } from './snapshot-stream.ts';
@@ -181,18 +181,10 @@ export class Reporter {
     const body = JSON.stringify(report);
     this.#busy = true;
     this.#lastSentMs = performance.now();
-    const req = this.#options.lib.request(this.#options.url, {
-      method: 'POST',
-      agent: this.#options.agent ?? false,
-      ca: session.ca,
-      timeout: timeoutMs,
-      headers: {
-        authorization: `Bearer ${session.token}`,
-        'content-type': 'application/json',
-        'content-length': Buffer.byteLength(body),
-        'user-agent': 'switchyard-sidecar',
-      },
-    });
+    const req = this.#options.lib.request(
+      this.#options.url,
+      controllerPost(session, this.#options.agent ?? false, timeoutMs, body),
+    );
     const done = new Promise<void>((resolveDone) => {
       req.on('close', () => {
         this.#inFlight.delete(req);
