@@ -27,6 +27,12 @@ const HELP = `npm run bench:controller-fleet -- [flags]
   --report-every <s>     the subscribers' --report-every (default 10)
   --timeout <s>          give up waiting for a write's or the kill's subscribers (default 60)
   --sync-timeout <s>     give up the initial sync after this long (default 1800)
+  --rolling-restart <n>  the rolling-restart stage: a pool of n endpoints (EndpointSlices of at
+                         most 100) restarted as a Deployment with maxSurge/maxUnavailable 25 %;
+                         0 = off (default 500)
+  --rolling-subscribers <n>  clients following that pool, in hosts of their own (default 100)
+  --rolling-step-ms <ms> one EndpointSlice sync of the rollout every ms (default 250)
+  --rolling-batch <n>    pods changed per sync at most (default 25)
   --no-kill              skip killing a replica
   --out <file>           results JSON (default bench/results/controller-fleet.json)
 `;
@@ -46,6 +52,10 @@ export interface FleetFlags {
   timeoutMs: number;
   syncTimeoutMs: number;
   kill: boolean;
+  rollingRestart: number;
+  rollingSubscribers: number;
+  rollingStepMs: number;
+  rollingBatch: number;
   out: string;
 }
 
@@ -66,6 +76,10 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
       timeout: { type: 'string', default: '60' },
       'sync-timeout': { type: 'string', default: '1800' },
       kill: { type: 'boolean', default: true },
+      'rolling-restart': { type: 'string', default: '500' },
+      'rolling-subscribers': { type: 'string', default: '100' },
+      'rolling-step-ms': { type: 'string', default: '250' },
+      'rolling-batch': { type: 'string', default: '25' },
       out: { type: 'string', default: join(REPO, 'bench/results/controller-fleet.json') },
     },
     HELP,
@@ -91,9 +105,16 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
     timeoutMs: numberFlag('timeout', v.timeout, { min: 1 }) * 1000,
     syncTimeoutMs: numberFlag('sync-timeout', v['sync-timeout'], { min: 1 }) * 1000,
     kill: v.kill,
+    rollingRestart: int('rolling-restart', v['rolling-restart'], 0),
+    rollingSubscribers: int('rolling-subscribers', v['rolling-subscribers'], 1),
+    rollingStepMs: numberFlag('rolling-step-ms', v['rolling-step-ms'], { min: 0 }),
+    rollingBatch: int('rolling-batch', v['rolling-batch'], 1),
     out: v.out,
   };
   if (fleet.clients + fleet.sidecars === 0) usageError('--subscribers and --sidecars are both 0');
+  // Old and new pods' addresses both come from 10.201.0.0/16 (fleet-rolling.ts).
+  if (fleet.rollingRestart > (256 * 254) / 2)
+    usageError(`--rolling-restart: at most ${(256 * 254) / 2} endpoints`);
   if (fleet.kill && fleet.replicas < 2) usageError('killing a replica needs --replicas >= 2');
   // What the shared set-up steps read: one token per subscriber, in the namespaces given.
   const base = {

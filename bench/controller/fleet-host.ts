@@ -9,7 +9,11 @@
  * Usage: node fleet-host.ts <config.json>. Prints the forwarder's URL once listening, then a
  * line per snapshot a client applied (`s <subscriber> <epoch ms> <digest of its endpoint ids>`),
  * and on stdin `arm` a line per stream seen closed afterwards (`d <subscriber> <epoch ms>`), on
- * `stats` one `stats {json}` line.
+ * `stats` one `stats {json}` line, on `counters` one `counters {json}` line: per subscriber index,
+ * [snapshots applied, bytes of those snapshot events]. The bytes are the SSE event as the
+ * controller frames it (`event: snapshot`, `id:`, `data: <JSON>`), re-serialized from the received
+ * snapshot (the same object the controller stringified, so the same bytes); TLS, chunked framing,
+ * heartbeats and other event types are not counted.
  */
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -52,6 +56,8 @@ async function main(): Promise<void> {
   const clients: ControllerClient[] = [];
   const held = new Map<number, string>();
   let applied = 0;
+  let snapshotBytes = 0;
+  const counters = new Map<number, [number, number]>();
   for (const s of config.subscribers) {
     let endpoints: { id: string }[] = [];
     clients.push(
@@ -66,6 +72,12 @@ async function main(): Promise<void> {
         logger,
         onSnapshot: (snapshot) => {
           applied++;
+          const bytes = Buffer.byteLength(
+            `event: snapshot\nid: ${snapshot.version}\ndata: ${JSON.stringify(snapshot)}\n\n`,
+          );
+          snapshotBytes += bytes;
+          const c = counters.get(s.index) ?? [0, 0];
+          counters.set(s.index, [c[0] + 1, c[1] + bytes]);
           endpoints = snapshot.endpoints;
           const digest = keyDigest(snapshotKey(endpoints));
           const changed = held.get(s.index) !== digest;
@@ -107,8 +119,10 @@ async function main(): Promise<void> {
     } else if (line === 'stats') {
       const connected = clients.filter((c) => c.connected()).length;
       emit(
-        `stats ${JSON.stringify({ connected, applied, handed: forwarder.handed, rssMb: process.memoryUsage().rss / 2 ** 20 })}`,
+        `stats ${JSON.stringify({ connected, applied, snapshotBytes, handed: forwarder.handed, rssMb: process.memoryUsage().rss / 2 ** 20 })}`,
       );
+    } else if (line === 'counters') {
+      emit(`counters ${JSON.stringify(Object.fromEntries(counters))}`);
     }
   });
   input.on('close', () => void shutdown());

@@ -55,6 +55,7 @@ export class Fleet {
   /** Each host's forwarder port, in the order they came up. */
   readonly forwarderPorts: number[] = [];
   private statsWaiters: ((s: unknown) => void)[] = [];
+  private countersWaiters: ((s: unknown) => void)[] = [];
 
   constructor(pools: { of: (i: number) => PoolFixture }, clients: number, sidecars: number) {
     for (let i = 0; i < clients + sidecars; i++)
@@ -157,6 +158,8 @@ export class Fleet {
           this.subscribers[Number(i)]!.droppedAt ??= Number(at);
         } else if (line.startsWith('stats '))
           this.statsWaiters.shift()?.(JSON.parse(line.slice(6)));
+        else if (line.startsWith('counters '))
+          this.countersWaiters.shift()?.(JSON.parse(line.slice(9)));
       });
       void tracked.exited.then((code) =>
         reject(new Error(`subscriber host exited (${code}):\n${tracked.output()}`)),
@@ -166,7 +169,7 @@ export class Fleet {
 
   /** Every host's `stats` line. */
   async hostStats(): Promise<
-    { connected: number; applied: number; handed: number[]; rssMb: number }[]
+    { connected: number; applied: number; snapshotBytes: number; handed: number[]; rssMb: number }[]
   > {
     const replies = this.hosts.map(
       (h) =>
@@ -177,6 +180,21 @@ export class Fleet {
     );
     // Replies come in any order; each is a whole host's, so only the set matters.
     return (await Promise.all(replies)) as never;
+  }
+
+  /** Per subscriber, [snapshots applied, bytes of their events] so far (fleet-host.ts). */
+  async hostCounters(): Promise<Map<number, [number, number]>> {
+    const replies = this.hosts.map(
+      (h) =>
+        new Promise<unknown>((r) => {
+          this.countersWaiters.push(r);
+          h.stdin?.write('counters\n');
+        }),
+    );
+    const out = new Map<number, [number, number]>();
+    for (const reply of (await Promise.all(replies)) as Record<string, [number, number]>[])
+      for (const [i, c] of Object.entries(reply)) out.set(Number(i), c);
+    return out;
   }
 
   /** Hosts start reporting streams seen closed; snapshots from now on count as `afterSince`. */

@@ -10,6 +10,8 @@
  *     each replica's RSS and CPU;
  *   - an EndpointSlice write → every subscriber of that pool (p50/p99 per subscriber and of the
  *     last one), one write at a time;
+ *   - a rolling restart of a `--rolling-restart`-replica Deployment, replayed as the EndpointSlice
+ *     controller writes it, to one pool with subscribers of its own (fleet-rolling.ts);
  *   - a replica SIGKILLed: its subscribers reconnect to the others; the time until every one of
  *     them applied its pool's current snapshot again.
  *
@@ -24,6 +26,7 @@ import { expectedKey, makeTls, mutate, paths, sliceObject } from './fixture.ts';
 import { parseFleetFlags } from './fleet-flags.ts';
 import { keyDigest } from './fleet-digest.ts';
 import { apiRequestCounts, ratesPerMinute, readReplicas, startReplicas } from './fleet-replicas.ts';
+import { rollingRestart } from './fleet-rolling.ts';
 import { epochMs, Fleet, type SubscriberState } from './fleet-subscribers.ts';
 import { loadAverage } from './resources.ts';
 import { RunResources } from './run-resources.ts';
@@ -235,6 +238,18 @@ async function main(): Promise<void> {
       load: loadAverage(),
     };
     log(`writes: ${JSON.stringify(results.writes)}`);
+
+    if (flags.rollingRestart > 0)
+      results.rollingRestart = await rollingRestart({
+        flags,
+        server,
+        namespace: pools.all[0]!.namespace,
+        replicas,
+        dir: resources.dir,
+        caFile: tls.caFile,
+        hold: (release) => resources.hold(release),
+        dist,
+      });
 
     // A replica killed.
     if (flags.kill) {
