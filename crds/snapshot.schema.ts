@@ -166,6 +166,28 @@ export const PoolPlacementsSchema = Type.Object({
   placements: Type.Array(PlacementSchema, { maxItems: 10_000 }),
 });
 
+/**
+ * The `endpoints` event (issue 46): what changed in the pool's endpoints since the snapshot the
+ * subscriber holds (`baseVersion`, the last `snapshot` or `endpoints` event of its stream). Sent
+ * only to a sidecar that asked for it (`?deltas=1`), only when policy and timeouts did not change.
+ * Applying it: drop `removed`, replace `changed` in place (by id), then insert each of `added` at
+ * its index `at` of the new list, in order; `endpointsHash` is the content hash (canonical JSON,
+ * FNV-1a 64: crds/content-hash.ts) of the resulting list, `hash` the new snapshot's own hash (what
+ * the sidecar reports). Unknown fields are allowed.
+ */
+export const EndpointsDeltaSchema = Type.Object({
+  version: Type.Integer({ minimum: 1 }),
+  baseVersion: Type.Integer({ minimum: 1 }),
+  hash: Type.String({ minLength: 1 }),
+  endpointsHash: Type.String({ minLength: 1 }),
+  added: Type.Array(
+    Type.Object({ at: Type.Integer({ minimum: 0 }), endpoint: EndpointSpecSchema }),
+    { maxItems: 100_000 },
+  ),
+  removed: Type.Array(Type.String({ minLength: 1 }), { maxItems: 100_000 }),
+  changed: Type.Array(EndpointSpecSchema, { maxItems: 100_000 }),
+});
+
 /** The checked messages of the stream, by name: what the generator compiles. */
 export const SNAPSHOT_SCHEMAS = {
   PoolSnapshot: PoolSnapshotSchema,
@@ -173,6 +195,7 @@ export const SNAPSHOT_SCHEMAS = {
   SidecarReport: SidecarReportSchema,
   PoolShares: PoolSharesSchema,
   PoolPlacements: PoolPlacementsSchema,
+  EndpointsDelta: EndpointsDeltaSchema,
 } as const;
 
 export type SnapshotMessage = keyof typeof SNAPSHOT_SCHEMAS;

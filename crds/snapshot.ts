@@ -15,6 +15,7 @@
 import { createRequire } from 'node:module';
 import type { Static } from '@sinclair/typebox';
 import {
+  checkEndpointsDelta,
   checkPoolLoad,
   checkPoolPlacements,
   checkPoolShares,
@@ -22,6 +23,7 @@ import {
   checkSidecarReport,
 } from './snapshot-checks.generated.ts';
 import type {
+  EndpointsDeltaSchema,
   EndpointHealthReportSchema,
   EndpointLoadSchema,
   BudgetDemandSchema,
@@ -63,6 +65,20 @@ export const SHARES_EVENT = 'shares';
 export const PLACEMENTS_EVENT = 'placements';
 
 /**
+ * The SSE event type of an `EndpointsDelta` (issue 46): the change of the pool's endpoint list
+ * since the subscriber's last snapshot. Sent only to a sidecar that subscribed with
+ * `?deltas=1` (`DELTAS_QUERY`): one that ignored it would keep a stale endpoint list. Its `id:` is
+ * the new snapshot version, as a `snapshot` event's.
+ */
+export const ENDPOINTS_EVENT = 'endpoints';
+
+/** The query parameter by which a sidecar asks for `endpoints` events: `?deltas=1`. */
+export const DELTAS_QUERY = 'deltas';
+
+/** Response header of the snapshot stream when it will send this subscriber deltas: `1`. */
+export const DELTAS_HEADER = 'x-switchyard-deltas';
+
+/**
  * Response header of the snapshot stream when the controller relays placements: the most bytes
  * per second of `placements` events it sends this subscriber. A sidecar uploads its own
  * placements (`placementsPath`) only to a controller that sends this header.
@@ -95,6 +111,7 @@ export type BudgetDemand = Static<typeof BudgetDemandSchema>;
 export type PoolDemand = Static<typeof PoolDemandSchema>;
 export type BudgetShare = Static<typeof BudgetShareSchema>;
 export type PoolShares = Static<typeof PoolSharesSchema>;
+export type EndpointsDelta = Static<typeof EndpointsDeltaSchema>;
 
 /**
  * Where the load of an endpoint is read: its base URL without the API prefix (a trailing `/v1`),
@@ -186,6 +203,20 @@ export function parsePlacements(value: unknown): ParseResult<PoolPlacements> {
       };
   }
   return result;
+}
+
+/**
+ * Checks an `endpoints` event's data: the schema, and no endpoint id twice among `added`, nor
+ * twice among `changed` (whether it applies to the snapshot held is `applyEndpointsDelta`'s).
+ */
+export function parseEndpointsDelta(value: unknown): ParseResult<EndpointsDelta> {
+  const result = parseWith<EndpointsDelta>('EndpointsDelta', checkEndpointsDelta, value);
+  if (!result.ok) return result;
+  const added = uniqueIds(
+    result,
+    result.value.added.map((a) => a.endpoint),
+  );
+  return added.ok ? uniqueIds(result, result.value.changed) : added;
 }
 
 /** Checks a `shares` event's data; a sidecar uses nothing that fails this. */
