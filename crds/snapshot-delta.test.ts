@@ -29,7 +29,7 @@ function endpoint(backend: string, n: number, extra: Partial<EndpointSpec> = {})
     weight: 1,
     costPerMTok: 1,
     ...extra,
-  } as EndpointSpec;
+  };
 }
 
 function snapshot(version: number, endpoints: EndpointSpec[], policy = POLICY): PoolSnapshot {
@@ -72,8 +72,10 @@ describe('endpointsDelta / applyEndpointsDelta', () => {
       const delta = endpointsDelta(base, next);
       assert.ok(delta !== undefined, 'sorted lists never reorder survivors');
       deltas++;
-      assert.equal(parseEndpointsDelta(JSON.parse(JSON.stringify(delta))).ok, true);
-      const applied = applyEndpointsDelta(base, JSON.parse(JSON.stringify(delta)));
+      // Through the wire: JSON and the check a sidecar runs.
+      const parsed = parseEndpointsDelta(JSON.parse(JSON.stringify(delta)));
+      assert.ok(parsed.ok);
+      const applied = applyEndpointsDelta(base, parsed.value);
       assert.ok(applied.ok, applied.ok ? '' : applied.reason);
       assert.deepEqual(applied.snapshot, next);
       assert.equal(
