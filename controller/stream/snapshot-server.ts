@@ -2,7 +2,11 @@ import http from 'node:http';
 import https from 'node:https';
 import type { Logger } from 'pino';
 import type { EndpointSpec } from '../../crds/policy-types.ts';
+import { endpointsDelta } from '../../crds/snapshot-delta.ts';
 import {
+  DELTAS_HEADER,
+  DELTAS_QUERY,
+  ENDPOINTS_EVENT,
   LOAD_EVENT,
   metricsUrl,
   parsePlacements,
@@ -51,6 +55,8 @@ interface Subscriber {
   pod: BoundPod | undefined;
   /** The last `shares` event sent on this stream (issue 43), to send only changes. */
   sent: PoolShares | undefined;
+  /** It subscribed with `?deltas=1`: it applies `endpoints` events (issue 46). */
+  deltas: boolean;
 }
 
 /** One sidecar as this replica's stream server knows it: its connections and its last report. */
@@ -67,6 +73,13 @@ interface PoolChannel {
   event: string | undefined;
   /** The same without API keys, for tokens bound to no pod; `event` when it holds no key. */
   keylessEvent: string | undefined;
+  /**
+   * The `endpoints` event from the previously published snapshot to `snapshot` (issue 46), and its
+   * keyless twin; undefined when the change is no delta or the delta is not worth it (not under
+   * half the full event's bytes). Only the publish that built them sends them.
+   */
+  deltaEvent: string | undefined;
+  keylessDeltaEvent: string | undefined;
   subscribers: Set<Subscriber>;
   sidecars: Map<string, SidecarConnection>;
   /** A re-split of the pool's budgets is due (coalesced), and when the last one ran. */
@@ -109,6 +122,17 @@ const MAX_PLACEMENTS_BYTES = 64 * 1024;
  */
 export const PEER_PLACEMENTS_PATH = '/v1/internal/placements';
 const MAX_PEER_PLACEMENTS_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The `endpoints` event from `previous` to `next` (issue 46), when there is one and it is worth
+ * it: under half the bytes of the full event `full` (a change of most endpoints goes whole).
+ */
+function deltaEvent(previous: PoolSnapshot, next: PoolSnapshot, full: string): string | undefined {
+  const delta = endpointsDelta(previous, next);
+  if (delta === undefined) return undefined;
+  const event = `event: ${ENDPOINTS_EVENT}\nid: ${delta.version}\ndata: ${JSON.stringify(delta)}\n\n`;
+  return event.length * 2 < full.length ? event : undefined;
+}
 
 function sendJson(
   res: http.ServerResponse,
@@ -180,6 +204,8 @@ export class SnapshotServer {
         snapshot: undefined,
         event: undefined,
         keylessEvent: undefined,
+        deltaEvent: undefined,
+        keylessDeltaEvent: undefined,
         subscribers: new Set(),
         sidecars: new Map(),
         splitTimer: undefined,
@@ -195,13 +221,29 @@ export class SnapshotServer {
   /** Sends a new snapshot of `key` to every subscriber; `sinceMs` is when the change was seen. */
   publish(key: PoolKey, snapshot: PoolSnapshot, sinceMs: number): void {
     const channel = this.channel(key);
+    const previous = channel.snapshot;
     channel.snapshot = snapshot;
     const event = (s: PoolSnapshot): string =>
       `event: ${SNAPSHOT_EVENT}\nid: ${s.version}\ndata: ${JSON.stringify(s)}\n\n`;
     channel.event = event(snapshot);
+    const keys = holdsApiKeys(snapshot) || (previous !== undefined && holdsApiKeys(previous));
     channel.keylessEvent = holdsApiKeys(snapshot) ? event(withoutApiKeys(snapshot)) : channel.event;
-    for (const s of channel.subscribers)
-      s.res.write(s.withKeys ? channel.event : channel.keylessEvent);
+    // Built only while someone would get them: once per change, shared by every subscriber here.
+    const wanted = [...channel.subscribers].some((s) => s.deltas);
+    channel.deltaEvent =
+      wanted && previous !== undefined ? deltaEvent(previous, snapshot, channel.event) : undefined;
+    channel.keylessDeltaEvent =
+      !keys || channel.deltaEvent === undefined || previous === undefined
+        ? channel.deltaEvent
+        : deltaEvent(withoutApiKeys(previous), withoutApiKeys(snapshot), channel.keylessEvent);
+    for (const s of channel.subscribers) {
+      const delta = s.deltas
+        ? s.withKeys
+          ? channel.deltaEvent
+          : channel.keylessDeltaEvent
+        : undefined;
+      s.res.write(delta ?? (s.withKeys ? channel.event : channel.keylessEvent));
+    }
     if (channel.subscribers.size > 0)
       this.options.metrics.pushLatency.observe((performance.now() - sinceMs) / 1000);
     this.scheduleSplit(key);
@@ -511,7 +553,15 @@ export class SnapshotServer {
       url.searchParams.get('sidecar') ??
       `${auth.identity.serviceAccount}@${req.socket.remoteAddress ?? '?'}`;
     if (kind === 'snapshots')
-      this.subscribe(key, sidecar, access.kind === 'with-keys', auth.identity.pod, req, res);
+      this.subscribe(
+        key,
+        sidecar,
+        access.kind === 'with-keys',
+        auth.identity.pod,
+        url.searchParams.get(DELTAS_QUERY) === '1',
+        req,
+        res,
+      );
     else if (kind === 'placements') await this.acceptPlacements(key, req, res);
     else await this.acceptReport(key, auth.identity.podName, req, res);
   }
@@ -521,6 +571,7 @@ export class SnapshotServer {
     sidecar: string,
     withKeys: boolean,
     pod: BoundPod | undefined,
+    deltas: boolean,
     req: http.IncomingMessage,
     res: http.ServerResponse,
   ): void {
@@ -529,6 +580,7 @@ export class SnapshotServer {
       'content-type': 'text/event-stream',
       'cache-control': 'no-store',
       'x-switchyard-protocol': String(SNAPSHOT_PROTOCOL_VERSION),
+      ...(deltas ? { [DELTAS_HEADER]: '1' } : {}),
       ...(withKeys ? {} : { [API_KEYS_HEADER]: 'withheld' }),
       ...(this.placements === undefined
         ? {}
@@ -538,7 +590,8 @@ export class SnapshotServer {
     res.write(': connected\n\n');
     const current = withKeys ? channel.event : channel.keylessEvent;
     if (current !== undefined) res.write(current);
-    const subscriber: Subscriber = { sidecar, res, withKeys, pod, sent: undefined };
+    // It gets the full current snapshot first: every later delta's base is what it holds.
+    const subscriber: Subscriber = { sidecar, res, withKeys, pod, sent: undefined, deltas };
     channel.subscribers.add(subscriber);
     const state = channel.sidecars.get(sidecar) ?? {
       report: undefined,
