@@ -229,6 +229,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
             active: actives[i]!,
             logger: poolNames.length === 1 ? logger : logger.child({ pool }),
             placementCounters: metrics[i]!.placements,
+            onDelta: (applied) => metrics[i]!.deltas[applied ? 'applied' : 'rejected'].inc(),
           }),
         ),
       );

@@ -10,10 +10,10 @@
  * line per snapshot a client applied (`s <subscriber> <epoch ms> <digest of its endpoint ids>`),
  * and on stdin `arm` a line per stream seen closed afterwards (`d <subscriber> <epoch ms>`), on
  * `stats` one `stats {json}` line, on `counters` one `counters {json}` line: per subscriber index,
- * [snapshots applied, bytes of those snapshot events]. The bytes are the SSE event as the
- * controller frames it (`event: snapshot`, `id:`, `data: <JSON>`), re-serialized from the received
- * snapshot (the same object the controller stringified, so the same bytes); TLS, chunked framing,
- * heartbeats and other event types are not counted.
+ * [snapshots applied (whole or built from an `endpoints` delta), bytes of the `snapshot` and
+ * `endpoints` events received]. The bytes are the SSE event as the controller frames it (`event:`,
+ * `id:`, `data: <JSON>` as received); TLS, chunked framing, heartbeats and other event types are
+ * not counted.
  */
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -70,14 +70,20 @@ async function main(): Promise<void> {
         sidecarId: `fleet-${s.index}`,
         reportEveryMs: config.reportEveryMs,
         logger,
-        onSnapshot: (snapshot) => {
-          applied++;
+        // The events as received (full snapshots and, since the client asks for them, endpoints
+        // deltas: issue 46), framed as the controller frames them.
+        onStreamEvent: (type, id, data) => {
           const bytes = Buffer.byteLength(
-            `event: snapshot\nid: ${snapshot.version}\ndata: ${JSON.stringify(snapshot)}\n\n`,
+            `event: ${type}\n${id === undefined ? '' : `id: ${id}\n`}data: ${data}\n\n`,
           );
           snapshotBytes += bytes;
           const c = counters.get(s.index) ?? [0, 0];
-          counters.set(s.index, [c[0] + 1, c[1] + bytes]);
+          counters.set(s.index, [c[0], c[1] + bytes]);
+        },
+        onSnapshot: (snapshot) => {
+          applied++;
+          const c = counters.get(s.index) ?? [0, 0];
+          counters.set(s.index, [c[0] + 1, c[1]]);
           endpoints = snapshot.endpoints;
           const digest = keyDigest(snapshotKey(endpoints));
           const changed = held.get(s.index) !== digest;

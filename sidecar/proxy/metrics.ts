@@ -110,6 +110,11 @@ export class SidecarMetrics {
   private readonly responsesByCode = new Map<number, { inc(): void }>();
   readonly configApplied: { inc(): void };
   readonly configRejected: { inc(): void };
+  /**
+   * `endpoints` deltas (issue 46) applied, and not applied (the stream was dropped for a full
+   * snapshot).
+   */
+  readonly deltas: { applied: { inc(): void }; rejected: { inc(): void } };
   private gaugeSource: () => readonly EndpointGauges[] = () => [];
   private exchangeSource: () => PrefillExchangeReading | undefined = () => undefined;
   private flowSource: () => FlowReading | undefined = () => undefined;
@@ -155,6 +160,10 @@ export class SidecarMetrics {
     ) as Record<AffinityResult, { inc(): void }>;
     this.configApplied = shared.applied.labels({ pool });
     this.configRejected = shared.rejected.labels({ pool });
+    this.deltas = {
+      applied: shared.deltas.labels({ pool, result: 'applied' }),
+      rejected: shared.deltas.labels({ pool, result: 'rejected' }),
+    };
     const refusals = Object.fromEntries(
       REFUSAL_REASONS.map((r) => [r, shared.refusals.labels({ pool, reason: r })]),
     ) as Record<RefusalReason, { inc(): void }>;
@@ -368,6 +377,7 @@ class SharedFamilies {
   readonly placementBytesReceived: Counter<'pool'>;
   readonly placementUploadFailures: Counter<'pool'>;
   readonly placementsDropped: Counter<'pool'>;
+  readonly deltas: Counter<'pool' | 'result'>;
 
   constructor() {
     const registers = [this.registry];
@@ -450,6 +460,12 @@ class SharedFamilies {
       name: 'switchyard_placement_upload_failures_total',
       help: 'Placement uploads that failed (network, timeout, refused); each batch is dropped, not retried.',
       labelNames: ['pool'],
+      registers,
+    });
+    this.deltas = new Counter({
+      name: 'switchyard_snapshot_deltas_total',
+      help: 'Endpoints deltas from the controller (issue 46), by result: applied, or rejected (another base version, an unknown id, a hash mismatch, invalid: each time the sidecar reconnected to get the full snapshot).',
+      labelNames: ['pool', 'result'],
       registers,
     });
     this.placementsDropped = new Counter({

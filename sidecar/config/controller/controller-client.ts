@@ -17,6 +17,7 @@ import { readFile } from 'node:fs/promises';
 import { http, https } from '../../../lib/node-http.ts';
 import type { Logger } from 'pino';
 import {
+  DELTAS_QUERY,
   parseShares,
   placementsPath,
   reportPath,
@@ -85,6 +86,16 @@ export interface ControllerClientOptions {
    * the stream closes: the last shares stay in force while the controller is away.
    */
   onShares?: ((shares: PoolShares) => void) | undefined;
+  /**
+   * An `endpoints` delta (issue 46) was applied, or could not be (false: the stream is dropped and
+   * reopened for the full snapshot); the metric `switchyard_snapshot_deltas_total`.
+   */
+  onDelta?: ((applied: boolean) => void) | undefined;
+  /**
+   * Every `snapshot` and `endpoints` event as received, before it is checked: its type, `id:` and
+   * data. For the fleet benchmark's byte counts; the sidecar does not set it.
+   */
+  onStreamEvent?: ((type: string, id: string | undefined, data: string) => void) | undefined;
   /** Per-endpoint health for reports (see `endpointHealth` in endpoint-health.ts). */
   currentEndpoints(): EndpointHealthReport[];
   /**
@@ -191,7 +202,8 @@ function settingsOf(options: ControllerClientOptions): Settings {
   const maxEventSize = positive('maxEventSize', options.maxEventSize ?? DEFAULT_MAX_EVENT_SIZE);
 
   const prefix = base.pathname.replace(/\/+$/, '');
-  const query = `?sidecar=${encodeURIComponent(options.sidecarId)}`;
+  // deltas=1: this client applies `endpoints` events (issue 46); a controller without them ignores it.
+  const query = `?sidecar=${encodeURIComponent(options.sidecarId)}&${DELTAS_QUERY}=1`;
   return {
     base,
     streamUrl: new URL(prefix + snapshotStreamPath(options.namespace, options.pool) + query, base),
@@ -366,8 +378,12 @@ export function startControllerClient(options: ControllerClientOptions): Control
     onPlacements:
       placements === undefined ? undefined : (batch, bytes) => placements.received(batch, bytes),
     onSnapshot: (snapshot) => {
-      if (applier.accept(snapshot, 'stream')) reporter.sendNow();
+      const accepted = applier.accept(snapshot, 'stream');
+      if (accepted) reporter.sendNow();
+      return accepted;
     },
+    onDelta: (applied) => options.onDelta?.(applied),
+    onStreamEvent: options.onStreamEvent && ((e) => options.onStreamEvent?.(e.type, e.id, e.data)),
     onLoad: (load) => options.onLoad?.(load),
     onShares: (shares) => {
       options.onShares?.(shares);

@@ -3,14 +3,18 @@ import type http from 'node:http';
 import type https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
+import { applyEndpointsDelta } from '../../../crds/snapshot-delta.ts';
 import {
+  ENDPOINTS_EVENT,
   LOAD_EVENT,
   PLACEMENTS_EVENT,
   PLACEMENTS_HEADER,
+  parseEndpointsDelta,
   parseLoad,
   parseShares,
   parseSnapshot,
   SHARES_EVENT,
+  SNAPSHOT_EVENT,
   type PoolLoad,
   type PoolPlacements,
   type PoolShares,
@@ -67,8 +71,15 @@ export interface SnapshotStreamOptions {
   onConnected(session: ControllerSession, placementsBytesPerSecond?: number): void;
   /** The open stream closed. */
   onDisconnected(): void;
-  /** A valid snapshot of our pool arrived. */
-  onSnapshot(snapshot: PoolSnapshot): void;
+  /**
+   * A valid snapshot arrived (whole, or built from an `endpoints` delta); true when it is now the
+   * one in force (ours, applied), the base of the next delta.
+   */
+  onSnapshot(snapshot: PoolSnapshot): boolean;
+  /** Every `snapshot` and `endpoints` event as received, before it is checked (benchmarks). */
+  onStreamEvent?: ((event: SseEvent) => void) | undefined;
+  /** An `endpoints` delta was applied, or could not be (false: the connection is being dropped). */
+  onDelta?: ((applied: boolean) => void) | undefined;
   /** A valid `load` event arrived: what the pool's servers last reported. */
   onLoad(load: PoolLoad): void;
   /** A valid `shares` event arrived: this sidecar's shares of the pool's budgets. */
@@ -87,8 +98,19 @@ export class SnapshotStream {
   readonly #stop = new AbortController();
   #closed = false;
   #current: http.ClientRequest | undefined;
+  #connection: StreamConnection | undefined;
   #session: ControllerSession | undefined;
   readonly #placements: PlacementsEvents;
+  /**
+   * The snapshot in force as this connection delivered it (issue 46): the only base an `endpoints`
+   * delta applies to. None at the start of a connection: the controller sends the full snapshot
+   * first, and one from the cache or an earlier connection may be older than the delta's base.
+   */
+  #base: PoolSnapshot | undefined;
+  /** The first rejected delta is logged at warn, later ones at debug (each reconnects at once). */
+  #warnedDelta = false;
+  /** This connection is being dropped for a rejected delta: its remaining events are ignored. */
+  #dropping = false;
 
   constructor(options: SnapshotStreamOptions) {
     this.#options = options;
@@ -160,6 +182,8 @@ export class SnapshotStream {
 
   /** One connection, from request to close. Resolves true when the stream delivered any data. */
   async #streamOnce(session: ControllerSession): Promise<boolean> {
+    this.#base = undefined;
+    this.#dropping = false;
     const connection = new StreamConnection(this.#options, session, {
       closed: () => this.#closed,
       opened: (headers) => {
@@ -174,16 +198,18 @@ export class SnapshotStream {
       refused: (status, code, message) => this.#logRefusal(status, code, message),
     });
     this.#current = connection.request;
+    this.#connection = connection;
     try {
       return await connection.done;
     } finally {
       this.#current = undefined;
+      this.#connection = undefined;
     }
   }
 
   #onEvent(event: SseEvent): void {
     const { log } = this.#options;
-    if (this.#closed) return;
+    if (this.#closed || this.#dropping) return;
     if (event.type === LOAD_EVENT) {
       this.#onLoad(event);
       return;
@@ -197,7 +223,13 @@ export class SnapshotStream {
         this.#placements.accept(event.data, this.#options.onPlacements);
       return;
     }
-    if (event.type !== 'snapshot') {
+    if (event.type === ENDPOINTS_EVENT || event.type === SNAPSHOT_EVENT)
+      this.#options.onStreamEvent?.(event);
+    if (event.type === ENDPOINTS_EVENT) {
+      this.#onDelta(event);
+      return;
+    }
+    if (event.type !== SNAPSHOT_EVENT) {
       log.debug({ type: event.type }, 'ignoring an event of unknown type');
       return;
     }
@@ -221,7 +253,53 @@ export class SnapshotStream {
       return;
     }
     // Whether it is ours, and new, is the applier's to say (snapshot-applier.ts).
-    this.#options.onSnapshot(parsed.value);
+    this.#base = this.#options.onSnapshot(parsed.value) ? parsed.value : undefined;
+  }
+
+  /**
+   * An `endpoints` delta (issue 46): applied to the snapshot this connection delivered, when it is
+   * the delta's base and the list built hashes as the controller's. Anything else means this
+   * sidecar no longer knows the pool's endpoints: it drops the stream, and the controller sends
+   * the full snapshot on the next connection (at once: the connection delivered data).
+   */
+  #onDelta(event: SseEvent): void {
+    let value: unknown;
+    try {
+      value = JSON.parse(event.data);
+    } catch {
+      this.#rejectDelta(event.id, 'not valid JSON');
+      return;
+    }
+    const parsed = parseEndpointsDelta(value);
+    if (!parsed.ok) {
+      this.#rejectDelta(event.id, 'it does not match the delta schema', parsed.errors);
+      return;
+    }
+    if (this.#base === undefined) {
+      this.#rejectDelta(event.id, 'no snapshot of this connection to apply it to');
+      return;
+    }
+    const result = applyEndpointsDelta(this.#base, parsed.value);
+    if (!result.ok) {
+      this.#rejectDelta(event.id, result.reason);
+      return;
+    }
+    this.#options.onDelta?.(true);
+    this.#base = this.#options.onSnapshot(result.snapshot) ? result.snapshot : undefined;
+  }
+
+  #rejectDelta(id: string | undefined, reason: string, errors?: unknown): void {
+    const { log } = this.#options;
+    const fields = { id, reason, ...(errors === undefined ? {} : { errors }) };
+    const message =
+      'endpoints delta not applied; reconnecting for the full snapshot (the last good one stays in force meanwhile)';
+    if (this.#warnedDelta) log.debug(fields, message);
+    else log.warn(fields, message);
+    this.#warnedDelta = true;
+    this.#base = undefined;
+    this.#dropping = true;
+    this.#options.onDelta?.(false);
+    this.#connection?.request.destroy();
   }
 
   /**
