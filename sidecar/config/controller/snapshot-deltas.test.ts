@@ -125,7 +125,10 @@ describe('controller client: endpoints deltas', () => {
     });
     const deadline = Date.now() + 5_000;
     while (!until(applied)) {
-      assert.ok(Date.now() < deadline, `timed out; applied ${applied.map((s) => s.version)}`);
+      assert.ok(
+        Date.now() < deadline,
+        `timed out; applied ${applied.map((s) => s.version).join(',')}`,
+      );
       await new Promise((r) => setTimeout(r, 10));
     }
     await client.close();
