@@ -121,14 +121,27 @@ describe('switchyard relay', () => {
       assert.match(relayMetrics, /^switchyard_controller_placements_received_total [1-9]/m);
       assert.match(relayMetrics, /^switchyard_controller_load_scrapes_total\{result="ok"\} [1-9]/m);
 
-      // A third backend added to the file reaches the running sidecars as a new snapshot.
+      // A third backend added to the file reaches the running sidecars as an `endpoints` delta
+      // (issue 46: they ask for deltas, and only the endpoints changed), not a full snapshot.
       await writeFile(poolFile, balancePool(sims.map((s) => s.url)));
-      for (const sidecar of sidecars)
+      for (const sidecar of sidecars) {
         await eventually(
           async () => (await debugBackends(sidecar)).endpoints.length === 3,
           10_000,
           'the changed pool file applied',
         );
+        // The admin reuses its /metrics text for a second: wait for the render after the delta.
+        await eventually(
+          async () =>
+            /^switchyard_snapshot_deltas_total\{[^}]*result="applied"[^}]*\} 1$/m.test(
+              await (await fetch(`${sidecar.adminUrl}/metrics`)).text(),
+            ),
+          5_000,
+          'the change applied as a delta',
+        );
+        const metrics = await (await fetch(`${sidecar.adminUrl}/metrics`)).text();
+        assert.doesNotMatch(metrics, /^switchyard_snapshot_deltas_total\{[^}]*result="rejected"/m);
+      }
       // An invalid change is refused and the last good pool stays.
       await writeFile(poolFile, balancePool(['ftp://10.0.0.1']));
       await new Promise((r) => setTimeout(r, 1_500));
