@@ -4,7 +4,7 @@
  * for a full snapshot when one does not apply (another base, a hash mismatch).
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -98,7 +98,11 @@ describe('controller client: endpoints deltas', () => {
     };
   }
 
-  async function run(script: string[][], until: (applied: PoolSnapshot[]) => boolean) {
+  async function run(
+    script: string[][],
+    until: (applied: PoolSnapshot[]) => boolean,
+    cacheFile?: string,
+  ) {
     const fc = await scripted(script);
     const applied: PoolSnapshot[] = [];
     const deltas: boolean[] = [];
@@ -109,6 +113,7 @@ describe('controller client: endpoints deltas', () => {
       pool: 'chat',
       tokenFile,
       sidecarId: 'app-1',
+      cacheFile,
       reportEveryMs: 60_000,
       backoff: { initialMs: 10, maxMs: 40 },
       logger: pino(
@@ -149,6 +154,16 @@ describe('controller client: endpoints deltas', () => {
     assert.deepEqual(r.applied, [v1, v2, v3]);
     assert.deepEqual(r.deltas, [true, true]);
     assert.equal(r.requests.length, 1, 'no reconnect');
+  });
+
+  test('the cache file holds the full snapshot built from the deltas', async () => {
+    const cacheFile = join(dir, 'snapshot.json');
+    await run(
+      [[full(v1), delta(endpointsDelta(v1, v2)!), delta(endpointsDelta(v2, v3)!)]],
+      (a) => a.at(-1)?.version === 3,
+      cacheFile,
+    );
+    assert.deepEqual(JSON.parse(await readFile(cacheFile, 'utf8')), v3);
   });
 
   test('a delta from another base: reconnects, and the full snapshot of the next stream applies', async () => {
