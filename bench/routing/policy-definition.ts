@@ -120,12 +120,24 @@ export async function startInstances(
 ): Promise<RouterSet> {
   const children: Instance[] = [];
   let failure: Error | undefined;
+  // Ports come from `freePort` (bind 0, close, pass the number on): another process starting at
+  // the same moment can take one in between, which 16 instances of two ports each met. Such an
+  // instance is started again once, with fresh ports.
+  const startOnce = async (i: number): Promise<Instance> => {
+    try {
+      return await start(i);
+    } catch (err) {
+      if (!/address already in use|EADDRINUSE/i.test(String((err as Error).message ?? err)))
+        throw err;
+      return start(i);
+    }
+  };
   let next = 0;
   const lane = async (): Promise<void> => {
     while (failure === undefined && next < count) {
       const i = next++;
       try {
-        children.push(await start(i));
+        children.push(await startOnce(i));
       } catch (err) {
         failure ??= err instanceof Error ? err : new Error(String(err));
       }
