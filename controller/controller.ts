@@ -26,7 +26,7 @@ import { PlacementPeers } from './stream/placement-peers.ts';
 import { ReplicaSummaries } from './stream/replica-summary.ts';
 import { SnapshotServer } from './stream/snapshot-server.ts';
 import { TokenAuthenticator } from './stream/token-auth.ts';
-import { advertisedUrl } from './controller-options.ts';
+import { advertisedUrl } from './core/advertised-url.ts';
 import { certificateNotAfterMs } from './tls/certificates.ts';
 import { startTlsSource, type TlsConfig } from './tls/source.ts';
 

@@ -110,6 +110,15 @@ const GRANTED_UNUSED: Record<string, string> = {
   'certificates.k8s.io/clustertrustbundles:watch': 'every ServiceAccount has it',
 };
 
+/**
+ * Granted and needed, but whether this run uses them depends on timing: the controller reads a
+ * sidecar token's pod with a GET only while its pod watch (the injection auditor's) does not hold
+ * it yet (controller/stream/token-auth.ts); once the watch has synced, the pod comes from it.
+ */
+const MAYBE_USED: Record<string, string> = {
+  'core/pods:get': 'a token-bound pod is read directly only before the pod watch holds it',
+};
+
 function expand(granted: readonly string[]): Set<string> {
   const out = new Set<string>();
   for (const entry of granted) {
@@ -523,7 +532,11 @@ spec:
         const usable = new Set([...granted, ...NAMED_GRANTS]);
         for (const u of used) assert.ok(usable.has(u), `used but not granted: ${u}`);
         const unused = [...granted].filter((g) => !used.has(g)).sort();
-        assert.deepEqual(unused, Object.keys(GRANTED_UNUSED).sort(), 'granted but unused');
+        assert.deepEqual(
+          unused.filter((g) => MAYBE_USED[g] === undefined),
+          Object.keys(GRANTED_UNUSED).sort(),
+          'granted but unused',
+        );
         recordFigure(t, {
           fault: 'security: the controller’s ServiceAccount is enough (audited run)',
           load: `${entries.length} audited requests`,
