@@ -14,6 +14,7 @@ COPY controller ./controller
 COPY crds ./crds
 COPY lib ./lib
 COPY probe ./probe
+COPY relay ./relay
 COPY sidecar ./sidecar
 COPY sim ./sim
 COPY status ./status
