@@ -208,6 +208,8 @@ describe('docs/install.md, every command', { skip: !enabled, timeout: 30 * 60_00
         '0.0.0.0:9091': '127.0.0.1:0',
         '/etc/switchyard/injection.json': configFile,
         '$(POD_NAME)': 'switchyard-7c9f-0',
+        // The kubelet expands it from the downward API: the pod's address, here the test host's.
+        '$(POD_IP)': link.peerIp,
       };
       const args = pod.containers[0]!.args.map((a) => replace[a] ?? a);
       // The sidecar stand-in reaches the controller by this address, not by cluster DNS.
