@@ -77,6 +77,8 @@ interface Flags {
   /** How often each workload's sidecars are drawn again, ms (0: never, the first draw stays). */
   shiftEveryMs: number;
   out: string;
+  /** Where to write the shares over time (every sidecar's /debug/flow every 250 ms), if asked. */
+  trace: string | undefined;
 }
 
 function parseFlags(): Flags {
@@ -93,12 +95,13 @@ function parseFlags(): Flags {
         type: 'string',
         default: join(import.meta.dirname, '../results/budget.json'),
       },
+      trace: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   });
   if (values.help) {
     process.stdout.write(
-      'npm run bench:budget -- [--minutes 5] [--sidecars 16] [--backends 4] [--modes split,standalone] [--speed 10] [--seed 1] [--shift-every 10 (seconds; 0: the demand never moves)] [--out bench/results/budget.json]\n',
+      'npm run bench:budget -- [--minutes 5] [--sidecars 16] [--backends 4] [--modes split,standalone] [--speed 10] [--seed 1] [--shift-every 10 (seconds; 0: the demand never moves)] [--out bench/results/budget.json] [--trace shares.json (each sidecar\'s shares and queue every 250 ms)]\n',
     );
     process.exit(0);
   }
@@ -125,6 +128,7 @@ function parseFlags(): Flags {
     seed: Math.round(num('seed', values.seed)),
     shiftEveryMs: shiftEvery(values['shift-every']),
     out: values.out,
+    trace: values.trace,
   };
 }
 
@@ -152,6 +156,7 @@ function poolSpec(urls: readonly string[]): Record<string, unknown> {
 
 interface Fleet {
   urls: string[];
+  adminUrls: string[];
   stop(): Promise<void>;
   describe: string;
 }
@@ -178,6 +183,7 @@ async function standaloneFleet(flags: Flags, sims: SimFleet, dir: string): Promi
   }
   return {
     urls: sidecars.map((s) => s.url),
+    adminUrls: sidecars.map((s) => s.adminUrl ?? ''),
     stop: () => stopAll(sidecars),
     describe: `${flags.sidecars} standalone sidecars on one pool file, each enforcing every budget whole`,
   };
@@ -281,6 +287,7 @@ async function splitFleet(flags: Flags, sims: SimFleet, dir: string): Promise<Fl
     );
     return {
       urls: sidecars.map((s) => s.url),
+      adminUrls: sidecars.map((s) => s.adminUrl ?? ''),
       stop: async () => {
         await stopAll(processes);
         await cluster.stop();
@@ -457,6 +464,58 @@ async function drive(
   return records;
 }
 
+/** One sample of one sidecar's flow state (`--trace`): its queue and its share of each budget. */
+interface ShareSample {
+  /** ms since the traffic started. */
+  t: number;
+  sidecar: number;
+  queue: number;
+  /** Tokens per minute by budget id; null before the first share. */
+  shares: Record<string, number | null>;
+}
+
+/** Polls every sidecar's /debug/flow every 250 ms until stopped: what the shares did over time. */
+function traceShares(adminUrls: readonly string[]): { stop(): Promise<ShareSample[]> } {
+  const start = performance.now();
+  const samples: ShareSample[] = [];
+  let busy: Promise<unknown> = Promise.resolve();
+  const poll = (): void => {
+    const t = Math.round(performance.now() - start);
+    busy = Promise.all(
+      adminUrls.map(async (admin, sidecar) => {
+        try {
+          const res = await fetch(`${admin}/debug/flow`);
+          const body = (await res.json()) as {
+            pools?: {
+              queue?: { requests?: number };
+              budgets?: { id: string; share: { tokensPerMinute?: number } }[];
+            }[];
+          };
+          const flow = body.pools?.[0] ?? {};
+          samples.push({
+            t,
+            sidecar,
+            queue: flow.queue?.requests ?? 0,
+            shares: Object.fromEntries(
+              (flow.budgets ?? []).map((b) => [b.id, b.share.tokensPerMinute ?? null]),
+            ),
+          });
+        } catch {
+          // a missed sample: the next one comes in 250 ms
+        }
+      }),
+    );
+  };
+  const timer = setInterval(poll, 250);
+  return {
+    async stop() {
+      clearInterval(timer);
+      await busy;
+      return samples;
+    },
+  };
+}
+
 interface ModeResult {
   mode: Mode;
   describe: string;
@@ -484,7 +543,16 @@ async function runMode(
     let records: BudgetRecord[];
     try {
       log(`${mode}: ${fleet.describe}; ${flags.minutes} min of traffic`);
-      records = await drive(fleet.urls, flags, perRequest);
+      const tracer = flags.trace === undefined ? undefined : traceShares(fleet.adminUrls);
+      try {
+        records = await drive(fleet.urls, flags, perRequest);
+      } finally {
+        if (tracer !== undefined && flags.trace !== undefined) {
+          const file = flags.trace.replace(/(\.json)?$/, `-${mode}.json`);
+          writeFileSync(file, JSON.stringify(await tracer.stop()) + '\n');
+          log(`${mode}: shares over time in ${file}`);
+        }
+      }
     } finally {
       closeReplayAgents();
       await fleet.stop();

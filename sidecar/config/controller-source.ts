@@ -98,11 +98,15 @@ export async function startControllerSource(
     },
   });
   // Requests held in a budgeted pool's queue: report the demand at once (rate-limited), so the
-  // controller re-splits now rather than at the next report period.
+  // controller re-splits now rather than at the next report period; and once more when the queue
+  // has just emptied, so that a sidecar the demand left gives its share back at once rather than
+  // a report period later (bench:budget: the share it could no longer spend).
+  let queuedBefore = false;
   const demandPoll = setInterval(() => {
     const f = flow();
-    if (f !== undefined && f.policy.budgets.length > 0 && f.queue.size > 0)
-      client.reportDemandNow();
+    const queued = f !== undefined && f.policy.budgets.length > 0 && f.queue.size > 0;
+    if (queued || queuedBefore) client.reportDemandNow();
+    queuedBefore = queued;
   }, DEMAND_POLL_MS);
   demandPoll.unref();
   // Scale from zero (issue 44): the first request held while the pool has no endpoint is reported

@@ -215,6 +215,7 @@ describe('BudgetLedger configure', () => {
       pool({ tokensPerMinute: 600 }),
       own('a', { requestsPerMinute: 60 }),
     ]);
+    ledger.noteArrival('a', 20, 0);
     admitted(ledger.tryAdmit('a', 20, 0));
     // Same pool budget, a raised limit: the balance (0) is kept, the rate is new.
     ledger.configure([pool({ tokensPerMinute: 6000, requestsPerMinute: 60 })], 'whole', 0);
@@ -223,10 +224,11 @@ describe('BudgetLedger configure', () => {
       ['pool'],
     );
     assert.deepEqual(ledger.tryAdmit('a', 20, 0), { kind: 'over', budgetId: 'pool', waitMs: 200 });
+    ledger.noteArrival('a', 20, 200);
     admitted(ledger.tryAdmit('a', 20, 200));
     // A removed unit no longer limits.
     ledger.configure([pool({ requestsPerMinute: 60 })], 'whole', 200);
-    // The report's want is the last 2 s as a rate per minute: 2 requests × 30.
+    // The report's want is what arrived over the last 2 s as a rate per minute: 2 requests × 30.
     assert.deepEqual(ledger.demand(200), [{ id: 'pool', requests: { used: 2, wanted: 60 } }]);
   });
 
@@ -267,6 +269,7 @@ describe('BudgetLedger settle and estimates', () => {
 
   test('an unknown actual count leaves the estimate standing', () => {
     const ledger = wholeLedger([pool({ tokensPerMinute: 6000 })]);
+    ledger.noteArrival('w', 150, 0);
     const ticket = admitted(ledger.tryAdmit('w', 150, 0));
     ledger.settle(ticket, undefined, 0);
     assert.equal(ledger.tryAdmit(undefined, 60, 0).kind, 'over');
@@ -304,18 +307,43 @@ describe('BudgetLedger settle and estimates', () => {
 describe('BudgetLedger demand and status', () => {
   test('a request held waiting for budget is wanted in every report until released', () => {
     const ledger = wholeLedger([pool({ requestsPerMinute: 60, tokensPerMinute: 6000 })]);
-    ledger.holdWant(undefined, 100);
-    ledger.holdWant(undefined, Number.NaN);
+    const one = ledger.holdWant(undefined, 100, 0);
+    const two = ledger.holdWant(undefined, Number.NaN, 0);
     // Long after any event: the two waiting requests are still wanted (× 30 per minute).
     assert.deepEqual(ledger.demand(30_000), [
       { id: 'pool', requests: { used: 0, wanted: 60 }, tokens: { used: 0, wanted: 3000 } },
     ]);
-    ledger.releaseWant(undefined, 100);
-    ledger.releaseWant(undefined, 0);
-    ledger.releaseWant(undefined, 50); // one too many: never below nothing
+    ledger.releaseWant(one);
+    ledger.releaseWant(two);
+    ledger.releaseWant(two); // twice: harmless
     assert.deepEqual(ledger.demand(30_000), [
       { id: 'pool', requests: { used: 0, wanted: 0 }, tokens: { used: 0, wanted: 0 } },
     ]);
+  });
+
+  test('a request that arrived within the window and waits counts once', () => {
+    const ledger = wholeLedger([pool({ tokensPerMinute: 6000 })]);
+    ledger.noteArrival(undefined, 100, 29_500);
+    ledger.holdWant(undefined, 100, 29_500);
+    assert.deepEqual(ledger.demand(30_000), [{ id: 'pool', tokens: { used: 0, wanted: 3000 } }]);
+    // Still waiting once it has left the window: counted as held, still once.
+    assert.deepEqual(ledger.demand(40_000), [{ id: 'pool', tokens: { used: 0, wanted: 3000 } }]);
+  });
+
+  test('a sidecar that drains its queue and gets no new request wants nothing', () => {
+    // The demand moved to another sidecar: ten requests queued here long ago are admitted one
+    // by one. Admissions are not demand: once the last has left, nothing is wanted (the first
+    // build counted them, and the sidecar kept a share it could not spend for 2 s more).
+    const ledger = wholeLedger([pool({ tokensPerMinute: 600_000 })]);
+    const holds = Array.from({ length: 10 }, (_, i) => {
+      ledger.noteArrival(undefined, 100, i * 100);
+      return ledger.holdWant(undefined, 100, i * 100);
+    });
+    for (const [i, hold] of holds.entries()) {
+      ledger.releaseWant(hold);
+      ledger.settle(admitted(ledger.tryAdmit(undefined, 100, 5_000 + i * 50)), 100, 5_000);
+    }
+    assert.deepEqual(ledger.demand(5_500), [{ id: 'pool', tokens: { used: 1000, wanted: 0 } }]);
   });
 
   test('used over the last minute, wanted over the last 2 s, per budget and unit', () => {
@@ -323,14 +351,19 @@ describe('BudgetLedger demand and status', () => {
       pool({ requestsPerMinute: 60, tokensPerMinute: 6000 }),
       own('a', { tokensPerMinute: 600 }),
     ]);
+    ledger.noteArrival('a', 20, 0);
     ledger.settle(admitted(ledger.tryAdmit('a', 20, 0)), 30, 1000);
+    ledger.noteArrival(undefined, 50, 0);
     ledger.settle(admitted(ledger.tryAdmit(undefined, 50, 0)), 50, 1000);
-    ledger.noteWanted('a', 40, 1000);
-    ledger.noteWanted('a', Number.NaN, 1000);
-    // `used` over the minute; `wanted` over the last 2 s, as a rate per minute (× 30).
+    for (const tokens of [40, Number.NaN]) {
+      ledger.noteArrival('a', tokens, 1000);
+      ledger.noteWanted('a', tokens, 1000);
+    }
+    // `used` over the minute; `wanted`: what arrived over the last 2 s (estimates), as a rate
+    // per minute (× 30).
     assert.deepEqual(ledger.demand(1000), [
-      { id: 'pool', requests: { used: 2, wanted: 120 }, tokens: { used: 80, wanted: 3600 } },
-      { id: 'workload:a', tokens: { used: 30, wanted: 2100 } },
+      { id: 'pool', requests: { used: 2, wanted: 120 }, tokens: { used: 80, wanted: 3300 } },
+      { id: 'workload:a', tokens: { used: 30, wanted: 1800 } },
     ]);
     // 10 s later the want has gone, the use of the minute stays.
     assert.deepEqual(ledger.demand(10_000), [

@@ -19,6 +19,7 @@ import type {
   BudgetShare,
   BudgetStatus,
   BudgetTicket,
+  WantHold,
 } from './flow-types.ts';
 import { SlidingWindow } from './sliding-window.ts';
 
@@ -46,6 +47,12 @@ const MINUTE_MS = 60_000;
  * 10 s): with the minute's want about 13 sidecars wanted at any time, so the 4 busy ones held
  * about 4/13 of the budget and the fleet spent only half of it; with the last 5 s, 89–92 % of it
  * (a share took about 5 s to follow its demand).
+ *
+ * Within the window a request counts once, when it arrives; one still waiting after the window
+ * counts as long as it waits. Counting admissions instead (as the first build did) made a
+ * sidecar that had just drained its queue, with no request arriving any more, want what it
+ * drained for 2 s more, and hold that share unspent: in bench:budget's traces a third of each
+ * budget sat on the sidecars the demand had left, and the fleet spent 89–94 % of it.
  */
 export const DEMAND_WINDOW_MS = 2_000;
 
@@ -53,12 +60,20 @@ export const DEMAND_WINDOW_MS = 2_000;
 const ROUNDING = 1e-6;
 
 type Unit = 'requests' | 'tokens';
-type Counter = 'usedRequests' | 'usedTokens' | 'wantedRequests' | 'wantedTokens';
+type Counter =
+  | 'usedRequests'
+  | 'usedTokens'
+  | 'wantedRequests'
+  | 'wantedTokens'
+  | 'arrivedRequests'
+  | 'arrivedTokens';
 const COUNTERS: readonly Counter[] = [
   'usedRequests',
   'usedTokens',
   'wantedRequests',
   'wantedTokens',
+  'arrivedRequests',
+  'arrivedTokens',
 ];
 
 /** One budget in one unit. */
@@ -111,8 +126,8 @@ interface Budget {
   window: SlidingWindow<Counter>;
   /** The same counts over DEMAND_WINDOW_MS, for the report's `wanted`. */
   recent: SlidingWindow<Counter>;
-  /** Requests waiting in the queue for this budget now (`holdWant`), and their tokens. */
-  pending: { requests: number; tokens: number };
+  /** Requests waiting in the queue for this budget now (`holdWant`). */
+  held: Set<WantHold>;
 }
 
 const UNITS: readonly { unit: Unit; limit: 'requestsPerMinute' | 'tokensPerMinute' }[] = [
@@ -127,6 +142,8 @@ export class BudgetLedger implements BudgetLedgerApi {
   readonly #meanTokens = new Map<string, number>();
   /** The workload of each unsettled ticket (a ticket is settled once). */
   readonly #open = new WeakMap<BudgetTicket, string | undefined>();
+  /** The budgets each held want was counted in (a budget removed meanwhile is simply gone). */
+  readonly #holds = new WeakMap<WantHold, Budget[]>();
 
   configure(budgets: readonly BudgetPolicy[], sharing: 'whole' | 'shared', nowMs: number): void {
     const modeChanged = sharing !== this.#sharing;
@@ -141,7 +158,7 @@ export class BudgetLedger implements BudgetLedgerApi {
           buckets: {},
           window: new SlidingWindow(MINUTE_MS, COUNTERS),
           recent: new SlidingWindow(DEMAND_WINDOW_MS, COUNTERS, 4),
-          pending: { requests: 0, tokens: 0 },
+          held: new Set(),
         };
         this.#budgets.set(policy.id, budget);
       }
@@ -220,18 +237,24 @@ export class BudgetLedger implements BudgetLedgerApi {
     }
   }
 
-  holdWant(workload: string | undefined, estimatedTokens: number): void {
+  noteArrival(workload: string | undefined, estimatedTokens: number, nowMs: number): void {
     for (const budget of this.#applicable(workload)) {
-      budget.pending.requests += 1;
-      budget.pending.tokens += nonNegative(estimatedTokens);
+      budget.recent.add(nowMs, 'arrivedRequests', 1);
+      budget.recent.add(nowMs, 'arrivedTokens', nonNegative(estimatedTokens));
     }
   }
 
-  releaseWant(workload: string | undefined, estimatedTokens: number): void {
-    for (const budget of this.#applicable(workload)) {
-      budget.pending.requests = Math.max(0, budget.pending.requests - 1);
-      budget.pending.tokens = Math.max(0, budget.pending.tokens - nonNegative(estimatedTokens));
-    }
+  holdWant(workload: string | undefined, estimatedTokens: number, sinceMs: number): WantHold {
+    const hold: WantHold = Object.freeze({ sinceMs, tokens: nonNegative(estimatedTokens) });
+    const budgets = this.#applicable(workload);
+    for (const budget of budgets) budget.held.add(hold);
+    this.#holds.set(hold, budgets);
+    return hold;
+  }
+
+  releaseWant(hold: WantHold): void {
+    for (const budget of this.#holds.get(hold) ?? []) budget.held.delete(hold);
+    this.#holds.delete(hold);
   }
 
   settle(ticket: BudgetTicket, tokens: number | undefined, nowMs: number): void {
@@ -274,17 +297,24 @@ export class BudgetLedger implements BudgetLedgerApi {
       const out: BudgetDemand = { id: budget.policy.id };
       // What still waits in the queue for this budget is wanted now, however long ago it came:
       // else a sidecar whose demand moved away would lose the share its queued requests need.
-      const { pending } = budget;
+      // (Those that arrived within the window are in `recent` already.)
+      let olderRequests = 0;
+      let olderTokens = 0;
+      for (const hold of budget.held) {
+        if (hold.sinceMs > nowMs - DEMAND_WINDOW_MS) continue;
+        olderRequests++;
+        olderTokens += hold.tokens;
+      }
       if (budget.buckets.requests) {
         out.requests = {
           used: totals.usedRequests,
-          wanted: (recent.usedRequests + recent.wantedRequests + pending.requests) * perMinute,
+          wanted: (recent.arrivedRequests + olderRequests) * perMinute,
         };
       }
       if (budget.buckets.tokens) {
         out.tokens = {
           used: totals.usedTokens,
-          wanted: (recent.usedTokens + recent.wantedTokens + pending.tokens) * perMinute,
+          wanted: (recent.arrivedTokens + olderTokens) * perMinute,
         };
       }
       return out;

@@ -108,6 +108,12 @@ export interface BudgetStatus {
  * reserves its estimated tokens when admitted and is settled to its actual usage when it ends
  * (the bucket may go into debt).
  */
+/** A request waiting for budget, as `holdWant` counts it (opaque to the gate). */
+export interface WantHold {
+  readonly sinceMs: number;
+  readonly tokens: number;
+}
+
 export interface BudgetLedgerApi {
   /**
    * The pool's budgets. `sharing: 'whole'`: this sidecar enforces every budget whole
@@ -120,14 +126,20 @@ export interface BudgetLedgerApi {
   applies(workload: string | undefined): boolean;
   /** Room for this request in every budget that applies (the pool's, the workload's)? */
   tryAdmit(workload: string | undefined, estimatedTokens: number, nowMs: number): BudgetAdmission;
+  /**
+   * A request subject to budgets arrived (whatever becomes of it): counted once, at arrival, into
+   * the demand the report's `wanted` is made of.
+   */
+  noteArrival(workload: string | undefined, estimatedTokens: number, nowMs: number): void;
   /** A request that waits or was refused for want of budget: counted once into `wanted`. */
   noteWanted(workload: string | undefined, estimatedTokens: number, nowMs: number): void;
   /**
-   * A request now waits in the queue for budget: wanted in every report until `releaseWant`
-   * (admitted, refused, gone), so that its sidecar keeps the share it needs.
+   * A request that arrived at `sinceMs` now waits in the queue for budget: wanted in every report
+   * until `releaseWant` (admitted, refused, gone), so that its sidecar keeps the share it needs.
    */
-  holdWant(workload: string | undefined, estimatedTokens: number): void;
-  releaseWant(workload: string | undefined, estimatedTokens: number): void;
+  holdWant(workload: string | undefined, estimatedTokens: number, sinceMs: number): WantHold;
+  /** The held request left the queue; releasing twice is harmless. */
+  releaseWant(hold: WantHold): void;
   /** The admitted request ended: its actual tokens (undefined: unknown, the estimate stands). */
   settle(ticket: BudgetTicket, tokens: number | undefined, nowMs: number): void;
   /** Tokens to reserve for a request: a learned mean per workload, or from the prompt's size. */

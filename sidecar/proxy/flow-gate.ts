@@ -20,6 +20,7 @@ import type {
   RefusalReason,
   RoomPickResult,
   SaturationRule,
+  WantHold,
 } from '../policy/index.ts';
 import type { SidecarErrorCode } from './errors.ts';
 
@@ -141,6 +142,7 @@ export class FlowGate {
     let tokens = 0;
     if (ledger.applies(workload)) {
       tokens = ledger.estimateTokens(workload, request.bodyBytes, request.maxTokens);
+      ledger.noteArrival(workload, tokens, now);
       const admission = ledger.tryAdmit(workload, tokens, now);
       if (admission.kind === 'over') {
         ledger.noteWanted(workload, tokens, now);
@@ -307,6 +309,8 @@ class Waiting implements FlowWaiter {
   #for: WaitingFor;
   readonly #tokens: number;
   readonly #since: number;
+  /** While waiting for budget: what the ledger counts as wanted for it. */
+  #hold: WantHold | undefined;
   entry: QueueEntry<FlowWaiter> | undefined;
   budgetWaitMs = 0;
   #timer: unknown;
@@ -331,7 +335,8 @@ class Waiting implements FlowWaiter {
     this.constrained = pick.model !== undefined || pick.pinnedEndpointId !== undefined;
     this.#unwatch = request.watchClient(() => this.#clientGone());
     // Waiting for budget: wanted in every report while it waits (BudgetLedgerApi.holdWant).
-    if (waitingFor.kind === 'budget') gate.deps.flow.ledger.holdWant(request.workload, tokens);
+    if (waitingFor.kind === 'budget')
+      this.#hold = gate.deps.flow.ledger.holdWant(request.workload, tokens, now);
   }
 
   arm(maxWaitMs: number): void {
@@ -352,7 +357,7 @@ class Waiting implements FlowWaiter {
         this.#for = { kind: 'budget', budgetId: admission.budgetId };
         return { budgetId: admission.budgetId };
       }
-      ledger.releaseWant(request.workload, this.#tokens);
+      this.#releaseHold();
       this.#for = { kind: 'room', ticket: admission.ticket };
     }
     const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow, request.priority));
@@ -427,12 +432,16 @@ class Waiting implements FlowWaiter {
     this.#gate.removed();
   }
 
+  #releaseHold(): void {
+    if (this.#hold === undefined) return;
+    this.#gate.deps.flow.ledger.releaseWant(this.#hold);
+    this.#hold = undefined;
+  }
+
   /** Out of the queue for good: timer and watch stopped, wait observed; returns the wait. */
   #leave(now: number): number {
     this.#done = true;
-    if (this.#for.kind === 'budget') {
-      this.#gate.deps.flow.ledger.releaseWant(this.request.workload, this.#tokens);
-    }
+    this.#releaseHold();
     this.entry = undefined;
     if (this.#timer !== undefined) this.#gate.timers.clearTimeout(this.#timer);
     this.#unwatch();
