@@ -615,6 +615,7 @@ async function main(): Promise<void> {
     settings: {
       ...flags,
       out: undefined,
+      trace: undefined,
       header: HEADER,
       sidecarsPerWorkload: SIDECARS_PER_WORKLOAD,
       maxQueueWait: MAX_QUEUE_WAIT,
