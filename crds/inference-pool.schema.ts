@@ -614,6 +614,11 @@ export const SaturationSchema = Type.Object(
       maximum: 1,
       default: SHEDDABLE_HEADROOM,
     }),
+    preemptSheddable: Type.Boolean({
+      description:
+        "When a request of priority 0 or more finds every endpoint it could go to saturated, end a sheddable request (negative priority) of the same sidecar that has sent nothing to its client yet and take its slot: the model server frees the slot when the sidecar drops the connection, and the sheddable request waits in the queue and is sent again when there is room (its client only sees a later answer). The victim is of the lowest priority and the last sent (it has done the least work). The work the server did on a preempted request is lost (bench: about 6 % of the servers' throughput under a batch flood). false: a request of a higher priority waits for a slot to free instead, which on servers full of long batch answers is seconds. Default: false.",
+      default: false,
+    }),
     maxInFlightPerEndpoint: Type.Optional(
       Type.Integer({
         description:

@@ -154,6 +154,12 @@ export const FlowControlPolicySchema = Type.Object({
    */
   sheddableHeadroom: Type.Optional(Fraction),
   /**
+   * A request of priority 0 or more that finds every endpoint saturated may end a sheddable
+   * request of the same sidecar that has sent nothing to its client yet, take its slot, and
+   * queue it again. Optional (an older controller's snapshot): unset means off, the default.
+   */
+  preemptSheddable: Type.Optional(Type.Boolean()),
+  /**
    * An endpoint whose server reports no load is saturated with this many of this sidecar's
    * requests in flight there. Unset: never saturated without reports.
    */

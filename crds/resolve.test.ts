@@ -89,6 +89,7 @@ describe('resolvePool: the reference examples', () => {
         maxQueuedBytes: 33_554_432,
         kvCacheSaturation: 0.9,
         sheddableHeadroom: 0.2,
+        preemptSheddable: false,
         maxInFlightPerEndpoint: 32,
         workload: { kind: 'Header', header: 'x-team' },
         budgets: [
@@ -506,6 +507,7 @@ describe('resolvePolicy: flow control', () => {
       maxQueuedBytes: 67_108_864,
       kvCacheSaturation: 0.95,
       sheddableHeadroom: 0.2,
+      preemptSheddable: false,
       budgets: [],
     });
   });
@@ -516,7 +518,12 @@ describe('resolvePolicy: flow control', () => {
         defaultPriority: -2,
         maxQueueWait: '1m30s',
         queue: { maxRequests: 0, maxBytes: 1024 },
-        saturation: { kvCacheUsage: 0.8, sheddableHeadroom: 0.1, maxInFlightPerEndpoint: 16 },
+        saturation: {
+          kvCacheUsage: 0.8,
+          sheddableHeadroom: 0.1,
+          preemptSheddable: true,
+          maxInFlightPerEndpoint: 16,
+        },
         workload: { header: 'X-Team' },
         budgets: [
           { workload: 'chat', requestsPerMinute: 600 },
@@ -532,6 +539,7 @@ describe('resolvePolicy: flow control', () => {
       maxQueuedBytes: 1024,
       kvCacheSaturation: 0.8,
       sheddableHeadroom: 0.1,
+      preemptSheddable: true,
       maxInFlightPerEndpoint: 16,
       workload: { kind: 'Header', header: 'x-team' },
       budgets: [

@@ -179,6 +179,7 @@ function flowControlPolicy(flow: FlowControl, maxQueueWaitMs: number): FlowContr
     maxQueuedBytes: flow.queue.maxBytes,
     kvCacheSaturation: flow.saturation.kvCacheUsage,
     sheddableHeadroom: flow.saturation.sheddableHeadroom,
+    preemptSheddable: flow.saturation.preemptSheddable,
     ...(flow.saturation.maxInFlightPerEndpoint === undefined
       ? {}
       : { maxInFlightPerEndpoint: flow.saturation.maxInFlightPerEndpoint }),

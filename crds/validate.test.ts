@@ -919,7 +919,7 @@ describe('validatePool: flowControl', () => {
     defaultPriority: 0,
     maxQueueWait: '30s',
     queue: { maxRequests: 1000, maxBytes: 67_108_864 },
-    saturation: { kvCacheUsage: 0.95, sheddableHeadroom: 0.2 },
+    saturation: { kvCacheUsage: 0.95, sheddableHeadroom: 0.2, preemptSheddable: false },
   };
 
   function withFlow(flowControl: unknown): Doc {
@@ -943,7 +943,12 @@ describe('validatePool: flowControl', () => {
     assert.deepEqual(spec.flowControl, {
       ...FLOW_DEFAULTS,
       queue: { maxRequests: 1000, maxBytes: 1024 },
-      saturation: { kvCacheUsage: 0.95, sheddableHeadroom: 0.2, maxInFlightPerEndpoint: 8 },
+      saturation: {
+        kvCacheUsage: 0.95,
+        sheddableHeadroom: 0.2,
+        preemptSheddable: false,
+        maxInFlightPerEndpoint: 8,
+      },
     });
   });
 

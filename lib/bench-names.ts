@@ -27,6 +27,7 @@ export const PRIORITY_SCENARIO = 'priority';
 export const PRIORITY_VARIANT_NAMES = [
   'interactive-only',
   'switchyard-flow',
+  'switchyard-flow-preemption',
   'switchyard',
   'least-connections',
   'smg-cache-aware',

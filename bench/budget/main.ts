@@ -101,7 +101,7 @@ function parseFlags(): Flags {
   });
   if (values.help) {
     process.stdout.write(
-      'npm run bench:budget -- [--minutes 5] [--sidecars 16] [--backends 4] [--modes split,standalone] [--speed 10] [--seed 1] [--shift-every 10 (seconds; 0: the demand never moves)] [--out bench/results/budget.json] [--trace shares.json (each sidecar\'s shares and queue every 250 ms)]\n',
+      "npm run bench:budget -- [--minutes 5] [--sidecars 16] [--backends 4] [--modes split,standalone] [--speed 10] [--seed 1] [--shift-every 10 (seconds; 0: the demand never moves)] [--out bench/results/budget.json] [--trace shares.json (each sidecar's shares and queue every 250 ms)]\n",
     );
     process.exit(0);
   }

@@ -53,6 +53,12 @@ export const PRIORITY_WORKLOAD = {
   },
   batch: {
     priority: -1,
+    /**
+     * Batch jobs take whole answers (no one reads them token by token), so their requests do not
+     * stream: until its answer comes back one may be preempted for chat (flowControl.saturation
+     * .preemptSheddable). Streamed until 2026-12-07 (the figures before say so).
+     */
+    stream: false,
     answerTokens: 400,
     promptChars: 1000,
     /** Attempts per batch request (the first included) before the job gives it up. */
@@ -92,6 +98,8 @@ export interface PriorityVariant {
   router: string;
   batch: boolean;
   flowControl: boolean;
+  /** The pool's `flowControl` when on (default FLOW_CONTROL_SPEC). */
+  flowSpec?: Record<string, unknown> | undefined;
   describe: string;
 }
 
@@ -113,6 +121,15 @@ export const PRIORITY_VARIANTS: readonly PriorityVariant[] = [
     batch: true,
     flowControl: true,
     describe: 'switchyard, the full policy, the pool with `flowControl: {}` (defaults)',
+  },
+  {
+    name: 'switchyard-flow-preemption',
+    router: 'switchyard',
+    batch: true,
+    flowControl: true,
+    flowSpec: { saturation: { preemptSheddable: true } },
+    describe:
+      'switchyard with flow control and `preemptSheddable: true`: chat takes the slot of a batch request that has not answered yet',
   },
   {
     name: 'switchyard',
@@ -226,13 +243,17 @@ interface Attempt {
   code: string | undefined;
 }
 
-/** One streamed chat request with its priority header; aborted by `signal`. */
+/**
+ * One chat request with its priority header; aborted by `signal`. `streamed`: an SSE answer,
+ * complete with its `[DONE]` (else one JSON body, whose first byte is the whole answer's).
+ */
 function attempt(
   baseUrl: string,
   payload: Buffer,
   priority: number,
   timeoutMs: number,
   signal: AbortSignal,
+  streamed = true,
 ): Promise<Attempt> {
   const url = new URL(`${baseUrl}/v1/chat/completions`);
   const sent = performance.now();
@@ -289,7 +310,9 @@ function attempt(
           else if (body.length < 4096) body += text;
           tail = (tail + text).slice(-32);
         });
-        res.on('end', () => finish(status >= 200 && status < 300 && tail.includes('[DONE]')));
+        res.on('end', () =>
+          finish(status >= 200 && status < 300 && (!streamed || tail.includes('[DONE]'))),
+        );
         res.on('error', () => finish(false));
         res.on('aborted', () => finish(false));
       },
@@ -404,9 +427,12 @@ async function drive(
 
   const batchJobs: Promise<void>[] = [];
   const batchRequest = async (i: number): Promise<void> => {
-    const payload = chatPayload(MODEL, w.batch.answerTokens, [
-      { role: 'user', content: pseudoText(opts.seed * 7919 + i, w.batch.promptChars) },
-    ]);
+    const payload = chatPayload(
+      MODEL,
+      w.batch.answerTokens,
+      [{ role: 'user', content: pseudoText(opts.seed * 7919 + i, w.batch.promptChars) }],
+      w.batch.stream,
+    );
     const firstAt = performance.now();
     const refusals: Record<string, number> = {};
     let a: Attempt | undefined;
@@ -415,7 +441,14 @@ async function drive(
     while (attempts < w.batch.maxAttempts && !abortBatch.signal.aborted) {
       attempts++;
       attemptAt = performance.now();
-      a = await attempt(nextUrl(), payload, w.batch.priority, timeoutMs, abortBatch.signal);
+      a = await attempt(
+        nextUrl(),
+        payload,
+        w.batch.priority,
+        timeoutMs,
+        abortBatch.signal,
+        w.batch.stream,
+      );
       if (a.status !== 429) break;
       refusals[a.code ?? 'unknown'] = (refusals[a.code ?? 'unknown'] ?? 0) + 1;
       await sleep(
@@ -597,7 +630,9 @@ export async function runPriorityBench(settings: PrioritySettings): Promise<Prio
           model: MODEL,
           adapters: undefined,
           loadSource: settings.loadSource,
-          poolSpec: variant.flowControl ? { flowControl: FLOW_CONTROL_SPEC } : undefined,
+          poolSpec: variant.flowControl
+            ? { flowControl: variant.flowSpec ?? FLOW_CONTROL_SPEC }
+            : undefined,
         });
       } catch (err) {
         skipped[variant.name] = `did not start: ${(err as Error).message.split('\n')[0]}`;

@@ -177,9 +177,10 @@ export function chatPayload(
   model: string,
   maxTokens: number,
   messages: readonly { role: string; content: string }[],
+  stream = true,
 ): Buffer {
   return Buffer.from(
-    JSON.stringify({ model, stream: true, max_tokens: Math.max(1, maxTokens), messages }),
+    JSON.stringify({ model, stream, max_tokens: Math.max(1, maxTokens), messages }),
   );
 }
 

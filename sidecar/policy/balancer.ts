@@ -193,11 +193,39 @@ export class Balancer implements PoolBalancer {
   }
 
   /**
+   * Whether the endpoint's server reported requests waiting in its own queue in a report
+   * measured after `sinceMs` (this balancer's clock, as `Attempt.startedAtMs`): a request sent
+   * there at `sinceMs` that has no answer yet is probably among them (flow-gate.ts, rescue).
+   */
+  queuedSince(endpointId: string, sinceMs: number): boolean {
+    const state = this.#pool.get(endpointId);
+    if (state === undefined) return false;
+    const now = this.#now();
+    const last = state.reported.last(now, this.#reportMaxAgeMs);
+    return last !== undefined && (last.waiting ?? 0) > 0 && now - last.ageMs > sinceMs;
+  }
+
+  /**
+   * Flow control's preemption (flow-gate.ts): every endpoint the request could go to is
+   * saturated, and the sidecar can free a slot on each endpoint of `freeable` by ending a
+   * sheddable request of its own there. Picks among the request's candidates (its tier, its
+   * model) on those endpoints as `pick` would; `saturated` when none of them is one. A request
+   * pinned to one endpoint only takes that one.
+   */
+  pickFreeable(request: PickRequest, freeable: ReadonlySet<string>): RoomPickResult {
+    return this.#pick(request, undefined, freeable);
+  }
+
+  /**
    * `pick`, and with a saturation rule only among the chosen tier's candidates that have room
    * (saturation.ts): the tier is chosen as without it, so a saturated first tier queues rather
    * than spills to a later (dearer) one.
    */
-  #pick(request: PickRequest, rule: SaturationRule | undefined): RoomPickResult {
+  #pick(
+    request: PickRequest,
+    rule: SaturationRule | undefined,
+    freeable?: ReadonlySet<string>,
+  ): RoomPickResult {
     const now = this.#now();
     this.#advanceBreakers(now);
     const { exclude, pinnedEndpointId: pinned } = request;
@@ -215,15 +243,20 @@ export class Balancer implements PoolBalancer {
 
     // `pool` is the tier set affinity hashes over (endpoint-pool.ts, TierChoice).
     const { pool, candidates } = this.#pool.tierFor(this.#policy.mode, isCandidate, serves);
-    if (pinned !== undefined)
+    if (pinned !== undefined) {
+      if (freeable !== undefined && !freeable.has(pinned)) return { kind: 'saturated' };
       return this.#pickPinned(pinned, isCandidate, now, request.requestBytes, rule);
+    }
     if (candidates.length === 0) {
       const soonestMs = soonestReturnMs(this.#pool.order, now, exclude, serves);
       return { kind: 'shed', retryAfterMs: soonestMs ?? DEFAULT_SHED_RETRY_AFTER_MS };
     }
 
     let roomy = candidates;
-    if (rule !== undefined) {
+    if (freeable !== undefined) {
+      roomy = candidates.filter((s) => freeable.has(s.id));
+      if (roomy.length === 0) return { kind: 'saturated' };
+    } else if (rule !== undefined) {
       const maxAge = this.#reportMaxAgeMs;
       roomy = candidates.filter((s) => !isSaturated(s.reported, s.inFlight, rule, now, maxAge));
       if (roomy.length === 0) return { kind: 'saturated' };

@@ -232,6 +232,16 @@ export interface PoolBalancer {
    */
   pickWithRoom(request: PickRequest, rule: SaturationRule): RoomPickResult;
   /**
+   * Flow control's preemption: `pick` among the request's candidates on `freeable` only (the
+   * endpoints where the sidecar can free a slot), saturation aside; `saturated` when none is one.
+   */
+  pickFreeable(request: PickRequest, freeable: ReadonlySet<string>): RoomPickResult;
+  /**
+   * The endpoint's server reported requests waiting in a report measured after `sinceMs`
+   * (`Attempt.startedAtMs`'s clock): a request sent then, not yet answered, may wait there.
+   */
+  queuedSince(endpointId: string, sinceMs: number): boolean;
+  /**
    * The server reported its load (an ORCA header, a /metrics scrape), measured `ageMs` ago
    * (default 0: just now).
    */

@@ -222,6 +222,13 @@ export class Admission {
     }
     const kick = gate;
     const bodyBytes = parts.raw?.length ?? (Number(req.headers['content-length']) || 0);
+    // A sheddable request may be preempted for a higher priority until its answer starts:
+    // registered with the gate while under way, sent again by the gate when it is.
+    const preempts = flow.policy.preemptSheddable === true;
+    const preemptable = preempts && priority < 0;
+    let started = false;
+    let stopRunning: (() => void) | undefined;
+    let stopAwaiting: (() => void) | undefined;
     const request: GatedRequest = {
       priority,
       workload,
@@ -234,9 +241,43 @@ export class Admission {
         if (ticket !== undefined) {
           onTicket((tokens) => flow.ledger.settle(ticket, tokens, this.options.nowMs()));
         }
-        // The attempt of the pool ends with the response: room for what waits.
-        res.once('close', () => kick.kick());
-        exchange.start(pick);
+        if (started) exchange.resume(pick);
+        else {
+          started = true;
+          // The attempt of the pool ends with the response: room for what waits.
+          res.once('close', () => {
+            stopRunning?.();
+            stopAwaiting?.();
+            kick.kick();
+          });
+          if (preemptable)
+            exchange.onPreempted = () => {
+              stopRunning?.();
+              stopRunning = undefined;
+              kick.readmit(request);
+            };
+          exchange.start(pick);
+        }
+        if (preempts && priority >= 0 && pick.kind === 'picked' && !res.closed)
+          stopAwaiting = kick.awaiting({
+            priority,
+            unanswered: () => exchange.unanswered()?.endpointId,
+            queuedThere: () => {
+              const sent = exchange.unanswered();
+              return (
+                sent !== undefined &&
+                routed.pool.balancer.queuedSince(sent.endpointId, sent.startedAtMs)
+              );
+            },
+          });
+        if (preemptable && pick.kind === 'picked' && !res.closed)
+          stopRunning = kick.running({
+            priority,
+            startedMs: this.options.nowMs(),
+            endpointId: () => exchange.currentEndpointId(),
+            preemptable: () => exchange.preemptable(),
+            preempt: () => exchange.preempt(),
+          });
       },
       refuse: (refusal) => {
         routed.pool.demand?.shed();

@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import {
   INITIAL_STATE,
   awaitsFirstByte,
+  isPreemptable,
   isRetryableStatus,
   outcomeOf,
   transition,
@@ -21,6 +22,7 @@ const END: AttemptEvent = { kind: 'end' };
 const DEADLINE: AttemptEvent = { kind: 'deadline' };
 const CLIENT_GONE: AttemptEvent = { kind: 'client-gone' };
 const SUPERSEDED: AttemptEvent = { kind: 'superseded' };
+const PREEMPTED: AttemptEvent = { kind: 'preempted' };
 const upstreamError = (code: string): AttemptEvent => ({ kind: 'upstream-error', code });
 
 const ALL_EVENTS: AttemptEvent[] = [
@@ -32,6 +34,7 @@ const ALL_EVENTS: AttemptEvent[] = [
   DEADLINE,
   CLIENT_GONE,
   SUPERSEDED,
+  PREEMPTED,
 ];
 
 /** Runs events from the initial state; returns the last state and every effect's kind, in order. */
@@ -51,6 +54,27 @@ const kinds = (effects: readonly Effect[]): string[] =>
   effects.map((e) => (e.kind === 'report' ? `report:${e.code}` : e.kind));
 
 describe('attempt state machine', () => {
+  describe('preemption (flow control)', () => {
+    test('before anything reached the client: neutral, upstream dropped, queued again', () => {
+      for (const before of [[], [head(200)], [head(404)]] as AttemptEvent[][]) {
+        const { state, effects } = run(...before, PREEMPTED);
+        assert.equal(state.kind, 'done');
+        assert.deepEqual(kinds(effects), ['report:preempted', 'destroy-upstream', 'requeue']);
+        assert.deepEqual(outcomeOf('preempted', false, undefined), { kind: 'neutral' });
+      }
+    });
+
+    test('never once the answer streams, nor after a retried or relayed error', () => {
+      for (const before of [[head(200), DATA], [head(503)], [head(200), END]] as AttemptEvent[][]) {
+        const { state } = run(...before);
+        assert.equal(isPreemptable(state), false, JSON.stringify(state));
+        assert.equal(transition(state, PREEMPTED), undefined);
+      }
+      assert.equal(isPreemptable(INITIAL_STATE), true);
+      assert.equal(isPreemptable(run(head(200)).state), true);
+    });
+  });
+
   describe('before the response head', () => {
     test('a 2xx or 4xx head is held: no effect until its first body byte', () => {
       for (const status of [200, 204, 404]) {

@@ -47,7 +47,12 @@ export type AttemptEvent =
   /** The client went away. */
   | { readonly kind: 'client-gone' }
   /** After this attempt's 5xx or 429 head, the exchange sent a retry elsewhere. */
-  | { readonly kind: 'superseded' };
+  | { readonly kind: 'superseded' }
+  /**
+   * Flow control ends this sheddable attempt to free its slot for a request of a higher
+   * priority (flow-gate.ts); only while nothing of it has reached the client (`preemptable`).
+   */
+  | { readonly kind: 'preempted' };
 
 /** Why the client gets an error of the sidecar's own (502, or 504 when `timeout`). */
 export type Failure =
@@ -85,7 +90,9 @@ export type Effect =
   /** Send another attempt if one is allowed (then `superseded` follows); otherwise relay this one. */
   | { readonly kind: 'retry-or-relay' }
   /** Answer the client with this failure (no retry: one was already declined). */
-  | { readonly kind: 'fail'; readonly failure: Failure };
+  | { readonly kind: 'fail'; readonly failure: Failure }
+  /** Give the request back to its pool's flow gate, to be sent again when there is room. */
+  | { readonly kind: 'requeue' };
 
 export interface Transition {
   readonly state: AttemptState;
@@ -110,6 +117,8 @@ const RETRY_OR_RELAY: Effect = { kind: 'retry-or-relay' };
 const REPORT_ERROR: Effect = { kind: 'report', code: 'error' };
 const REPORT_TIMEOUT: Effect = { kind: 'report', code: 'timeout' };
 const REPORT_ABORTED: Effect = { kind: 'report', code: 'aborted' };
+const REPORT_PREEMPTED: Effect = { kind: 'report', code: 'preempted' };
+const REQUEUE: Effect = { kind: 'requeue' };
 const RESET: Failure = { kind: 'reset-before-first-byte', timeout: false };
 const NO_FIRST_BYTE: Failure = { kind: 'no-first-byte', timeout: true };
 
@@ -136,6 +145,11 @@ const CLIENT_LEFT_REPORTED: Transition = finished(DESTROY);
  * because of the client. Counted aborted, as a client that left, never against the endpoint.
  */
 const BROKEN_WHILE_CLIENT_HELD: Transition = finished(REPORT_ABORTED, DESTROY, BREAK_CLIENT);
+/**
+ * Preempted: neutral to the balancer (the server did nothing wrong), the upstream request
+ * dropped (a model server frees the slot when its client leaves), the request queued again.
+ */
+const PREEMPTED: Transition = finished(REPORT_PREEMPTED, DESTROY, REQUEUE);
 /** Nothing of the response by `timeouts.firstByte`: a timeout, retried elsewhere when allowed. */
 const FIRST_BYTE_LATE: Transition = finished(REPORT_TIMEOUT, DESTROY, retryOrFail(NO_FIRST_BYTE));
 
@@ -146,6 +160,14 @@ export function awaitsFirstByte(state: AttemptState): boolean {
     state.kind === 'awaiting-first-byte' ||
     state.kind === 'awaiting-error-body'
   );
+}
+
+/**
+ * Whether flow control may preempt the attempt: nothing of its answer has reached the client
+ * (the head is held until the first body byte), so sending it again later loses nothing.
+ */
+export function isPreemptable(state: AttemptState): boolean {
+  return state.kind === 'awaiting-head' || state.kind === 'awaiting-first-byte';
 }
 
 /** A status another endpoint might answer better: retried when allowed, and bad for health. */
@@ -170,6 +192,7 @@ export function outcomeOf(
       return { kind: 'error' };
     case '4xx':
     case 'aborted':
+    case 'preempted':
       return { kind: 'neutral' };
   }
 }
@@ -212,6 +235,8 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
           return FIRST_BYTE_LATE;
         case 'client-gone':
           return CLIENT_LEFT;
+        case 'preempted':
+          return PREEMPTED;
         default:
           return undefined;
       }
@@ -231,6 +256,8 @@ export function transition(state: AttemptState, event: AttemptEvent): Transition
           return FIRST_BYTE_LATE;
         case 'client-gone':
           return CLIENT_LEFT;
+        case 'preempted':
+          return PREEMPTED;
         default:
           return undefined;
       }

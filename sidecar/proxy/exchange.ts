@@ -37,6 +37,7 @@ import type { AttemptTrace, RequestTrace } from '../telemetry/types.ts';
 import {
   INITIAL_STATE,
   awaitsFirstByte,
+  isPreemptable,
   outcomeOf,
   transition,
   type AttemptEvent,
@@ -162,6 +163,7 @@ const END: AttemptEvent = { kind: 'end' };
 const DEADLINE: AttemptEvent = { kind: 'deadline' };
 const CLIENT_GONE: AttemptEvent = { kind: 'client-gone' };
 const SUPERSEDED: AttemptEvent = { kind: 'superseded' };
+const PREEMPTED: AttemptEvent = { kind: 'preempted' };
 
 /** One client request, across its attempts. */
 export class Exchange {
@@ -203,6 +205,11 @@ export class Exchange {
   readonly usageAdded: boolean;
   /** The usage read from the answer the client got (set when its head is written). */
   usage: UsageScanner | undefined;
+  /**
+   * Where a preempted attempt's request goes back to (the flow gate, admission.ts): set for a
+   * request that flow control may preempt; `preempt()` refuses without it.
+   */
+  onPreempted: (() => void) | undefined;
 
   constructor(deps: ExchangeDeps, init: ExchangeInit) {
     this.deps = deps;
@@ -251,6 +258,66 @@ export class Exchange {
   abandon(): void {
     this.#clientGone = true;
     for (const attempt of this.#sent) attempt.clientGone();
+  }
+
+  /**
+   * Whether flow control may preempt the exchange now: its current attempt has sent nothing to
+   * the client yet (attempt-state.ts `isPreemptable`) and the client is still there.
+   */
+  preemptable(): boolean {
+    const current = this.#sent.at(-1);
+    return (
+      this.onPreempted !== undefined &&
+      current !== undefined &&
+      !this.#clientGone &&
+      !this.res.headersSent &&
+      current.preemptable()
+    );
+  }
+
+  /** The endpoint of the current attempt (while one is under way). */
+  currentEndpointId(): string | undefined {
+    return this.#sent.at(-1)?.attempt.endpoint.id;
+  }
+
+  /**
+   * The current attempt, while nothing of its answer has come yet (no body byte): where and when
+   * (the balancer's clock) it was sent. Undefined once it answers, or with none under way.
+   */
+  unanswered(): { endpointId: string; startedAtMs: number } | undefined {
+    const current = this.#sent.at(-1);
+    if (current === undefined || this.#clientGone || !current.preemptable()) return undefined;
+    return { endpointId: current.attempt.endpoint.id, startedAtMs: current.attempt.startedAtMs };
+  }
+
+  /**
+   * Ends the current attempt to free its slot for a request of a higher priority, and gives the
+   * request back to the flow gate (`onPreempted`), which sends it again when there is room.
+   * False (nothing done) when it is not `preemptable()`.
+   */
+  preempt(): boolean {
+    if (!this.preemptable()) return false;
+    this.#sent.at(-1)!.preempt();
+    return true;
+  }
+
+  /** Internal to the attempt: it was preempted; its endpoint did nothing wrong, it may serve it again. */
+  requeue(endpointId: string): void {
+    this.#tried.delete(endpointId);
+    if (this.#clientGone) return;
+    this.onPreempted?.();
+  }
+
+  /**
+   * Sends the request again after a preemption, on `pick` (the flow gate picked it once there
+   * was room), as its first attempt was.
+   */
+  resume(pick: PickResult): void {
+    if (this.#clientGone || this.res.closed) {
+      if (pick.kind === 'picked') this.pool.balancer.finish(pick.attempt, { kind: 'neutral' });
+      return;
+    }
+    this.#first(pick);
   }
 
   /**
@@ -549,6 +616,14 @@ class ExchangeAttempt implements UpstreamHandler {
     this.#step(CLIENT_GONE);
   }
 
+  preemptable(): boolean {
+    return isPreemptable(this.#state);
+  }
+
+  preempt(): void {
+    this.#step(PREEMPTED);
+  }
+
   onResponseHead(status: number, headers: IncomingHttpHeaders): void {
     this.#status = status;
     this.#headers = headers;
@@ -786,6 +861,9 @@ class ExchangeAttempt implements UpstreamHandler {
         return;
       case 'fail':
         exchange.fail(effect.failure, this.attempt.endpoint.id);
+        return;
+      case 'requeue':
+        exchange.requeue(this.attempt.endpoint.id);
         return;
     }
   }

@@ -74,12 +74,26 @@ function policy(extra: Partial<FlowControlPolicy> = {}): FlowControlPolicy {
 class FakeBalancer {
   room = true;
   picks = 0;
+  /** The freeable endpoints the last preemption was offered. */
+  offered: string[] = [];
   pickWithRoom(_request: PickRequest): RoomPickResult {
     if (!this.room) return { kind: 'saturated' };
     this.picks++;
     return {
       kind: 'picked',
       attempt: { endpoint: { id: 'e' } } as unknown as Attempt,
+      affinity: 'none',
+    };
+  }
+  /** The first of the freeable endpoints, in order (the real one chooses as `pick` does). */
+  pickFreeable(_request: PickRequest, freeable: ReadonlySet<string>): RoomPickResult {
+    this.offered = [...freeable];
+    const id = this.offered.sort()[0];
+    if (id === undefined) return { kind: 'saturated' };
+    this.picks++;
+    return {
+      kind: 'picked',
+      attempt: { endpoint: { id } } as unknown as Attempt,
       affinity: 'none',
     };
   }
@@ -95,13 +109,14 @@ interface Seen {
 function setup(p: FlowControlPolicy = policy(), sharing: 'whole' | 'shared' = 'whole') {
   const timers = new FakeTimers();
   const flow = new PoolFlow(p, sharing, { nowMs: () => timers.now }, undefined);
-  const counted = { refused: [] as RefusalReason[], left: [] as [number, number][] };
+  const counted = { refused: [] as RefusalReason[], left: [] as [number, number][], preempted: 0 };
   const gate = new FlowGate({
     poolName: 'chat',
     flow,
     metrics: {
       refused: (r) => counted.refused.push(r),
       leftQueue: (priority, s) => counted.left.push([priority, s]),
+      preempted: () => counted.preempted++,
     },
     nowMs: () => timers.now,
     timers,
@@ -368,5 +383,167 @@ describe('FlowGate', () => {
     timers.poll();
     assert.deepEqual(order, ['batch0', 'chat']);
     assert.equal(flow.queue.size, 1);
+  });
+
+  describe('preemption', () => {
+    /** A sheddable request under way on `endpoint`, as admission.ts registers it. */
+    function running(
+      gate: FlowGate,
+      endpoint: string,
+      priority: number,
+      startedMs: number,
+      preemptable = true,
+    ) {
+      const entry = {
+        priority,
+        startedMs,
+        preempted: false,
+        endpointId: () => endpoint,
+        preemptable: () => preemptable && !entry.preempted,
+        preempt: () => {
+          if (!entry.preemptable()) return false;
+          entry.preempted = true;
+          return true;
+        },
+      };
+      const stop = gate.running(entry);
+      return { entry, stop };
+    }
+
+    it('a higher priority that finds every endpoint saturated takes a sheddable slot', () => {
+      const { gate, request, balancer, flow, counted } = setup(policy({ preemptSheddable: true }));
+      balancer.room = false;
+      const older = running(gate, 'e1', -1, 10);
+      const newer = running(gate, 'e1', -1, 20);
+      const other = running(gate, 'e2', -1, 30);
+      const chat = request('chat', 10);
+      gate.admit(chat.request);
+      // Offered every endpoint with something to preempt; the pick chose e1.
+      assert.deepEqual(balancer.offered.sort(), ['e1', 'e2']);
+      const pick = chat.seen.started?.pick;
+      assert.equal(pick?.kind === 'picked' ? pick.attempt.endpoint.id : undefined, 'e1');
+      // The last sent of e1 (the least work lost) was preempted, nothing else.
+      assert.equal(newer.entry.preempted, true);
+      assert.equal(older.entry.preempted, false);
+      assert.equal(other.entry.preempted, false);
+      assert.equal(counted.preempted, 1);
+      assert.equal(flow.queue.size, 0);
+    });
+
+    it('the lowest priority goes first, whatever was sent last', () => {
+      const { gate, request, balancer } = setup(policy({ preemptSheddable: true }));
+      balancer.room = false;
+      const lowest = running(gate, 'e1', -5, 10);
+      const low = running(gate, 'e1', -1, 20);
+      gate.admit(request('chat', 0).request);
+      assert.equal(lowest.entry.preempted, true);
+      assert.equal(low.entry.preempted, false);
+    });
+
+    it('nothing is preempted that has answered, that is not below, or by a sheddable request', () => {
+      const { gate, request, balancer, flow, counted } = setup(policy({ preemptSheddable: true }));
+      balancer.room = false;
+      running(gate, 'e1', -1, 10, false); // its answer reached the client
+      running(gate, 'e2', -2, 10).stop(); // its response closed
+      const same = running(gate, 'e3', -3, 10);
+      gate.admit(request('chat', 10).request);
+      assert.deepEqual(balancer.offered, ['e3']);
+      assert.equal(same.entry.preempted, true);
+      // A sheddable request never preempts, even a lower one: it is refused.
+      const lower = running(gate, 'e4', -9, 10);
+      const batch = request('batch', -1);
+      gate.admit(batch.request);
+      assert.equal(batch.seen.refused?.code, 'sheddable_refused');
+      assert.equal(lower.entry.preempted, false);
+      lower.stop();
+      // Nothing left below it to preempt (priority 10 is not below 10): the chat request waits.
+      running(gate, 'e5', 10, 10);
+      gate.admit(request('chat2', 10).request);
+      assert.equal(flow.queue.size, 1);
+      assert.equal(counted.preempted, 1);
+    });
+
+    it('is off unless the pool says preemptSheddable: true', () => {
+      const { gate, request, balancer, flow } = setup();
+      balancer.room = false;
+      const victim = running(gate, 'e1', -1, 10);
+      gate.admit(request('chat', 10).request);
+      assert.equal(victim.entry.preempted, false);
+      assert.equal(flow.queue.size, 1);
+    });
+
+    it('a waiting request preempts too once a victim can be', () => {
+      const { gate, request, balancer, flow, timers, order } = setup(
+        policy({ preemptSheddable: true }),
+      );
+      balancer.room = false;
+      gate.admit(request('chat', 10).request);
+      assert.equal(flow.queue.size, 1);
+      const victim = running(gate, 'e1', -1, 10);
+      timers.poll();
+      assert.equal(victim.entry.preempted, true);
+      assert.deepEqual(order, ['chat']);
+      assert.equal(flow.queue.size, 0);
+    });
+
+    it('a preempted request waits to be sent again; new sheddable ones are refused meanwhile', () => {
+      const { gate, request, balancer, flow, timers, order } = setup(
+        policy({ preemptSheddable: true }),
+      );
+      balancer.room = false;
+      const batch = request('batch', -1);
+      gate.readmit(batch.request);
+      assert.equal(flow.queue.size, 1);
+      assert.equal(batch.seen.refused, undefined);
+      const later = request('later', -1);
+      gate.admit(later.request);
+      assert.equal(later.seen.refused?.code, 'sheddable_refused');
+      assert.match(later.seen.refused?.message ?? '', /preempted requests wait/);
+      balancer.room = true;
+      timers.poll();
+      assert.deepEqual(order, ['batch']);
+      // Its budget was charged when it was first admitted: no new ticket.
+      assert.equal(batch.seen.started?.ticket, undefined);
+    });
+
+    it('a preempted request still gets its answer: a 429 after maxQueueWait', () => {
+      const { gate, request, balancer, timers } = setup(policy({ preemptSheddable: true }));
+      balancer.room = false;
+      const batch = request('batch', -1);
+      gate.readmit(batch.request);
+      timers.advance(1000);
+      assert.equal(batch.seen.refused?.code, 'queue_timeout_saturated');
+    });
+
+    it('rescues a request its server queues: a sheddable request on that endpoint preempted, once', () => {
+      const { gate, timers, counted } = setup(policy({ preemptSheddable: true }));
+      const there = running(gate, 'e1', -1, 10);
+      const elsewhere = running(gate, 'e2', -1, 20);
+      let queued = false;
+      let answered = false;
+      const stop = gate.awaiting({
+        priority: 10,
+        unanswered: () => (answered ? undefined : 'e1'),
+        queuedThere: () => queued,
+      });
+      timers.poll();
+      assert.equal(there.entry.preempted, false, 'nothing while the server reports no queue');
+      queued = true;
+      timers.poll();
+      assert.equal(there.entry.preempted, true);
+      assert.equal(elsewhere.entry.preempted, false);
+      assert.equal(counted.preempted, 1);
+      // Once per request: a later queue report preempts nothing more for it.
+      const again = running(gate, 'e1', -1, 30);
+      timers.poll();
+      assert.equal(again.entry.preempted, false);
+      stop();
+      // An answered request is never rescued.
+      answered = true;
+      gate.awaiting({ priority: 10, unanswered: () => undefined, queuedThere: () => true });
+      timers.poll();
+      assert.equal(again.entry.preempted, false);
+      assert.equal(timers.intervals.size, 0, 'the watch stops with nothing awaited');
+    });
   });
 });

@@ -50,7 +50,10 @@ export interface GatedRequest {
   /** `max_tokens` / `max_completion_tokens` of the body, for the token estimate. */
   readonly maxTokens: number | undefined;
   /** The balancer of its pool. */
-  readonly balancer: { pickWithRoom(request: PickRequest, rule: SaturationRule): RoomPickResult };
+  readonly balancer: {
+    pickWithRoom(request: PickRequest, rule: SaturationRule): RoomPickResult;
+    pickFreeable(request: PickRequest, freeable: ReadonlySet<string>): RoomPickResult;
+  };
   /** What the first pick asks (affinity, model, size). */
   pickRequest(): PickRequest;
   /**
@@ -64,11 +67,44 @@ export interface GatedRequest {
   watchClient(gone: () => void): () => void;
 }
 
+/**
+ * A sheddable request under way, as the gate may preempt it: admission.ts registers each one it
+ * starts (`FlowGate.running`) until its response closes.
+ */
+export interface RunningSheddable {
+  readonly priority: number;
+  /** When it was (last) sent, monotonic ms: the latest sent has done the least work. */
+  readonly startedMs: number;
+  /** The endpoint of its attempt under way, if any. */
+  endpointId(): string | undefined;
+  /** Nothing of its answer has reached the client yet (exchange.ts `preemptable`). */
+  preemptable(): boolean;
+  /** Ends its attempt and queues it again (`FlowGate.readmit`); false when it cannot be. */
+  preempt(): boolean;
+}
+
+/**
+ * A request of priority 0 or more under way, as the gate watches it (admission.ts registers it
+ * when the pool preempts): if its server reports a queue before it has any answer, it probably
+ * waits in that queue, behind what the other sidecars sent meanwhile (each sees the others' only
+ * at the next report); the gate then preempts a sheddable request of its own on that endpoint,
+ * so that the server has a slot to give it.
+ */
+export interface AwaitingAnswer {
+  readonly priority: number;
+  /** Where it waits for its first byte; undefined once answered (or gone). */
+  unanswered(): string | undefined;
+  /** Its server reported a queue since it was sent. */
+  queuedThere(): boolean;
+}
+
 /** What the gate counts (metrics.ts binds these per pool). */
 export interface FlowGateMetrics {
   refused(reason: RefusalReason): void;
   /** A request left the queue (started, refused, or its client left) after `seconds`. */
   leftQueue(priority: number, seconds: number): void;
+  /** A sheddable request was preempted for one of a higher priority. */
+  preempted(): void;
 }
 
 export interface FlowGateDeps {
@@ -116,6 +152,11 @@ export class FlowGate {
   #poll: { unref?(): unknown } | undefined;
   #kickScheduled = false;
   #dispatching = false;
+  /** Sheddable requests under way that a higher priority may preempt. */
+  readonly #running = new Set<RunningSheddable>();
+  /** Requests of priority 0 or more not answered yet, watched while sheddable ones run. */
+  readonly #awaiting = new Set<AwaitingAnswer>();
+  #watch: { unref?(): unknown } | undefined;
 
   constructor(deps: FlowGateDeps) {
     this.#deps = deps;
@@ -133,9 +174,18 @@ export class FlowGate {
     const { queue, ledger, policy } = flow;
     const { priority, workload } = request;
     const now = this.#deps.nowMs();
-    if (priority < 0 && queue.waitingAbove(priority)) {
+    // Never behind anything waiting, not even a preempted request of its own priority: a
+    // sheddable request does not wait.
+    if (priority < 0 && queue.waitingAbove(priority - 1)) {
       metrics.refused('sheddable');
-      request.refuse(sheddable(flow, 'while requests of a higher priority wait'));
+      request.refuse(
+        sheddable(
+          flow,
+          queue.waitingAbove(priority)
+            ? 'while requests of a higher priority wait'
+            : 'while preempted requests wait to be sent again',
+        ),
+      );
       return;
     }
     let ticket: BudgetTicket | undefined;
@@ -175,6 +225,11 @@ export class FlowGate {
       request.start(pick, ticket, undefined);
       return;
     }
+    const freed = this.preemptFor(request);
+    if (freed !== undefined) {
+      request.start(freed, ticket, undefined);
+      return;
+    }
     if (priority < 0) {
       if (ticket !== undefined) ledger.settle(ticket, 0, now);
       metrics.refused('sheddable');
@@ -182,6 +237,112 @@ export class FlowGate {
       return;
     }
     this.#enqueue(request, { kind: 'room', ticket }, tokens, now, undefined);
+  }
+
+  /**
+   * A sheddable request is under way: it may be preempted for a higher priority until the
+   * returned function is called (its response closed).
+   */
+  running(entry: RunningSheddable): () => void {
+    this.#running.add(entry);
+    this.#watchWhileNeeded();
+    return () => {
+      this.#running.delete(entry);
+      this.#watchWhileNeeded();
+    };
+  }
+
+  /**
+   * A request of priority 0 or more was sent: until its answer starts, a queue its server
+   * reports meanwhile preempts a sheddable request of this sidecar on that endpoint (once).
+   */
+  awaiting(entry: AwaitingAnswer): () => void {
+    this.#awaiting.add(entry);
+    this.#watchWhileNeeded();
+    return () => {
+      this.#awaiting.delete(entry);
+      this.#watchWhileNeeded();
+    };
+  }
+
+  /** The rescue check runs every FLOW_POLL_MS while something awaits and something may be preempted. */
+  #watchWhileNeeded(): void {
+    const needed = this.#awaiting.size > 0 && this.#running.size > 0;
+    if (needed && this.#watch === undefined) {
+      this.#watch = this.#timers.setInterval(() => this.rescue(), FLOW_POLL_MS);
+      this.#watch.unref?.();
+    } else if (!needed && this.#watch !== undefined) {
+      this.#timers.clearInterval(this.#watch);
+      this.#watch = undefined;
+    }
+  }
+
+  /** Internal (the watch): preempts for each awaited request whose server reports a queue. */
+  rescue(): void {
+    for (const entry of this.#awaiting) {
+      const endpoint = entry.unanswered();
+      if (endpoint === undefined) {
+        this.#awaiting.delete(entry);
+        continue;
+      }
+      if (!entry.queuedThere()) continue;
+      // Once: a second preemption for the same request would only feed the server's queue.
+      this.#awaiting.delete(entry);
+      const victim = this.#victims(entry.priority).get(endpoint);
+      if (victim === undefined) continue;
+      this.#running.delete(victim);
+      if (victim.preempt()) this.#deps.metrics.preempted();
+    }
+    this.#watchWhileNeeded();
+  }
+
+  /** Per endpoint, the sheddable request a request of `priority` would preempt there. */
+  #victims(priority: number): Map<string, RunningSheddable> {
+    const byEndpoint = new Map<string, RunningSheddable>();
+    for (const entry of this.#running) {
+      if (entry.priority >= priority || entry.priority >= 0 || !entry.preemptable()) continue;
+      const id = entry.endpointId();
+      if (id === undefined) continue;
+      const best = byEndpoint.get(id);
+      if (
+        best === undefined ||
+        entry.priority < best.priority ||
+        (entry.priority === best.priority && entry.startedMs > best.startedMs)
+      )
+        byEndpoint.set(id, entry);
+    }
+    return byEndpoint;
+  }
+
+  /**
+   * A preempted request comes back: it waits in the queue at its priority (even a sheddable one;
+   * it was accepted) for room, as long as `maxQueueWait`, and is sent again. Its budget was
+   * charged when it was first admitted.
+   */
+  readmit(request: GatedRequest): void {
+    this.#enqueue(request, { kind: 'room', ticket: undefined }, 0, this.#deps.nowMs(), undefined);
+    this.kick();
+  }
+
+  /**
+   * Every endpoint `request` could go to is saturated: when the pool allows it
+   * (`preemptSheddable`) and the request is not sheddable itself, end a sheddable request of
+   * this sidecar that has sent nothing to its client yet, on an endpoint the request may use,
+   * and take its slot. The victim is of the lowest priority, and of those the last sent (it has
+   * done the least work); it goes back to the queue. Returns the pick on the freed endpoint, or
+   * undefined when there is nothing to preempt.
+   */
+  preemptFor(request: GatedRequest): PickResult | undefined {
+    const { flow, metrics } = this.#deps;
+    if (flow.policy.preemptSheddable !== true || request.priority < 0) return undefined;
+    const byEndpoint = this.#victims(request.priority);
+    if (byEndpoint.size === 0) return undefined;
+    const pick = request.balancer.pickFreeable(request.pickRequest(), new Set(byEndpoint.keys()));
+    if (pick.kind !== 'picked') return undefined;
+    const victim = byEndpoint.get(pick.attempt.endpoint.id)!;
+    this.#running.delete(victim);
+    if (victim.preempt()) metrics.preempted();
+    return pick;
   }
 
   /** Room may have come (an attempt ended, a load report, new shares): try the queue soon. */
@@ -360,7 +521,8 @@ class Waiting implements FlowWaiter {
       this.#releaseHold();
       this.#for = { kind: 'room', ticket: admission.ticket };
     }
-    const pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow, request.priority));
+    let pick = request.balancer.pickWithRoom(request.pickRequest(), rule(flow, request.priority));
+    if (pick.kind === 'saturated') pick = this.#gate.preemptFor(request) ?? pick;
     if (pick.kind === 'saturated') return 'saturated';
     const waited = this.#leave(nowMs);
     request.start(pick, this.#for.ticket, waited);

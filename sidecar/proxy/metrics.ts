@@ -19,7 +19,8 @@ import type {
 } from '../policy/index.ts';
 
 /** How an attempt ended, as the `code` label of `switchyard_requests_total`: a bounded set. */
-export type CodeClass = '2xx' | '4xx' | '429' | '5xx' | 'error' | 'timeout' | 'aborted';
+export type CodeClass =
+  '2xx' | '4xx' | '429' | '5xx' | 'error' | 'timeout' | 'aborted' | 'preempted';
 const CODE_CLASSES: readonly CodeClass[] = [
   '2xx',
   '4xx',
@@ -28,6 +29,7 @@ const CODE_CLASSES: readonly CodeClass[] = [
   'error',
   'timeout',
   'aborted',
+  'preempted',
 ];
 const AFFINITY_RESULTS: readonly AffinityResult[] = ['hit', 'spill', 'overloaded', 'none'];
 
@@ -81,7 +83,7 @@ export interface EndpointMetrics {
  */
 export const ENDPOINT_FAMILY_HELP = {
   requests:
-    'Attempts sent to each endpoint, by outcome: 2xx, 4xx, 429, 5xx, error (connect/reset), timeout, aborted (client left).',
+    'Attempts sent to each endpoint, by outcome: 2xx, 4xx, 429, 5xx, error (connect/reset), timeout, aborted (client left), preempted (a sheddable request ended by flow control to make room for a higher priority, then sent again).',
   ttft: 'Time from sending the request to the first response body byte, per endpoint (streaming requests).',
   driftMismatches:
     "Responses whose model or system_fingerprint differed from what the endpoint's drift probe answered (the passive check; drift detection on only).",
@@ -124,6 +126,8 @@ export class SidecarMetrics {
   readonly flow: {
     refused(reason: RefusalReason): void;
     leftQueue(priority: number, seconds: number): void;
+    /** A sheddable request was preempted for one of a higher priority. */
+    preempted(): void;
   };
   /** The fleet-wide view's counts (issue 45), for the controller source; bound children. */
   readonly placements: {
@@ -167,8 +171,10 @@ export class SidecarMetrics {
     const refusals = Object.fromEntries(
       REFUSAL_REASONS.map((r) => [r, shared.refusals.labels({ pool, reason: r })]),
     ) as Record<RefusalReason, { inc(): void }>;
+    const preemptions = shared.preemptions.labels({ pool });
     this.flow = {
       refused: (reason) => refusals[reason].inc(),
+      preempted: () => preemptions.inc(),
       leftQueue: (priority, seconds) =>
         shared.queueWait.observe({ pool, priority: this.priorityLabel(priority) }, seconds),
     };
@@ -370,6 +376,7 @@ class SharedFamilies {
   readonly applied: Counter<'pool'>;
   readonly rejected: Counter<'pool'>;
   readonly refusals: Counter<'pool' | 'reason'>;
+  readonly preemptions: Counter<'pool'>;
   readonly queueWait: Histogram<'pool' | 'priority'>;
   readonly heldTime: Histogram<'pool' | 'outcome'>;
   readonly placementsUploaded: Counter<'pool'>;
@@ -435,6 +442,12 @@ class SharedFamilies {
       name: 'switchyard_flow_refusals_total',
       help: 'Requests flow control answered 429, by reason: saturated (waited flowControl.maxQueueWait, no endpoint had room), budget (over a requests/tokens-per-minute budget), queue-full (the queue was full, or a higher priority pushed it out), sheddable (negative priority while others wait or nothing has room). Rising saturated: add capacity or lower load; budget: the workload spends its budget.',
       labelNames: ['pool', 'reason'],
+      registers,
+    });
+    this.preemptions = new Counter({
+      name: 'switchyard_flow_preemptions_total',
+      help: 'Sheddable requests (negative priority) whose attempt flow control ended before any of its answer reached the client, to free the slot for a request of a higher priority that found every endpoint saturated; each was queued and sent again (flowControl.saturation.preemptSheddable). A preempted attempt is also counted in switchyard_requests_total{code="preempted"}.',
+      labelNames: ['pool'],
       registers,
     });
     // The fleet-wide view (issue 45; docs/fleet-view.md).

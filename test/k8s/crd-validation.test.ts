@@ -305,7 +305,7 @@ describe('InferencePool CRD on a real API server', { skip: !enabled }, () => {
         defaultPriority: 0,
         maxQueueWait: '30s',
         queue: { maxRequests: 1000, maxBytes: 67108864 },
-        saturation: { kvCacheUsage: 0.95, sheddableHeadroom: 0.2 },
+        saturation: { kvCacheUsage: 0.95, sheddableHeadroom: 0.2, preemptSheddable: false },
         workload,
         budgets,
       });

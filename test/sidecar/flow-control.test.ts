@@ -16,6 +16,7 @@ function flowPool(urls: string[], flow: Partial<Record<string, string>> = {}): s
   const f = {
     maxQueueWait: '20s',
     queue: '{maxRequests: 10, maxBytes: 1000000}',
+    saturation: '{kvCacheUsage: 0.95, maxInFlightPerEndpoint: 1}',
     ...flow,
   };
   return balancePool(
@@ -25,7 +26,7 @@ function flowPool(urls: string[], flow: Partial<Record<string, string>> = {}): s
       '    defaultPriority: 0',
       `    maxQueueWait: ${f.maxQueueWait}`,
       `    queue: ${f.queue}`,
-      '    saturation: {kvCacheUsage: 0.95, maxInFlightPerEndpoint: 1}',
+      `    saturation: ${f.saturation}`,
     ].join('\n'),
   );
 }
@@ -323,4 +324,51 @@ describe('the priority header', () => {
       }
     });
   }
+});
+
+describe('flow control with preemptSheddable', () => {
+  let fixture: PoolFixture;
+
+  beforeEach(async () => {
+    fixture = await startPool(
+      [{ name: 'a', flags: ['--slots', '1', '--decode-ms-per-token', '20'] }],
+      (urls) =>
+        flowPool(urls, {
+          saturation: '{kvCacheUsage: 0.95, maxInFlightPerEndpoint: 1, preemptSheddable: true}',
+        }),
+      ['--load-scrape-every', '0'],
+    );
+  });
+  afterEach(() => fixture?.stop());
+
+  test('a higher priority preempts a sheddable request that has not answered; it is served after', async () => {
+    const { client } = fixture;
+    const order: string[] = [];
+    // A batch request (not streamed: its answer comes back whole) holds the one slot.
+    const batch = client.chat.completions
+      .create(hello('m', { max_tokens: 60 }) as never, {
+        headers: { 'x-switchyard-priority': '-1' },
+      })
+      .withResponse()
+      .then(({ response }) => {
+        order.push('batch');
+        return response.headers.get('x-switchyard-attempts');
+      });
+    await eventually(async () => (await simStats(fixture.sims[0]!)).inFlight === 1);
+    // Chat finds the endpoint saturated: it takes the batch request's slot at once.
+    const chat = withPriority(client, 10).then(() => order.push('chat'));
+    const attempts = await batch;
+    await chat;
+    assert.deepEqual(order, ['chat', 'batch']);
+    assert.equal(attempts, '2', 'the preempted attempt and the one that answered');
+    const stats = await simStats(fixture.sims[0]!);
+    assert.equal(stats.aborted, 1, 'the server dropped the preempted request');
+    assert.equal(stats.completed, 2);
+    await eventually(
+      async () => (await metric(fixture, 'switchyard_flow_preemptions_total')) === 1,
+      5000,
+      'the preemption counted',
+    );
+    assert.equal(await metric(fixture, 'switchyard_requests_total', 'code="preempted"'), 1);
+  });
 });
