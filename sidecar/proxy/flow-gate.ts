@@ -244,12 +244,7 @@ export class FlowGate {
    * returned function is called (its response closed).
    */
   running(entry: RunningSheddable): () => void {
-    this.#running.add(entry);
-    this.#watchWhileNeeded();
-    return () => {
-      this.#running.delete(entry);
-      this.#watchWhileNeeded();
-    };
+    return this.#watched(this.#running, entry);
   }
 
   /**
@@ -257,10 +252,15 @@ export class FlowGate {
    * reports meanwhile preempts a sheddable request of this sidecar on that endpoint (once).
    */
   awaiting(entry: AwaitingAnswer): () => void {
-    this.#awaiting.add(entry);
+    return this.#watched(this.#awaiting, entry);
+  }
+
+  /** `entry` is in `set` until the returned function is called; the rescue watch follows both. */
+  #watched<T>(set: Set<T>, entry: T): () => void {
+    set.add(entry);
     this.#watchWhileNeeded();
     return () => {
-      this.#awaiting.delete(entry);
+      set.delete(entry);
       this.#watchWhileNeeded();
     };
   }
