@@ -5,10 +5,11 @@
  * them has room, reserves one request and its estimated tokens from each, and is settled to its
  * actual tokens when it ends (a bucket may go into debt, which later requests wait out).
  *
- * Use and demand are counted in sliding windows per budget: `used` (tokens once settled, requests
- * once admitted) and `wanted` (used plus what `noteWanted` counted: waiting or refused for want of
- * budget). Status and the report's `used` cover the last minute; the report's `wanted`, which the
- * controller splits the budget by, covers the last DEMAND_WINDOW_MS only (see there).
+ * Use and demand are counted in sliding windows per budget. Over the last minute, for status and
+ * the report's `used`: `used` (tokens once settled, requests once admitted) and `wanted` (used plus
+ * what `noteWanted` counted: waiting or refused for want of budget). The report's `wanted`, which
+ * the controller splits the budget by, is what arrived over the last DEMAND_WINDOW_MS plus what
+ * still waits from before (see there).
  */
 import { blendEwma } from './ewma.ts';
 import type {
@@ -60,21 +61,17 @@ export const DEMAND_WINDOW_MS = 2_000;
 const ROUNDING = 1e-6;
 
 type Unit = 'requests' | 'tokens';
-type Counter =
-  | 'usedRequests'
-  | 'usedTokens'
-  | 'wantedRequests'
-  | 'wantedTokens'
-  | 'arrivedRequests'
-  | 'arrivedTokens';
+/** Over the last minute, for status and the report's `used`. */
+type Counter = 'usedRequests' | 'usedTokens' | 'wantedRequests' | 'wantedTokens';
 const COUNTERS: readonly Counter[] = [
   'usedRequests',
   'usedTokens',
   'wantedRequests',
   'wantedTokens',
-  'arrivedRequests',
-  'arrivedTokens',
 ];
+/** Over DEMAND_WINDOW_MS, for the report's `wanted`. */
+type Arrival = 'requests' | 'tokens';
+const ARRIVALS: readonly Arrival[] = ['requests', 'tokens'];
 
 /** One budget in one unit. */
 class Bucket {
@@ -124,8 +121,8 @@ interface Budget {
   policy: BudgetPolicy;
   buckets: Partial<Record<Unit, Bucket>>;
   window: SlidingWindow<Counter>;
-  /** The same counts over DEMAND_WINDOW_MS, for the report's `wanted`. */
-  recent: SlidingWindow<Counter>;
+  /** What arrived over DEMAND_WINDOW_MS (`noteArrival`), for the report's `wanted`. */
+  arrived: SlidingWindow<Arrival>;
   /** Requests waiting in the queue for this budget now (`holdWant`). */
   held: Set<WantHold>;
 }
@@ -157,7 +154,7 @@ export class BudgetLedger implements BudgetLedgerApi {
           policy,
           buckets: {},
           window: new SlidingWindow(MINUTE_MS, COUNTERS),
-          recent: new SlidingWindow(DEMAND_WINDOW_MS, COUNTERS, 4),
+          arrived: new SlidingWindow(DEMAND_WINDOW_MS, ARRIVALS, 4),
           held: new Set(),
         };
         this.#budgets.set(policy.id, budget);
@@ -239,8 +236,8 @@ export class BudgetLedger implements BudgetLedgerApi {
 
   noteArrival(workload: string | undefined, estimatedTokens: number, nowMs: number): void {
     for (const budget of this.#applicable(workload)) {
-      budget.recent.add(nowMs, 'arrivedRequests', 1);
-      budget.recent.add(nowMs, 'arrivedTokens', nonNegative(estimatedTokens));
+      budget.arrived.add(nowMs, 'requests', 1);
+      budget.arrived.add(nowMs, 'tokens', nonNegative(estimatedTokens));
     }
   }
 
@@ -293,11 +290,11 @@ export class BudgetLedger implements BudgetLedgerApi {
     const perMinute = MINUTE_MS / DEMAND_WINDOW_MS;
     return [...this.#budgets.values()].map((budget) => {
       const totals = budget.window.totals(nowMs);
-      const recent = budget.recent.totals(nowMs);
+      const arrived = budget.arrived.totals(nowMs);
       const out: BudgetDemand = { id: budget.policy.id };
       // What still waits in the queue for this budget is wanted now, however long ago it came:
       // else a sidecar whose demand moved away would lose the share its queued requests need.
-      // (Those that arrived within the window are in `recent` already.)
+      // (Those that arrived within the window are in `arrived` already.)
       let olderRequests = 0;
       let olderTokens = 0;
       for (const hold of budget.held) {
@@ -308,13 +305,13 @@ export class BudgetLedger implements BudgetLedgerApi {
       if (budget.buckets.requests) {
         out.requests = {
           used: totals.usedRequests,
-          wanted: (recent.arrivedRequests + olderRequests) * perMinute,
+          wanted: (arrived.requests + olderRequests) * perMinute,
         };
       }
       if (budget.buckets.tokens) {
         out.tokens = {
           used: totals.usedTokens,
-          wanted: (recent.arrivedTokens + olderTokens) * perMinute,
+          wanted: (arrived.tokens + olderTokens) * perMinute,
         };
       }
       return out;
@@ -359,8 +356,7 @@ function nonNegative(value: number): number {
   return Number.isFinite(value) && value > 0 ? value : 0;
 }
 
-/** Counts into both windows of a budget. */
+/** Counts into the budget's minute. */
 function count(budget: Budget, nowMs: number, key: Counter, n: number): void {
   budget.window.add(nowMs, key, n);
-  budget.recent.add(nowMs, key, n);
 }
