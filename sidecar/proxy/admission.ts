@@ -274,8 +274,7 @@ export class Admission {
           stopRunning = kick.running({
             priority,
             startedMs: this.options.nowMs(),
-            endpointId: () => exchange.currentEndpointId(),
-            preemptable: () => exchange.preemptable(),
+            unanswered: () => exchange.unanswered()?.endpointId,
             preempt: () => exchange.preempt(),
           });
       },

@@ -261,28 +261,9 @@ export class Exchange {
   }
 
   /**
-   * Whether flow control may preempt the exchange now: its current attempt has sent nothing to
-   * the client yet (attempt-state.ts `isPreemptable`) and the client is still there.
-   */
-  preemptable(): boolean {
-    const current = this.#sent.at(-1);
-    return (
-      this.onPreempted !== undefined &&
-      current !== undefined &&
-      !this.#clientGone &&
-      !this.res.headersSent &&
-      current.preemptable()
-    );
-  }
-
-  /** The endpoint of the current attempt (while one is under way). */
-  currentEndpointId(): string | undefined {
-    return this.#sent.at(-1)?.attempt.endpoint.id;
-  }
-
-  /**
-   * The current attempt, while nothing of its answer has come yet (no body byte): where and when
-   * (the balancer's clock) it was sent. Undefined once it answers, or with none under way.
+   * The current attempt while nothing of its answer has reached the client (attempt-state.ts
+   * `isPreemptable`: no body byte yet) and the client is still there: where and when (the
+   * balancer's clock) it was sent. Undefined once it answers, or with none under way.
    */
   unanswered(): { endpointId: string; startedAtMs: number } | undefined {
     const current = this.#sent.at(-1);
@@ -293,10 +274,10 @@ export class Exchange {
   /**
    * Ends the current attempt to free its slot for a request of a higher priority, and gives the
    * request back to the flow gate (`onPreempted`), which sends it again when there is room.
-   * False (nothing done) when it is not `preemptable()`.
+   * False (nothing done) without `onPreempted`, or once the answer has started (`unanswered`).
    */
   preempt(): boolean {
-    if (!this.preemptable()) return false;
+    if (this.onPreempted === undefined || this.unanswered() === undefined) return false;
     this.#sent.at(-1)!.preempt();
     return true;
   }

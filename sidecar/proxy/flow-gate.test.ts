@@ -398,10 +398,9 @@ describe('FlowGate', () => {
         priority,
         startedMs,
         preempted: false,
-        endpointId: () => endpoint,
-        preemptable: () => preemptable && !entry.preempted,
+        unanswered: () => (preemptable && !entry.preempted ? endpoint : undefined),
         preempt: () => {
-          if (!entry.preemptable()) return false;
+          if (entry.unanswered() === undefined) return false;
           entry.preempted = true;
           return true;
         },

@@ -75,10 +75,11 @@ export interface RunningSheddable {
   readonly priority: number;
   /** When it was (last) sent, monotonic ms: the latest sent has done the least work. */
   readonly startedMs: number;
-  /** The endpoint of its attempt under way, if any. */
-  endpointId(): string | undefined;
-  /** Nothing of its answer has reached the client yet (exchange.ts `preemptable`). */
-  preemptable(): boolean;
+  /**
+   * The endpoint of its attempt while nothing of its answer has reached the client (exchange.ts
+   * `unanswered`): only then may it be preempted. Undefined otherwise.
+   */
+  unanswered(): string | undefined;
   /** Ends its attempt and queues it again (`FlowGate.readmit`); false when it cannot be. */
   preempt(): boolean;
 }
@@ -300,8 +301,8 @@ export class FlowGate {
   #victims(priority: number): Map<string, RunningSheddable> {
     const byEndpoint = new Map<string, RunningSheddable>();
     for (const entry of this.#running) {
-      if (entry.priority >= priority || entry.priority >= 0 || !entry.preemptable()) continue;
-      const id = entry.endpointId();
+      if (entry.priority >= priority || entry.priority >= 0) continue;
+      const id = entry.unanswered();
       if (id === undefined) continue;
       const best = byEndpoint.get(id);
       if (
