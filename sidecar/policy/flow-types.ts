@@ -101,6 +101,12 @@ export interface BudgetStatus {
   wanted: { requests: number; tokens: number };
 }
 
+/** A request waiting for budget, as `holdWant` counts it (opaque to the gate). */
+export interface WantHold {
+  readonly sinceMs: number;
+  readonly tokens: number;
+}
+
 /**
  * The budgets of one pool in one sidecar. Each budget and unit is a token bucket refilled at the
  * sidecar's share per minute, holding at most a few seconds of it (so that the fleet's total over
@@ -108,12 +114,6 @@ export interface BudgetStatus {
  * reserves its estimated tokens when admitted and is settled to its actual usage when it ends
  * (the bucket may go into debt).
  */
-/** A request waiting for budget, as `holdWant` counts it (opaque to the gate). */
-export interface WantHold {
-  readonly sinceMs: number;
-  readonly tokens: number;
-}
-
 export interface BudgetLedgerApi {
   /**
    * The pool's budgets. `sharing: 'whole'`: this sidecar enforces every budget whole
@@ -131,7 +131,10 @@ export interface BudgetLedgerApi {
    * the demand the report's `wanted` is made of.
    */
   noteArrival(workload: string | undefined, estimatedTokens: number, nowMs: number): void;
-  /** A request that waits or was refused for want of budget: counted once into `wanted`. */
+  /**
+   * A request that waits or was refused for want of budget: counted once into the minute's
+   * `wanted` that status shows (the report's `wanted` is `noteArrival`'s).
+   */
   noteWanted(workload: string | undefined, estimatedTokens: number, nowMs: number): void;
   /**
    * A request that arrived at `sinceMs` now waits in the queue for budget: wanted in every report
