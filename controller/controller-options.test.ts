@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
-  advertisedUrl,
   LEASE_DURATION_MS,
   planControllerOptions,
   type ControllerFiles,
   type ControllerFlags,
   type ControllerPlan,
 } from './controller-options.ts';
+import { advertisedUrl } from './core/advertised-url.ts';
 
 const flags = (over: Partial<ControllerFlags> = {}): ControllerFlags => ({
   listen: { host: '0.0.0.0', port: 8443 },

@@ -206,5 +206,3 @@ export function planControllerOptions(
     },
   };
 }
-
-export { advertisedUrl } from './core/advertised-url.ts';
