@@ -307,7 +307,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
   load?.start();
   caBundle?.start();
   const streamUrl = await listen(
-    stream.server,
+    stream.listener.server,
     options.listen,
     tls === undefined ? 'http' : 'https',
   );

@@ -5,7 +5,6 @@
  * reports. What a pool file cannot express is then possible, such as a pool with no endpoint.
  * The token is not checked. Loopback only.
  */
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
   reportPath,
@@ -13,10 +12,11 @@ import {
   type PoolSnapshot,
   type SidecarReport,
 } from '../crds/snapshot.ts';
+import { DualHttpServer, type AnyRequest, type AnyResponse } from '../lib/dual-http-server.ts';
 
 export class SnapshotServer {
-  readonly #server: http.Server;
-  readonly #open = new Set<http.ServerResponse>();
+  readonly #server: DualHttpServer;
+  readonly #open = new Set<AnyResponse>();
   readonly #namespace: string;
   readonly #pool: string;
   #current: PoolSnapshot | undefined;
@@ -27,14 +27,15 @@ export class SnapshotServer {
   private constructor(namespace: string, pool: string) {
     this.#namespace = namespace;
     this.#pool = pool;
-    this.#server = http.createServer((req, res) => this.#handle(req, res));
+    // HTTP/2 and HTTP/1.1, as the controller's port (the sidecar speaks HTTP/2).
+    this.#server = new DualHttpServer({}, (req, res) => this.#handle(req, res));
   }
 
   /** Listens on a free loopback port. */
   static async start(namespace: string, pool: string): Promise<SnapshotServer> {
     const server = new SnapshotServer(namespace, pool);
-    await new Promise<void>((r) => server.#server.listen(0, '127.0.0.1', r));
-    server.url = `http://127.0.0.1:${(server.#server.address() as AddressInfo).port}`;
+    await new Promise<void>((r) => server.#server.server.listen(0, '127.0.0.1', r));
+    server.url = `http://127.0.0.1:${(server.#server.server.address() as AddressInfo).port}`;
     return server;
   }
 
@@ -54,7 +55,7 @@ export class SnapshotServer {
     await new Promise<void>((r) => this.#server.close(() => r()));
   }
 
-  #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+  #handle(req: AnyRequest, res: AnyResponse): void {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     if (req.method === 'GET' && path === snapshotStreamPath(this.#namespace, this.#pool)) {
       res.writeHead(200, {
@@ -62,7 +63,7 @@ export class SnapshotServer {
         'cache-control': 'no-cache',
         'x-switchyard-protocol': '1',
       });
-      res.flushHeaders();
+      res.write(': connected\n\n'); // the headers go now, as the controller's do
       this.#open.add(res);
       res.on('close', () => this.#open.delete(res));
       if (this.#current !== undefined) res.write(event(this.#current));

@@ -2,8 +2,7 @@
  * Listening on an address, shared by the controller's and the sidecar's servers (which never
  * import each other).
  */
-import type http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server } from 'node:net';
 
 /** An address to listen on; port 0 picks a free one. */
 export interface HostPort {
@@ -12,7 +11,7 @@ export interface HostPort {
 }
 
 /** Listens on `at` and resolves with the URL it is reachable at (`scheme://host:port`). */
-export function listen(server: http.Server, at: HostPort, scheme = 'http'): Promise<string> {
+export function listen(server: Server, at: HostPort, scheme = 'http'): Promise<string> {
   return new Promise((resolveUrl, reject) => {
     server.once('error', reject);
     server.listen(at.port, at.host, () => {

@@ -10,6 +10,9 @@
  */
 import type * as NodeHttp from 'node:http';
 import type * as NodeHttps from 'node:https';
+import type * as NodeHttp2 from 'node:http2';
 
 export const http: typeof NodeHttp = process.getBuiltinModule('node:http');
 export const https: typeof NodeHttps = process.getBuiltinModule('node:https');
+/** The controller's stream: one HTTP/2 connection per sidecar (lib/dual-http-server.ts). */
+export const http2: typeof NodeHttp2 = process.getBuiltinModule('node:http2');

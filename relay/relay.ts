@@ -161,13 +161,13 @@ export async function startRelay(options: RelayOptions): Promise<RunningRelay> {
   load?.start();
 
   await new Promise<void>((resolve, reject) => {
-    stream.server.once('error', reject);
-    stream.server.listen(options.port, options.host, () => {
-      stream.server.off('error', reject);
+    stream.listener.server.once('error', reject);
+    stream.listener.server.listen(options.port, options.host, () => {
+      stream.listener.server.off('error', reject);
       resolve();
     });
   });
-  const { port } = stream.server.address() as AddressInfo;
+  const { port } = stream.listener.server.address() as AddressInfo;
   const host = options.host.includes(':') ? `[${options.host}]` : options.host;
   const url = `${options.tls === undefined ? 'http' : 'https'}://${host}:${port}`;
   return {

@@ -17,6 +17,7 @@ import {
 import { ConfigError } from './config/config-error.ts';
 import type { ConfigSource, RunningConfigSource } from './config/config-source.ts';
 import { startControllerSource } from './config/controller-source.ts';
+import { ControllerConnections } from './config/controller/controller-connections.ts';
 import { startModelDiscovery } from './proxy/model-discovery.ts';
 import type { Clock, Picker, Rng } from './policy/index.ts';
 import { SidecarMetrics } from './proxy/metrics.ts';
@@ -202,6 +203,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   });
   const active = actives[0]!;
   const configs: RunningConfigSource[] = [];
+  let controllerConnections: ControllerConnections | undefined;
   try {
     if (source.kind === 'file') {
       files.forEach((file, i) => {
@@ -219,7 +221,10 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       });
     } else {
       const { kind: _kind, pool: _pool, cacheFile, ...clientOptions } = source;
-      // One stream per pool, concurrently: each resolves once its cache file was read.
+      // One stream per pool, concurrently, all on one HTTP/2 connection to the controller (each
+      // connection costs the controller ~100 KB): each resolves once its cache file was read.
+      controllerConnections = new ControllerConnections();
+      const connections = controllerConnections;
       const started = await Promise.allSettled(
         poolNames.map((pool, i) =>
           startControllerSource({
@@ -229,6 +234,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
             active: actives[i]!,
             logger: poolNames.length === 1 ? logger : logger.child({ pool }),
             placementCounters: metrics[i]!.placements,
+            connections,
             onDelta: (applied) => metrics[i]!.deltas[applied ? 'applied' : 'rejected'].inc(),
           }),
         ),
@@ -239,6 +245,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     }
   } catch (err) {
     await Promise.all(configs.map((c) => c.close()));
+    await controllerConnections?.close();
     throw err;
   }
   /**
@@ -267,6 +274,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     reload: async () => (await Promise.all(configs.map((c) => c.reload()))).every(Boolean),
     close: async () => {
       await Promise.all([...configs.map((c) => c.close()), discovery?.close()]);
+      await controllerConnections?.close();
     },
   };
 

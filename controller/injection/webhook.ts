@@ -5,7 +5,7 @@
  * without the sidecar (the injection auditor then says so on the pod), and a pod that cannot take
  * the sidecar is admitted as it is, annotated and warned about.
  */
-import type http from 'node:http';
+import type { AnyRequest, AnyResponse } from '../../lib/dual-http-server.ts';
 import type { Logger } from 'pino';
 import { objectKey, type PoolKey } from '../core/pool-index.ts';
 import type { InjectionConfig } from './config.ts';
@@ -33,7 +33,7 @@ export interface InjectionWebhookOptions {
   metrics: ControllerMetrics;
 }
 
-function reply(res: http.ServerResponse, status: number, body: unknown): void {
+function reply(res: AnyResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, {
     'content-type': 'application/json',
@@ -60,7 +60,7 @@ function review(uid: string, patch?: unknown[], warnings: string[] = []): Record
 
 export function injectionWebhook(
   options: InjectionWebhookOptions,
-): (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void> {
+): (req: AnyRequest, res: AnyResponse) => Promise<void> {
   const { logger, metrics } = options;
   return async (req, res) => {
     if (req.method !== 'POST') {

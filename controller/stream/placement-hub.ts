@@ -3,7 +3,7 @@
  * that writes each pool's event to its subscribers (encoded once, shared), and the hand-off of
  * what was uploaded here to the other replicas (`forward`).
  */
-import type http from 'node:http';
+import type { AnyResponse } from '../../lib/dual-http-server.ts';
 import { PLACEMENTS_EVENT, type PoolPlacements } from '../../crds/snapshot.ts';
 import { PlacementRelay, type AcceptResult } from '../core/placement-relay.ts';
 import type { PoolKey } from '../core/pool-index.ts';
@@ -19,7 +19,7 @@ export interface PlacementHubOptions {
   bytesPerSecond: number;
   metrics: ControllerMetrics;
   /** The open streams of the pool on this replica. */
-  subscribers: (key: PoolKey) => Iterable<http.ServerResponse>;
+  subscribers: (key: PoolKey) => Iterable<AnyResponse>;
   /** What was uploaded here and sent in this tick's events, for the other replicas; per pool. */
   forward?: (batches: Map<PoolKey, PoolPlacements>) => void;
   tickMs?: number;

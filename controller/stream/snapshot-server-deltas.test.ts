@@ -80,8 +80,8 @@ describe('SnapshotServer endpoints deltas (issue 46)', () => {
       poolExists: () => true,
       onSidecarChange: () => undefined,
     });
-    await new Promise<void>((resolve) => server.server.listen(0, '127.0.0.1', resolve));
-    base = `http://127.0.0.1:${(server.server.address() as AddressInfo).port}`;
+    await new Promise<void>((resolve) => server.listener.server.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(server.listener.server.address() as AddressInfo).port}`;
   });
   after(() => server.close());
 

@@ -52,10 +52,10 @@ async function start(
       forward: (batches) => forwarded.push(batches),
     },
   });
-  await new Promise<void>((resolve) => server.server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listener.server.listen(0, '127.0.0.1', resolve));
   return {
     server,
-    base: `http://127.0.0.1:${(server.server.address() as AddressInfo).port}`,
+    base: `http://127.0.0.1:${(server.listener.server.address() as AddressInfo).port}`,
     metrics,
   };
 }

@@ -1,7 +1,6 @@
-import http from 'node:http';
-import https from 'node:https';
 import type { Logger } from 'pino';
 import type { EndpointSpec } from '../../crds/policy-types.ts';
+import { DualHttpServer, type AnyRequest, type AnyResponse } from '../../lib/dual-http-server.ts';
 import { endpointsDelta } from '../../crds/snapshot-delta.ts';
 import {
   DELTAS_HEADER,
@@ -48,7 +47,7 @@ export interface Authenticator {
 
 interface Subscriber {
   sidecar: string;
-  res: http.ServerResponse;
+  res: AnyResponse;
   /** False for a token bound to no pod: it is sent `keylessEvent` (core/stream-access.ts). */
   withKeys: boolean;
   /** The pod its token is bound to: its workload, when the pool names workloads per sidecar. */
@@ -135,7 +134,7 @@ function deltaEvent(previous: PoolSnapshot, next: PoolSnapshot, full: string): s
 }
 
 function sendJson(
-  res: http.ServerResponse,
+  res: AnyResponse,
   status: number,
   code: string,
   message: string,
@@ -155,7 +154,8 @@ function sendJson(
  * sidecars subscribed on this replica, and the reports they send back.
  */
 export class SnapshotServer {
-  readonly server: http.Server;
+  /** HTTP/2 (one connection per sidecar for all its pools) and HTTP/1.1, on one port. */
+  readonly listener: DualHttpServer;
   private readonly channels = new Map<PoolKey, PoolChannel>();
   private readonly heartbeat: NodeJS.Timeout;
   private readonly options: SnapshotServerOptions;
@@ -175,19 +175,17 @@ export class SnapshotServer {
             forward: (batches) => options.placementPeers?.forward(batches),
           })
         : undefined;
-    const handler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+    const handler = (req: AnyRequest, res: AnyResponse): void => {
       this.handle(req, res).catch((err: unknown) => {
         options.logger.error({ err: (err as Error).message }, 'snapshot server request failed');
         if (!res.headersSent) sendJson(res, 500, 'internal', 'internal error');
         else res.destroy();
       });
     };
-    this.server =
-      options.tls === undefined
-        ? http.createServer(handler)
-        : https.createServer({ cert: options.tls.cert, key: options.tls.key }, handler);
-    this.server.keepAliveTimeout = 65_000;
-    this.server.headersTimeout = 30_000;
+    this.listener = new DualHttpServer(
+      { tls: options.tls, idleTimeoutMs: 65_000, headersTimeoutMs: 30_000 },
+      handler,
+    );
     this.heartbeat = setInterval(() => {
       for (const channel of this.channels.values()) {
         for (const s of channel.subscribers) s.res.write(': heartbeat\n\n');
@@ -444,7 +442,7 @@ export class SnapshotServer {
 
   /** Serves a new certificate from the next TLS handshake on (open connections keep theirs). */
   setTls(tls: { cert: string; key: string }): void {
-    if (this.server instanceof https.Server) this.server.setSecureContext(tls);
+    this.listener.setSecureContext(tls);
   }
 
   close(): void {
@@ -454,11 +452,11 @@ export class SnapshotServer {
       clearTimeout(c.splitTimer);
       for (const s of c.subscribers) s.res.end();
     }
-    this.server.closeAllConnections();
-    this.server.close();
+    this.listener.closeAllConnections();
+    this.listener.close();
   }
 
-  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  private async handle(req: AnyRequest, res: AnyResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://controller');
     if (url.pathname === '/healthz') {
       sendJson(res, 200, 'ok', 'ok');
@@ -572,8 +570,8 @@ export class SnapshotServer {
     withKeys: boolean,
     pod: BoundPod | undefined,
     deltas: boolean,
-    req: http.IncomingMessage,
-    res: http.ServerResponse,
+    req: AnyRequest,
+    res: AnyResponse,
   ): void {
     const channel = this.channel(key);
     res.writeHead(200, {
@@ -586,7 +584,6 @@ export class SnapshotServer {
         ? {}
         : { [PLACEMENTS_HEADER]: String(this.options.placements?.bytesPerSecond) }),
     });
-    res.socket?.setNoDelay(true);
     res.write(': connected\n\n');
     const current = withKeys ? channel.event : channel.keylessEvent;
     if (current !== undefined) res.write(current);
@@ -620,8 +617,8 @@ export class SnapshotServer {
 
   /** The body as JSON; undefined when it answered 413 or 400 itself. */
   private async readJson(
-    req: http.IncomingMessage,
-    res: http.ServerResponse,
+    req: AnyRequest,
+    res: AnyResponse,
     maxBytes: number,
     what: string,
   ): Promise<{ value: unknown } | undefined> {
@@ -646,11 +643,7 @@ export class SnapshotServer {
   }
 
   /** A sidecar's placements (issue 45): checked, then relayed with the pool's next event. */
-  private async acceptPlacements(
-    key: PoolKey,
-    req: http.IncomingMessage,
-    res: http.ServerResponse,
-  ): Promise<void> {
+  private async acceptPlacements(key: PoolKey, req: AnyRequest, res: AnyResponse): Promise<void> {
     const body = await this.readJson(req, res, MAX_PLACEMENTS_BYTES, 'The placements upload');
     if (body === undefined) return;
     const parsed = parsePlacements(body.value);
@@ -673,10 +666,7 @@ export class SnapshotServer {
    * Placements another replica's sidecars uploaded (docs/controller.md): only from a replica of
    * this controller (its ServiceAccount), relayed to the subscribers here, never forwarded again.
    */
-  private async acceptPeerPlacements(
-    req: http.IncomingMessage,
-    res: http.ServerResponse,
-  ): Promise<void> {
+  private async acceptPeerPlacements(req: AnyRequest, res: AnyResponse): Promise<void> {
     const peers = this.options.placementPeers;
     if (this.placements === undefined || peers === undefined) {
       sendJson(res, 404, 'placements_off', 'This replica does not relay placements.');
@@ -726,8 +716,8 @@ export class SnapshotServer {
   private async acceptReport(
     key: PoolKey,
     podName: string | undefined,
-    req: http.IncomingMessage,
-    res: http.ServerResponse,
+    req: AnyRequest,
+    res: AnyResponse,
   ): Promise<void> {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -793,7 +783,7 @@ export interface SnapshotServerOptions {
   /** The other replicas, for the placements relay (stream/placement-peers.ts). */
   placementPeers?: PlacementPeerLink;
   /** Other handlers on this server by exact path (the injection webhook shares its certificate). */
-  routes?: Record<string, (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>>;
+  routes?: Record<string, (req: AnyRequest, res: AnyResponse) => Promise<void>>;
 }
 
 /** How the placement relay reaches the other replicas and knows them (placement-peers.ts). */

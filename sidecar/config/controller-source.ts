@@ -2,7 +2,10 @@ import type { Logger } from 'pino';
 import type { PoolShares } from '../../crds/snapshot.ts';
 import type { ActivePoolState, PoolFlow } from './active-pool.ts';
 import type { ControllerSourceOptions, RunningConfigSource } from './config-source.ts';
-import { startControllerClient } from './controller/controller-client.ts';
+import {
+  startControllerClient,
+  type ControllerConnections,
+} from './controller/controller-client.ts';
 import { endpointHealth } from './controller/endpoint-health.ts';
 import { placementSharing, type PlacementCounters } from './placement-sharing.ts';
 
@@ -28,6 +31,8 @@ export async function startControllerSource(
     heldRequests?: (() => number) | undefined;
     /** The pool's placement metrics (issue 45). */
     placementCounters?: PlacementCounters | undefined;
+    /** The sidecar's one connection to the controller, shared by its pools (issue 46). */
+    connections?: ControllerConnections | undefined;
   },
 ): Promise<RunningConfigSource> {
   const {

@@ -9,7 +9,6 @@
  *  - with several pools, each pool uploads and hears its own.
  */
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -33,6 +32,12 @@ import {
   stopAll,
   type RunningProcess,
 } from '../../harness/processes.ts';
+import {
+  connectionOf,
+  DualHttpServer,
+  type AnyRequest,
+  type AnyResponse,
+} from '../../lib/dual-http-server.ts';
 import { decodeHashes, encodeHashes, placementDigest } from '../../lib/placement-hashes.ts';
 import { idHash } from '../../sidecar/policy/bounded-load.ts';
 import { affinityFor, rendezvousOrder } from '../../sidecar/policy/index.ts';
@@ -45,10 +50,10 @@ const TOKEN = 'placements-test-token';
 
 /** A fake controller: its pools' streams (a snapshot, then what the test sends) and uploads. */
 class FakeController {
-  readonly server = http.createServer((req, res) => this.#handle(req, res));
+  readonly server = new DualHttpServer({}, (req, res) => this.#handle(req, res));
   url = '';
   /** Open streams, by pool. */
-  readonly open = new Map<string, http.ServerResponse>();
+  readonly open = new Map<string, AnyResponse>();
   readonly uploads: {
     pool: string;
     token: string | undefined;
@@ -56,6 +61,8 @@ class FakeController {
     body: PoolPlacements;
   }[] = [];
   readonly #sockets = new Map<unknown, number>();
+  /** The connections (numbered as `uploads[].socket`) the streams came on. */
+  readonly streamSockets = new Set<number>();
   readonly snapshots: PoolSnapshot[];
   /** The `x-switchyard-placements` header's value, or none (a controller before issue 45). */
   readonly placementsHeader: string | undefined;
@@ -66,8 +73,8 @@ class FakeController {
   }
 
   async start(): Promise<void> {
-    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    await new Promise<void>((r) => this.server.server.listen(0, '127.0.0.1', r));
+    this.url = `http://127.0.0.1:${(this.server.server.address() as AddressInfo).port}`;
   }
 
   send(placements: PoolPlacements, pool = POOL): void {
@@ -81,7 +88,13 @@ class FakeController {
     await new Promise<void>((r) => this.server.close(() => r()));
   }
 
-  #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+  #connectionNumber(req: AnyRequest): number {
+    const connection = connectionOf(req);
+    if (!this.#sockets.has(connection)) this.#sockets.set(connection, this.#sockets.size);
+    return this.#sockets.get(connection)!;
+  }
+
+  #handle(req: AnyRequest, res: AnyResponse): void {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     const auth = req.headers.authorization;
     const token = auth?.startsWith('Bearer ') ? auth.slice(7) : undefined;
@@ -97,13 +110,13 @@ class FakeController {
       });
       res.write(`event: snapshot\nid: 1\ndata: ${JSON.stringify(streamOf)}\n\n`);
       const pool = streamOf.pool.name;
+      this.streamSockets.add(this.#connectionNumber(req));
       this.open.set(pool, res);
       res.on('close', () => this.open.delete(pool));
       return;
     }
     if (req.method === 'POST' && uploadOf !== undefined) {
-      if (!this.#sockets.has(req.socket)) this.#sockets.set(req.socket, this.#sockets.size);
-      const socket = this.#sockets.get(req.socket)!;
+      const socket = this.#connectionNumber(req);
       let body = '';
       req.setEncoding('utf8');
       req.on('data', (c: string) => (body += c));
@@ -296,7 +309,8 @@ describe('placements with a controller that relays them', () => {
       }
       assert.ok(fake.uploads.length >= 2, 'uploads go as they come, not all at the end');
       assert.ok(fake.uploads.every((u) => u.token === TOKEN));
-      assert.deepEqual(new Set(fake.uploads.map((u) => u.socket)), new Set([0]), 'keep-alive');
+      assert.deepEqual(new Set(fake.uploads.map((u) => u.socket)), new Set([0]), 'one connection');
+      assert.deepEqual([...fake.streamSockets], [0], "the stream's own");
       assert.equal(await metric(sidecar, 'switchyard_placements_uploaded_total'), uploaded.length);
       // The same prompt again within 10 s tells the controller nothing new: not uploaded again.
       const before = uploaded.length;
@@ -382,6 +396,9 @@ test('several pools: each uploads to its own path, naming its own endpoints, and
     }
     assert.equal(await metric(sidecar, 'switchyard_placements_uploaded_total', 'chat'), 1);
     assert.equal(await metric(sidecar, 'switchyard_placements_uploaded_total', 'embed'), 1);
+    // Issue 46: both pools' streams and uploads on the sidecar's one connection.
+    assert.deepEqual([...fake.streamSockets], [0], 'both streams on one connection');
+    assert.deepEqual(new Set(fake.uploads.map((u) => u.socket)), new Set([0]), 'and the uploads');
     // A placements event on chat's stream counts for chat only.
     fake.send({ endpoints: [chat.endpoints[0]!.id], placements: [] }, 'chat');
     await eventually(

@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import http from 'node:http';
-import https from 'node:https';
+import { constants as h2, type Http2ServerRequest } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +10,12 @@ import { promisify } from 'node:util';
 import { after, before, describe, test, type TestContext } from 'node:test';
 import { pino } from 'pino';
 import { BALANCE_EXAMPLE } from '../../../crds/examples.ts';
+import {
+  connectionOf,
+  DualHttpServer,
+  type AnyRequest,
+  type AnyResponse,
+} from '../../../lib/dual-http-server.ts';
 import {
   parseReport,
   reportPath,
@@ -23,6 +28,7 @@ import {
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
 import {
+  ControllerConnections,
   sharesFileOf,
   startControllerClient,
   type ControllerClient,
@@ -94,7 +100,7 @@ interface StreamConnection {
   token: string | undefined;
   sidecar: string | null;
   status: number;
-  res: http.ServerResponse;
+  res: AnyResponse;
 }
 
 interface Tls {
@@ -104,7 +110,7 @@ interface Tls {
 
 /** Serves one pool's stream and reports, checking the bearer token like the real controller. */
 class FakeController {
-  readonly server: http.Server;
+  readonly listener: DualHttpServer;
   url = '';
   acceptedToken = TOKEN_A;
   /** Answered (in order) to the next stream requests instead of a stream. */
@@ -118,29 +124,29 @@ class FakeController {
   reports: { token: string | undefined; at: number; body: SidecarReport }[] = [];
   /** The connections reports came on, in order. */
   readonly reportSockets: unknown[] = [];
-  /** Cuts the next reports that come on a connection used before, unanswered (a closing server). */
-  resetReused = 0;
-  readonly open = new Set<http.ServerResponse>();
+  /** The connections streams came on, in order. */
+  readonly streamSockets: unknown[] = [];
+  /** Refuses the next reports unprocessed (RST_STREAM REFUSED_STREAM, as a server going away). */
+  refuseReports = 0;
+  readonly open = new Set<AnyResponse>();
   /** What to do with a new open stream (default: send the current snapshot). */
-  onStream: (res: http.ServerResponse) => void = (res) => {
+  onStream: (res: AnyResponse) => void = (res) => {
     if (this.current !== undefined) res.write(sseEvent(this.current));
   };
 
   constructor(tls?: Tls) {
-    const handler = (req: http.IncomingMessage, res: http.ServerResponse): void =>
-      this.handle(req, res);
-    this.server = tls ? https.createServer(tls, handler) : http.createServer(handler);
+    this.listener = new DualHttpServer({ tls }, (req, res) => this.handle(req, res));
   }
 
   static async start(tls?: Tls): Promise<FakeController> {
     const fc = new FakeController(tls);
-    await new Promise<void>((r) => fc.server.listen(0, '127.0.0.1', r));
-    const { port } = fc.server.address() as AddressInfo;
+    await new Promise<void>((r) => fc.listener.server.listen(0, '127.0.0.1', r));
+    const { port } = fc.listener.server.address() as AddressInfo;
     fc.url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
     return fc;
   }
 
-  private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+  private handle(req: AnyRequest, res: AnyResponse): void {
     const url = new URL(req.url ?? '/', 'http://x');
     const auth = req.headers.authorization;
     const token = auth?.startsWith('Bearer ') ? auth.slice(7) : undefined;
@@ -158,6 +164,8 @@ class FakeController {
         res,
       };
       this.connections.push(conn);
+      if (!this.streamSockets.includes(connectionOf(req)))
+        this.streamSockets.push(connectionOf(req));
       if (this.hang > 0) {
         this.hang -= 1;
         return;
@@ -179,7 +187,8 @@ class FakeController {
         'cache-control': 'no-cache',
         'x-switchyard-protocol': '1',
       });
-      res.flushHeaders();
+      // The headers go now, without a byte of the body (the real controller writes ": connected").
+      (res as unknown as { flushHeaders(): void }).flushHeaders();
       this.open.add(res);
       let beat: NodeJS.Timeout | undefined;
       if (this.heartbeatMs !== undefined)
@@ -192,11 +201,12 @@ class FakeController {
       return;
     }
     if (req.method === 'POST' && url.pathname === reportPath(NS, POOL)) {
-      const reused = this.reportSockets.includes(req.socket);
-      if (!reused) this.reportSockets.push(req.socket);
-      if (reused && this.resetReused > 0) {
-        this.resetReused -= 1;
-        req.socket.destroy();
+      const connection = connectionOf(req);
+      if (!this.reportSockets.includes(connection)) this.reportSockets.push(connection);
+      const stream = (req as Partial<Http2ServerRequest>).stream;
+      if (this.refuseReports > 0 && stream !== undefined) {
+        this.refuseReports -= 1;
+        stream.close(h2.NGHTTP2_REFUSED_STREAM);
         return;
       }
       let body = '';
@@ -223,8 +233,8 @@ class FakeController {
   }
 
   async close(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((r) => this.server.close(() => r()));
+    this.listener.closeAllConnections();
+    await new Promise<void>((r) => this.listener.close(() => r()));
   }
 }
 
@@ -880,24 +890,44 @@ describe('controller client', () => {
   });
 
   for (const plain of [false, true])
-    test(`reports share one kept-alive ${plain ? 'http' : 'https'} connection (one replica, one TLS handshake)`, async (t) => {
+    test(`the stream and its reports share one ${plain ? 'h2c' : 'HTTP/2 TLS'} connection (one replica, one handshake)`, async (t) => {
       const fc = await controller(t, plain);
       fc.current = snapshot(1, 'h1');
       await client(t, fc, { reportEveryMs: 10 });
       await eventually(() => fc.reports.length >= 5, 'five reports');
       assert.equal(fc.reportSockets.length, 1);
+      assert.deepEqual(fc.streamSockets, fc.reportSockets, 'the stream on the same connection');
     });
 
-  test('a report cut on a reused connection is sent again at once on a new one', async (t) => {
+  test('pools of one sidecar share one connection: every stream and report on it', async (t) => {
+    const fc = await controller(t);
+    fc.current = snapshot(1, 'h1');
+    const connections = new ControllerConnections();
+    t.after(() => connections.close());
+    const a = await client(t, fc, { reportEveryMs: 10, connections });
+    const b = await client(t, fc, { reportEveryMs: 10, connections, sidecarId: 'app-2' });
+    await eventually(() => fc.connections.length >= 2 && fc.reports.length >= 6, 'both report');
+    assert.equal(fc.streamSockets.length, 1, 'both streams on one connection');
+    assert.deepEqual(fc.reportSockets, fc.streamSockets, 'the reports too');
+    assert.equal(connections.size, 1);
+    // One client closing ends its own stream, not the shared connection.
+    await a.client.close();
+    const reports = fc.reports.length;
+    await eventually(() => fc.reports.length >= reports + 3, 'the other still reports');
+    assert.equal(b.client.connected(), true);
+    assert.equal(connections.size, 1);
+  });
+
+  test('a report the controller refused unprocessed (REFUSED_STREAM) is sent again at once', async (t) => {
     const fc = await controller(t);
     fc.current = snapshot(1, 'h1');
     const h = await client(t, fc); // reports every 60 s: only applied snapshots send one now
     await eventually(() => fc.reports.length === 1, 'the first report');
-    fc.resetReused = 1;
+    fc.refuseReports = 1;
     fc.broadcast(sseEvent(snapshot(2, 'h2')));
     await eventually(() => fc.reports.length === 2, 'the second report, retried');
     assert.equal(fc.reports[1]!.body.appliedVersion, 2);
-    assert.equal(fc.reportSockets.length, 2, 'on a new connection');
+    assert.equal(fc.refuseReports, 0, 'the first try was refused');
     assert.equal(logged(h, 'debug', /report failed/).length, 1);
   });
 

@@ -7,14 +7,14 @@
  *
  * Four parts, each in its own module: the stream (`SnapshotStream`), the reports (`Reporter`),
  * the last-known-good cache on disk (`SnapshotCache`), and the decision what a snapshot changes
- * (`SnapshotApplier`). This module checks the options and wires them.
+ * (`SnapshotApplier`). This module checks the options and wires them. All of a sidecar's pools
+ * share one HTTP/2 connection to the controller (`ControllerConnections`).
  *
  * Secrets: the bearer token is never logged, and snapshots are logged by endpoint id only (an
  * endpoint may carry an `apiKey`). JSON syntax errors are logged without their message, which
  * quotes the offending text.
  */
 import { readFile } from 'node:fs/promises';
-import { http, https } from '../../../lib/node-http.ts';
 import type { Logger } from 'pino';
 import {
   DELTAS_QUERY,
@@ -32,15 +32,15 @@ import {
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
 import { PlacementUploader } from './placement-uploader.ts';
-import { createControllerAgent } from './controller-agent.ts';
+import { ControllerConnections } from './controller-connections.ts';
 import { Reporter } from './reporter.ts';
 import { SnapshotApplier, type SnapshotSource } from './snapshot-applier.ts';
 import { LatestFileWriter, SnapshotCache } from './snapshot-cache.ts';
 import { SnapshotStream, type BackoffOptions } from './snapshot-stream.ts';
-import { SocketTracker } from './socket-tracker.ts';
 import { DEFAULT_MAX_EVENT_SIZE } from './sse-parser.ts';
 
 export type { BackoffOptions };
+export { ControllerConnections };
 
 export interface ControllerClientOptions {
   /** e.g. `https://switchyard-controller.switchyard.svc:8443` (`http://` for tests only). */
@@ -66,6 +66,11 @@ export interface ControllerClientOptions {
   backoff?: BackoffOptions | undefined;
   /** Largest event accepted from the stream (default 16 MiB); a larger one drops the connection. */
   maxEventSize?: number | undefined;
+  /**
+   * The sidecar's connection to the controller, shared by all its pools (its owner closes it).
+   * Absent: the client opens its own and closes it with itself.
+   */
+  connections?: ControllerConnections | undefined;
   logger: Logger;
   /**
    * Make this snapshot the configuration in force; false when the same content (hash) is in force
@@ -158,7 +163,6 @@ interface Settings {
   streamUrl: URL;
   reportUrl: URL;
   placementsUrl: URL;
-  lib: typeof http | typeof https;
   heartbeatTimeoutMs: number;
   reportEveryMs: number;
   reportTimeoutMs: number;
@@ -209,7 +213,6 @@ function settingsOf(options: ControllerClientOptions): Settings {
     streamUrl: new URL(prefix + snapshotStreamPath(options.namespace, options.pool) + query, base),
     reportUrl: new URL(prefix + reportPath(options.namespace, options.pool), base),
     placementsUrl: new URL(prefix + placementsPath(options.namespace, options.pool), base),
-    lib: base.protocol === 'https:' ? https : http,
     heartbeatTimeoutMs,
     reportEveryMs,
     reportTimeoutMs: Math.min(10_000, Math.max(1_000, reportEveryMs)),
@@ -307,7 +310,8 @@ export function startControllerClient(options: ControllerClientOptions): Control
       'the controller URL is plain http: the token and API keys travel unencrypted (use https)',
     );
 
-  const tracker = new SocketTracker();
+  const ownConnections = options.connections === undefined;
+  const connections = options.connections ?? new ControllerConnections();
   const cache = new SnapshotCache({ file: options.cacheFile, log });
   const sharesCache = new SharesCache(
     options.onShares === undefined || options.cacheFile === undefined
@@ -321,15 +325,12 @@ export function startControllerClient(options: ControllerClientOptions): Control
     cache,
     log,
   });
-  const agent = createControllerAgent(settings.lib);
   const reporter = new Reporter({
     url: settings.reportUrl,
-    lib: settings.lib,
-    agent,
+    connections,
     sidecarId,
     everyMs: settings.reportEveryMs,
     timeoutMs: settings.reportTimeoutMs,
-    tracker,
     log,
     applied: () => applier.applied,
     currentEndpoints: () => options.currentEndpoints(),
@@ -343,10 +344,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
       ? undefined
       : new PlacementUploader({
           url: settings.placementsUrl,
-          lib: settings.lib,
-          // One kept-alive connection for reports and uploads (the stream has its own).
-          agent,
-          tracker,
+          connections,
           log,
           take: (maxBytes) => placements.take(maxBytes),
           uploaded: (count) => placements.uploaded?.(count),
@@ -355,7 +353,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
   const stream = new SnapshotStream({
     url: settings.streamUrl,
     controller,
-    lib: settings.lib,
+    connections,
     namespace,
     pool,
     sidecarId,
@@ -365,7 +363,6 @@ export function startControllerClient(options: ControllerClientOptions): Control
     backoff: settings.backoff,
     random: settings.random,
     maxEventSize: settings.maxEventSize,
-    tracker,
     log,
     onConnected: (session, placementsBytesPerSecond) => {
       reporter.start(session);
@@ -415,8 +412,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
       await loop;
       await reporter.closed();
       await uploader?.closed();
-      agent.destroy();
-      await tracker.closeAll();
+      if (ownConnections) await connections.close();
       await cache.close();
       await sharesCache.close();
     })();

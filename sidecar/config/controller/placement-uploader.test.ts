@@ -1,14 +1,14 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import type { PoolPlacements } from '../../../crds/snapshot.ts';
+import { connectionOf, DualHttpServer } from '../../../lib/dual-http-server.ts';
 import { encodeHashes } from '../../../lib/placement-hashes.ts';
+import { ControllerConnections } from './controller-connections.ts';
 import { PlacementUploader } from './placement-uploader.ts';
 import { PlacementsEvents, placementsBudget } from './placements-event.ts';
-import { SocketTracker } from './socket-tracker.ts';
 
 const silent = pino({ level: 'silent' });
 const batch = (n: number): PoolPlacements => ({
@@ -17,7 +17,7 @@ const batch = (n: number): PoolPlacements => ({
 });
 
 /** A controller's upload endpoint: answers `status` after `delayMs`, counting what it sees. */
-let server: http.Server;
+let server: DualHttpServer;
 let url: URL;
 let status = 204;
 let delayMs = 0;
@@ -27,8 +27,8 @@ let bodies: PoolPlacements[] = [];
 const sockets = new Set<unknown>();
 
 before(async () => {
-  server = http.createServer((req, res) => {
-    sockets.add(req.socket);
+  server = new DualHttpServer({}, (req, res) => {
+    sockets.add(connectionOf(req));
     inFlight += 1;
     maxInFlight = Math.max(maxInFlight, inFlight);
     let body = '';
@@ -42,8 +42,8 @@ before(async () => {
       }, delayMs);
     });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  url = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}/placements`);
+  await new Promise<void>((r) => server.server.listen(0, '127.0.0.1', r));
+  url = new URL(`http://127.0.0.1:${(server.server.address() as AddressInfo).port}/placements`);
 });
 after(async () => {
   server.closeAllConnections();
@@ -58,11 +58,10 @@ function uploader(take: () => PoolPlacements | undefined) {
   bodies = [];
   sockets.clear();
   const counts = { uploaded: 0, failed: 0, taken: 0 };
-  const tracker = new SocketTracker();
+  const connections = new ControllerConnections();
   const u = new PlacementUploader({
     url,
-    lib: http,
-    tracker,
+    connections,
     log: silent,
     everyMs: 10,
     take: () => {
@@ -75,7 +74,7 @@ function uploader(take: () => PoolPlacements | undefined) {
   const close = async () => {
     u.close();
     await u.closed();
-    await tracker.closeAll();
+    await connections.close();
   };
   return { u, counts, close };
 }

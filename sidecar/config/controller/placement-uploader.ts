@@ -5,20 +5,22 @@
  * the open stream's response carried `x-switchyard-placements` (a controller that relays them; an
  * older one would answer 404 to every upload).
  *
- * Ten uploads a second per pool must not cost a TCP (and TLS) handshake each: one keep-alive
- * connection is reused. At most one upload is in flight; a tick that finds one still going sends
+ * Ten uploads a second per pool must not cost a TCP (and TLS) handshake each: they go on the
+ * sidecar's one connection to the controller, beside its streams and reports
+ * (controller-connections.ts). At most one upload is in flight; a tick that finds one still going sends
  * nothing (what waits goes with the next). A failed upload is dropped, not retried: the
  * placements are advisory, fresher ones follow within 100 ms, and retrying would pile up work
  * exactly when the controller is slow. Failures are logged at debug level and counted.
  */
-import type http from 'node:http';
-import type https from 'node:https';
 import type { Logger } from 'pino';
 import type { PoolPlacements } from '../../../crds/snapshot.ts';
-import { controllerPost } from './controller-agent.ts';
+import {
+  postJson,
+  type ControllerConnections,
+  type ControllerPost,
+  type ControllerSession,
+} from './controller-connections.ts';
 import { describeError } from './describe-error.ts';
-import type { ControllerSession } from './stream-connection.ts';
-import type { SocketTracker } from './socket-tracker.ts';
 
 /** The contract's limit of one upload body. */
 export const MAX_PLACEMENTS_UPLOAD_BYTES = 64 * 1024;
@@ -28,8 +30,8 @@ export const PLACEMENTS_UPLOAD_EVERY_MS = 100;
 
 export interface PlacementUploaderOptions {
   url: URL;
-  lib: typeof http | typeof https;
-  tracker: SocketTracker;
+  /** The sidecar's connection to the controller, shared with its streams and reports. */
+  connections: ControllerConnections;
   log: Logger;
   /** Default `PLACEMENTS_UPLOAD_EVERY_MS`. */
   everyMs?: number | undefined;
@@ -37,12 +39,6 @@ export interface PlacementUploaderOptions {
   timeoutMs?: number | undefined;
   /** The batch waiting, at most `maxBytes` of JSON, removed from the queue; undefined if none. */
   take(maxBytes: number): PoolPlacements | undefined;
-  /**
-   * The kept-alive connection to share (the reports' one, controller-agent.ts), so that a sidecar
-   * holds one connection to the controller beside its stream, not two: each costs the replica
-   * ~80 KB (docs/controller.md). Its owner destroys it. Absent: the uploader keeps its own.
-   */
-  agent?: http.Agent | undefined;
   /** The controller took `count` placements (a 2xx). */
   uploaded?: ((count: number) => void) | undefined;
   /** An upload failed (network, timeout, a refusal): its batch is dropped. */
@@ -51,18 +47,13 @@ export interface PlacementUploaderOptions {
 
 export class PlacementUploader {
   readonly #options: PlacementUploaderOptions;
-  /** One connection, kept open between uploads (maxSockets 1: never a second in parallel), shared with the reports when given. */
-  readonly #agent: http.Agent;
-  readonly #ownAgent: boolean;
   #session: ControllerSession | undefined;
   #timer: NodeJS.Timeout | undefined;
-  #inFlight: { req: http.ClientRequest; done: Promise<void> } | undefined;
+  #inFlight: ControllerPost | undefined;
   #closed = false;
 
   constructor(options: PlacementUploaderOptions) {
     this.#options = options;
-    this.#ownAgent = options.agent === undefined;
-    this.#agent = options.agent ?? new options.lib.Agent({ keepAlive: true, maxSockets: 1 });
   }
 
   /** True while uploads go (a stream whose controller relays placements is open). */
@@ -89,12 +80,11 @@ export class PlacementUploader {
     this.#session = undefined;
   }
 
-  /** Stops for good: the upload in flight is destroyed, the kept connection closed. */
+  /** Stops for good: the upload in flight is ended. */
   close(): void {
     this.#closed = true;
     this.stop();
-    this.#inFlight?.req.destroy();
-    if (this.#ownAgent) this.#agent.destroy();
+    this.#inFlight?.abort();
   }
 
   /** Resolves once no upload is in flight. */
@@ -118,30 +108,22 @@ export class PlacementUploader {
   }
 
   #send(session: ControllerSession, batch: PoolPlacements): void {
-    const { log, url, lib, tracker } = this.#options;
+    const { log, url, connections } = this.#options;
     const timeoutMs = this.#options.timeoutMs ?? 2_000;
-    const body = JSON.stringify(batch);
     const count = batch.placements.length;
-    const req = lib.request(url, controllerPost(session, this.#agent, timeoutMs, body));
-    let ok = false;
-    const done = new Promise<void>((resolveDone) => {
-      req.on('close', () => {
-        this.#inFlight = undefined;
-        if (ok) this.#options.uploaded?.(count);
-        else this.#options.failed?.();
-        resolveDone();
-      });
-    });
-    this.#inFlight = { req, done };
-    tracker.track(req);
-    req.on('response', (res) => {
-      const status = res.statusCode ?? 0;
-      res.on('error', () => undefined);
-      // Read to the end, so that the connection goes back to the agent for the next upload.
-      res.resume();
+    const post = postJson(connections, url, session, JSON.stringify(batch), timeoutMs);
+    this.#inFlight = post;
+    void post.done.then(({ status, error }) => {
+      this.#inFlight = undefined;
       if (status >= 200 && status < 300) {
-        ok = true;
         log.trace({ placements: count }, 'placements uploaded');
+        this.#options.uploaded?.(count);
+        return;
+      }
+      this.#options.failed?.();
+      if (status === 0) {
+        if (!this.#closed)
+          log.debug({ err: describeError(error), placements: count }, 'placements upload failed');
         return;
       }
       log.debug({ status, placements: count }, 'placements upload refused; batch dropped');
@@ -149,11 +131,5 @@ export class PlacementUploader {
       // stop until the next stream tells again.
       if (status === 404) this.stop();
     });
-    req.on('timeout', () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
-    req.on('error', (err) => {
-      if (!this.#closed)
-        log.debug({ err: describeError(err), placements: count }, 'placements upload failed');
-    });
-    req.end(body);
   }
 }

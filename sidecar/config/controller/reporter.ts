@@ -1,5 +1,3 @@
-import type http from 'node:http';
-import type https from 'node:https';
 import type { Logger } from 'pino';
 import {
   parseReport,
@@ -8,26 +6,27 @@ import {
   type PoolDemand,
   type SidecarReport,
 } from '../../../crds/snapshot.ts';
-import { controllerPost, resetOnReusedSocket } from './controller-agent.ts';
+import {
+  postJson,
+  type ControllerConnections,
+  type ControllerPost,
+  type ControllerSession,
+} from './controller-connections.ts';
 import { describeError } from './describe-error.ts';
 import type { AppliedSnapshot } from './snapshot-applier.ts';
-import type { ControllerSession } from './snapshot-stream.ts';
-import type { SocketTracker } from './socket-tracker.ts';
 
 export interface ReporterOptions {
   url: URL;
-  lib: typeof http | typeof https;
   /**
-   * The kept-alive connection reports go over (controller-agent.ts), so they land on one replica
-   * and reuse its cached TokenReview; the caller destroys it. Without: a connection per report.
+   * The sidecar's connection to the controller (controller-connections.ts): reports go on the
+   * stream's connection, so they land on its replica and reuse its cached TokenReview.
    */
-  agent?: http.Agent | https.Agent | undefined;
+  connections: ControllerConnections;
   /** Who reports: the pod name. */
   sidecarId: string;
   everyMs: number;
   /** A report without an answer in this long is given up (the next one is due anyway). */
   timeoutMs: number;
-  tracker: SocketTracker;
   log: Logger;
   applied(): AppliedSnapshot | undefined;
   /** Per-endpoint health (see `endpointHealth`). */
@@ -63,7 +62,7 @@ export class Reporter {
   #again = false;
   #lastSentMs = -Infinity;
   #demandTimer: NodeJS.Timeout | undefined;
-  readonly #inFlight = new Map<http.ClientRequest, Promise<void>>();
+  readonly #inFlight = new Set<ControllerPost>();
 
   constructor(options: ReporterOptions) {
     this.#options = options;
@@ -122,12 +121,12 @@ export class Reporter {
   close(): void {
     this.#closed = true;
     this.#stopTimer();
-    for (const req of this.#inFlight.keys()) req.destroy();
+    for (const post of this.#inFlight) post.abort();
   }
 
   /** Resolves once no report is in flight. */
   async closed(): Promise<void> {
-    await Promise.all(this.#inFlight.values());
+    await Promise.all([...this.#inFlight].map((post) => post.done));
   }
 
   #stopTimer(): void {
@@ -181,39 +180,25 @@ export class Reporter {
     const body = JSON.stringify(report);
     this.#busy = true;
     this.#lastSentMs = performance.now();
-    const req = this.#options.lib.request(
-      this.#options.url,
-      controllerPost(session, this.#options.agent ?? false, timeoutMs, body),
-    );
-    const done = new Promise<void>((resolveDone) => {
-      req.on('close', () => {
-        this.#inFlight.delete(req);
-        this.#busy = false;
-        resolveDone();
-        if (this.#again) {
-          this.#again = false;
-          this.#send(false);
-        }
-      });
-    });
-    this.#inFlight.set(req, done);
-    this.#options.tracker.track(req);
-    req.on('response', (res) => {
-      const status = res.statusCode ?? 0;
+    const post = postJson(this.#options.connections, this.#options.url, session, body, timeoutMs);
+    this.#inFlight.add(post);
+    void post.done.then((result) => {
+      this.#inFlight.delete(post);
+      this.#busy = false;
+      const { status, error } = result;
       if (status >= 200 && status < 300)
         log.debug({ appliedVersion: report.appliedVersion }, 'report sent');
-      else log.debug({ status }, 'report refused by the controller');
-      res.resume();
-      res.on('error', () => undefined);
+      else if (status !== 0) log.debug({ status }, 'report refused by the controller');
+      else if (!this.#closed) {
+        log.debug({ err: describeError(error) }, 'report failed');
+        // The connection was going away as it went out (a replica restarting): once more, on a
+        // new connection. The controller never saw it, so this cannot repeat it.
+        if (result.notProcessed) this.#again = true;
+      }
+      if (this.#again) {
+        this.#again = false;
+        this.#send(false);
+      }
     });
-    req.on('timeout', () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
-    req.on('error', (err) => {
-      if (this.#closed) return;
-      // The kept socket was closed under it: once more, on a new connection (at most one
-      // socket is kept, so the retry's is fresh and this cannot repeat).
-      if (resetOnReusedSocket(req, err)) this.#again = true;
-      log.debug({ err: describeError(err) }, 'report failed');
-    });
-    req.end(body);
   }
 }

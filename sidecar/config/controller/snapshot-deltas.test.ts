@@ -5,7 +5,6 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +18,7 @@ import { resolvePool } from '../../../crds/resolve.ts';
 import { endpointsDelta } from '../../../crds/snapshot-delta.ts';
 import type { EndpointsDelta, PoolSnapshot } from '../../../crds/snapshot.ts';
 import { validatePool } from '../../../crds/validate.ts';
+import { DualHttpServer } from '../../../lib/dual-http-server.ts';
 import { startControllerClient } from './controller-client.ts';
 
 const RESOLVED = (() => {
@@ -76,7 +76,7 @@ describe('controller client: endpoints deltas', () => {
     close(): Promise<void>;
   }> {
     const requests: string[] = [];
-    const server = http.createServer((req, res) => {
+    const server = new DualHttpServer({}, (req, res) => {
       if (req.method === 'POST') {
         req.resume();
         res.writeHead(204).end();
@@ -87,9 +87,9 @@ describe('controller client: endpoints deltas', () => {
       res.writeHead(200, { 'content-type': 'text/event-stream', 'x-switchyard-protocol': '1' });
       for (const e of events) res.write(e);
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    await new Promise<void>((r) => server.server.listen(0, '127.0.0.1', r));
     return {
-      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      url: `http://127.0.0.1:${(server.server.address() as AddressInfo).port}`,
       requests,
       close: async () => {
         server.closeAllConnections();

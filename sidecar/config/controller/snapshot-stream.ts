@@ -1,6 +1,4 @@
 import { readFile } from 'node:fs/promises';
-import type http from 'node:http';
-import type https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { applyEndpointsDelta } from '../../../crds/snapshot-delta.ts';
@@ -22,7 +20,7 @@ import {
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
 import { PlacementsEvents, placementsBudget } from './placements-event.ts';
-import type { SocketTracker } from './socket-tracker.ts';
+import type { ControllerConnections } from './controller-connections.ts';
 import type { SseEvent } from './sse-parser.ts';
 import { StreamConnection, type ControllerSession } from './stream-connection.ts';
 
@@ -51,7 +49,8 @@ export interface SnapshotStreamOptions {
   url: URL;
   /** The controller's origin, for log lines. */
   controller: string;
-  lib: typeof http | typeof https;
+  /** The sidecar's connection to the controller, shared with its other pools. */
+  connections: ControllerConnections;
   namespace: string;
   pool: string;
   sidecarId: string;
@@ -61,7 +60,6 @@ export interface SnapshotStreamOptions {
   backoff: BackoffOptions;
   random: () => number;
   maxEventSize: number;
-  tracker: SocketTracker;
   log: Logger;
   /**
    * A stream is open (status 200, an event stream of our protocol version).
@@ -97,7 +95,6 @@ export class SnapshotStream {
   readonly #options: SnapshotStreamOptions;
   readonly #stop = new AbortController();
   #closed = false;
-  #current: http.ClientRequest | undefined;
   #connection: StreamConnection | undefined;
   #session: ControllerSession | undefined;
   readonly #placements: PlacementsEvents;
@@ -150,7 +147,7 @@ export class SnapshotStream {
   close(): void {
     this.#closed = true;
     this.#stop.abort();
-    this.#current?.destroy();
+    this.#connection?.destroy();
   }
 
   /** Reads the credentials, then streams once. Resolves true when the stream delivered any data. */
@@ -197,12 +194,10 @@ export class SnapshotStream {
       event: (event) => this.#onEvent(event),
       refused: (status, code, message) => this.#logRefusal(status, code, message),
     });
-    this.#current = connection.request;
     this.#connection = connection;
     try {
       return await connection.done;
     } finally {
-      this.#current = undefined;
       this.#connection = undefined;
     }
   }
@@ -299,7 +294,7 @@ export class SnapshotStream {
     this.#base = undefined;
     this.#dropping = true;
     this.#options.onDelta?.(false);
-    this.#connection?.request.destroy();
+    this.#connection?.destroy();
   }
 
   /**

@@ -2,30 +2,25 @@
  * One connection of the sidecar to the controller's snapshot stream (snapshot-stream.ts runs one
  * after the other): the request, its watchdog, a refusal's reason, the open stream's events.
  */
-import type http from 'node:http';
-import type https from 'node:https';
+import type * as NodeHttp2 from 'node:http2';
 import type { Logger } from 'pino';
 import { SNAPSHOT_PROTOCOL_VERSION } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
-import type { SocketTracker } from './socket-tracker.ts';
+import type { ControllerConnections, ControllerSession } from './controller-connections.ts';
 import { SseEventTooLargeError, SseParser, type SseEvent } from './sse-parser.ts';
 
-/** What a connection was opened with: the reports of that connection use the same. */
-export interface ControllerSession {
-  token: string;
-  ca: string | undefined;
-}
+export type { ControllerSession };
 
 /** The stream's settings a connection uses. */
 export interface ConnectionOptions {
   url: URL;
   /** The controller's origin, for log lines. */
   controller: string;
-  lib: typeof http | typeof https;
+  /** The sidecar's connection to the controller, shared with its other pools. */
+  connections: ControllerConnections;
   sidecarId: string;
   heartbeatTimeoutMs: number;
   maxEventSize: number;
-  tracker: SocketTracker;
   log: Logger;
 }
 
@@ -46,7 +41,7 @@ export interface ConnectionHooks {
   /** The stream was closed: the connection's end is expected, and not logged. */
   closed(): boolean;
   /** The stream is open: an event stream of our protocol version (its response's headers). */
-  opened(headers: http.IncomingHttpHeaders): void;
+  opened(headers: NodeHttp2.IncomingHttpHeaders): void;
   /** The open stream closed. */
   lost(): void;
   event(event: SseEvent): void;
@@ -54,12 +49,14 @@ export interface ConnectionHooks {
 }
 
 /**
- * One connection to the controller, from request to close, as a handler object (as upstream.ts
- * calls each attempt through one): its state is fields and each event of the request is a method,
- * instead of closures in one function. `done` resolves true when the stream delivered any data.
+ * One snapshot stream of the controller, from request to close (an HTTP/2 stream on the sidecar's
+ * shared connection), as a handler object (as upstream.ts calls each attempt through one): its
+ * state is fields and each event of the request is a method, instead of closures in one function.
+ * `done` resolves true when the stream delivered any data.
  */
 export class StreamConnection {
-  readonly request: http.ClientRequest;
+  /** Undefined when no request could be made (the connections were closed). */
+  readonly request: NodeHttp2.ClientHttp2Stream | undefined;
   readonly done: Promise<boolean>;
   readonly #options: ConnectionOptions;
   readonly #hooks: ConnectionHooks;
@@ -75,29 +72,41 @@ export class StreamConnection {
     this.#options = options;
     this.#hooks = hooks;
     this.done = new Promise((resolve) => (this.#resolve = resolve));
-    this.request = options.lib.request(options.url, {
-      method: 'GET',
-      agent: false,
-      ca: session.ca,
-      headers: {
-        authorization: `Bearer ${session.token}`,
-        accept: 'text/event-stream',
-        'cache-control': 'no-cache',
-        'user-agent': 'switchyard-sidecar',
-        'x-switchyard-protocol': String(SNAPSHOT_PROTOCOL_VERSION),
-      },
-    });
-    options.tracker.track(this.request);
+    let request: NodeHttp2.ClientHttp2Stream | undefined;
+    try {
+      request = options.connections.request(
+        options.url,
+        session,
+        {
+          ':method': 'GET',
+          accept: 'text/event-stream',
+          'cache-control': 'no-cache',
+          'x-switchyard-protocol': String(SNAPSHOT_PROTOCOL_VERSION),
+        },
+        { endStream: true },
+      );
+    } catch {
+      request = undefined; // closed meanwhile: nothing to stream
+    }
+    this.request = request;
     this.#watchdog = setTimeout(() => this.#onTimeout(), options.heartbeatTimeoutMs);
-    this.request.on('response', (res) => this.#onResponse(res));
-    this.request.on('error', (err) => this.#onError(err));
-    this.request.on('close', () => this.#onClose());
-    this.request.end();
+    if (request === undefined) {
+      this.#onClose();
+      return;
+    }
+    request.on('response', (headers) => this.#onResponse(request, headers));
+    request.on('error', (err: Error) => this.#onError(err));
+    request.on('close', () => this.#onClose());
+  }
+
+  /** Ends this stream (the connection and the sidecar's other streams stay). */
+  destroy(): void {
+    this.request?.destroy();
   }
 
   #end(why: string): void {
     this.#ended ??= why;
-    this.request.destroy();
+    this.request?.destroy();
   }
 
   #onTimeout(): void {
@@ -107,18 +116,20 @@ export class StreamConnection {
         ? 'no snapshot or heartbeat from the controller in time; reconnecting'
         : 'the controller did not answer in time; retrying',
     );
-    this.#end('heartbeat timeout');
+    this.#ended ??= 'heartbeat timeout';
+    // Silence on the stream means the connection under it is presumed dead: a new one, for every
+    // pool of this sidecar (a stream of a live connection gets a heartbeat every 10 s).
+    if (this.request !== undefined) this.#options.connections.reset(this.request);
   }
 
-  #onResponse(res: http.IncomingMessage): void {
+  #onResponse(res: NodeHttp2.ClientHttp2Stream, headers: NodeHttp2.IncomingHttpHeaders): void {
     const { log, controller } = this.#options;
-    res.on('error', () => undefined); // the request's 'close' reports the end
-    const status = res.statusCode ?? 0;
+    const status = Number(headers[':status'] ?? 0);
     if (status !== 200) {
       this.#onRefusal(res, status);
       return;
     }
-    const contentType = String(res.headers['content-type'] ?? '');
+    const contentType = String(headers['content-type'] ?? '');
     if (!contentType.startsWith('text/event-stream')) {
       log.error(
         { contentType, controller },
@@ -127,7 +138,7 @@ export class StreamConnection {
       this.#end('not an event stream');
       return;
     }
-    const protocol = res.headers['x-switchyard-protocol'];
+    const protocol = headers['x-switchyard-protocol'];
     if (protocol !== undefined && protocol !== String(SNAPSHOT_PROTOCOL_VERSION)) {
       log.error(
         { theirs: protocol, ours: SNAPSHOT_PROTOCOL_VERSION },
@@ -136,11 +147,11 @@ export class StreamConnection {
       this.#end('protocol version');
       return;
     }
-    this.#onOpen(res);
+    this.#onOpen(res, headers);
   }
 
   /** A refusal: its body names the reason (the controller's refusals carry no pool data). */
-  #onRefusal(res: http.IncomingMessage, status: number): void {
+  #onRefusal(res: NodeHttp2.ClientHttp2Stream, status: number): void {
     this.#ended ??= `status ${status}`;
     let body = '';
     res.setEncoding('utf8');
@@ -162,20 +173,20 @@ export class StreamConnection {
         // no error code: only the status is logged
       }
       if (!this.#hooks.closed()) this.#hooks.refused(status, code, message);
-      this.request.destroy();
+      res.destroy();
     });
   }
 
-  #onOpen(res: http.IncomingMessage): void {
+  #onOpen(res: NodeHttp2.ClientHttp2Stream, headers: NodeHttp2.IncomingHttpHeaders): void {
     const { log, controller, sidecarId, maxEventSize } = this.#options;
     this.#open = true;
     log.info({ controller, sidecar: sidecarId }, 'connected to the controller');
-    if (res.headers['x-switchyard-api-keys'] === 'withheld')
+    if (headers['x-switchyard-api-keys'] === 'withheld')
       log.warn(
         { controller },
         'the controller withholds API keys from this sidecar: its token is bound to no pod (only a pod labelled switchyard.dev/pool=<pool> gets them); backends that need a key will refuse its requests',
       );
-    this.#hooks.opened(res.headers);
+    this.#hooks.opened(headers);
     const parser = new SseParser({ onEvent: (event) => this.#hooks.event(event) }, maxEventSize);
     res.setEncoding('utf8');
     res.on('data', (chunk: string) => this.#onData(parser, chunk));
@@ -202,7 +213,14 @@ export class StreamConnection {
   #onError(err: Error): void {
     if (this.#hooks.closed() || this.#ended !== undefined) return;
     this.#ended = 'network error';
-    const details = describeError(err);
+    // A stream of a connection that failed (refused, a TLS error) ends with ERR_HTTP2_STREAM_CANCEL
+    // whose cause is the connection's error: that is the one worth logging.
+    const cause = (err as { cause?: unknown }).cause;
+    const details = describeError(
+      (err as NodeJS.ErrnoException).code === 'ERR_HTTP2_STREAM_CANCEL' && cause instanceof Error
+        ? cause
+        : err,
+    );
     const hint =
       details.code !== undefined && TLS_HINT_CODES.has(details.code)
         ? ' (TLS: check --ca-file and that the certificate names the controller host)'

@@ -1,0 +1,200 @@
+/**
+ * The sidecar's connection to the controller (issue 46): one HTTP/2 connection per controller URL
+ * and CA, shared by every pool's snapshot stream, its reports and its placement uploads.
+ *
+ * Why: each TLS connection costs the controller ~76 KB of memory (OpenSSL's state, measured), and
+ * a sidecar held two per pool (its stream; one kept-alive connection for reports and uploads).
+ * One multiplexed connection costs ~104 KB whatever the number of pools: 2,000 one-pool sidecars
+ * took 152 KB each of a server's RSS over HTTP/1.1, 104 KB over HTTP/2 (docs/controller.md, "One
+ * connection per sidecar"). It also means one TLS handshake per sidecar, and its reports land on
+ * the replica that holds its stream, which reviews its token once per `--token-review-cache`.
+ */
+import type * as NodeHttp2 from 'node:http2';
+import { http2 } from '../../../lib/node-http.ts';
+
+/** What a stream was opened with: the reports and uploads of that stream use the same. */
+export interface ControllerSession {
+  token: string;
+  ca: string | undefined;
+}
+
+/**
+ * A connection with no frame in either direction for this long is closed by the sidecar (an open
+ * stream is never idle: the controller sends a heartbeat every 10 s; the controller closes idle
+ * ones after 65 s, later than this, so the sidecar never sends on a connection being closed).
+ */
+export const CONTROLLER_IDLE_TIMEOUT_MS = 30_000;
+
+/**
+ * Flow-control windows the sidecar grants the controller: a snapshot of a large pool (100 KB and
+ * more) arrives without waiting for a window update per 64 KB (HTTP/2's default). The sidecar
+ * reads every event as it comes, so these are credit, not buffers it fills.
+ */
+const STREAM_WINDOW_BYTES = 1024 * 1024;
+const CONNECTION_WINDOW_BYTES = 4 * 1024 * 1024;
+
+/** Errors that mean the request never reached the controller's handler: worth sending again. */
+const NOT_PROCESSED = new Set(['ERR_HTTP2_GOAWAY_SESSION', 'ERR_HTTP2_INVALID_SESSION']);
+
+export class ControllerConnections {
+  readonly #current = new Map<string, NodeHttp2.ClientHttp2Session>();
+  /** Every connection not yet closed, current or draining (after a GOAWAY), for `close()`. */
+  readonly #open = new Set<NodeHttp2.ClientHttp2Session>();
+  #closed = false;
+
+  /**
+   * A request on the connection to `url`'s origin with `session`'s CA, opened when there is none
+   * (or the last was closed or told to go away). Throws only after `close()`.
+   */
+  request(
+    url: URL,
+    session: ControllerSession,
+    headers: NodeHttp2.OutgoingHttpHeaders,
+    options: { endStream: boolean },
+  ): NodeHttp2.ClientHttp2Stream {
+    if (this.#closed) throw new Error('the connection to the controller is closed');
+    const all = {
+      ':path': url.pathname + url.search,
+      authorization: `Bearer ${session.token}`,
+      'user-agent': 'switchyard-sidecar',
+      ...headers,
+    };
+    const connection = this.#connectionTo(url, session.ca);
+    try {
+      return connection.request(all, options);
+    } catch {
+      // It closed between the check and the request (a GOAWAY just read): a new one.
+      this.#forget(connection);
+      return this.#connectionTo(url, session.ca).request(all, options);
+    }
+  }
+
+  /**
+   * The connection `stream` runs on is presumed dead (its stream got no heartbeat in time): ends
+   * it with every stream on it, so that the next request opens a new one. Each stream on it then
+   * reconnects on its own, as it would after the controller closed it.
+   */
+  reset(stream: NodeHttp2.ClientHttp2Stream): void {
+    const connection = stream.session;
+    if (connection === undefined) return;
+    this.#forget(connection);
+    connection.destroy();
+  }
+
+  /** How many connections are open (tests, and the sidecar's debug view). */
+  get size(): number {
+    return this.#open.size;
+  }
+
+  /** Ends every connection, and whatever runs on them; resolves when all are closed. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await Promise.all(
+      [...this.#open].map(
+        (connection) =>
+          new Promise<void>((resolve) => {
+            if (connection.destroyed) resolve();
+            else {
+              connection.once('close', () => resolve());
+              connection.destroy();
+            }
+          }),
+      ),
+    );
+  }
+
+  #connectionTo(url: URL, ca: string | undefined): NodeHttp2.ClientHttp2Session {
+    const key = `${url.origin}\n${ca ?? ''}`;
+    const current = this.#current.get(key);
+    if (current !== undefined && !current.closed && !current.destroyed) return current;
+    const connection = http2.connect(url.origin, {
+      ...(ca === undefined ? {} : { ca }),
+      settings: { enablePush: false, initialWindowSize: STREAM_WINDOW_BYTES },
+    });
+    // Every failure reaches the streams on it, each of which reports its own.
+    connection.on('error', () => undefined);
+    connection.once('connect', () => connection.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+    // A GOAWAY (a replica shutting down): its open streams finish, new ones go elsewhere.
+    connection.once('goaway', () => this.#forget(connection));
+    connection.once('close', () => {
+      this.#forget(connection);
+      this.#open.delete(connection);
+    });
+    connection.setTimeout(CONTROLLER_IDLE_TIMEOUT_MS, () => connection.close());
+    this.#current.set(key, connection);
+    this.#open.add(connection);
+    return connection;
+  }
+
+  #forget(connection: NodeHttp2.Http2Session): void {
+    for (const [key, c] of this.#current) if (c === connection) this.#current.delete(key);
+  }
+}
+
+/** The end of a POST: its status (0 when no answer came), and why it failed. */
+export interface PostResult {
+  status: number;
+  error: Error | undefined;
+  /** The controller never saw it (the connection was going away): sending it again is safe. */
+  notProcessed: boolean;
+}
+
+/** One JSON POST to the controller: `abort()` ends it; `done` never rejects. */
+export interface ControllerPost {
+  abort(): void;
+  readonly done: Promise<PostResult>;
+}
+
+/**
+ * A JSON POST (a report, a placements upload) on the shared connection, with the stream's
+ * credentials; the answer's body is read and dropped (only its status matters).
+ */
+export function postJson(
+  connections: ControllerConnections,
+  url: URL,
+  session: ControllerSession,
+  body: string,
+  timeoutMs: number,
+): ControllerPost {
+  let stream: NodeHttp2.ClientHttp2Stream;
+  try {
+    stream = connections.request(
+      url,
+      session,
+      {
+        ':method': 'POST',
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+      },
+      { endStream: false },
+    );
+  } catch (err) {
+    return {
+      abort: () => undefined,
+      done: Promise.resolve({ status: 0, error: err as Error, notProcessed: false }),
+    };
+  }
+  let status = 0;
+  let error: NodeJS.ErrnoException | undefined;
+  const done = new Promise<PostResult>((resolve) => {
+    stream.on('response', (headers) => {
+      status = Number(headers[':status'] ?? 0);
+    });
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      error ??= err;
+    });
+    stream.on('close', () => {
+      const code = error?.code;
+      const refused = stream.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM;
+      resolve({
+        status,
+        error,
+        notProcessed: status === 0 && (refused || (code !== undefined && NOT_PROCESSED.has(code))),
+      });
+    });
+  });
+  stream.setTimeout(timeoutMs, () => stream.destroy(new Error(`no answer in ${timeoutMs} ms`)));
+  stream.resume();
+  stream.end(body);
+  return { abort: () => stream.destroy(), done };
+}
