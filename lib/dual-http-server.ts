@@ -68,7 +68,7 @@ export class DualHttpServer {
     const headersTimeoutMs = options.headersTimeoutMs ?? 30_000;
     const h1Timeouts = { keepAliveTimeout: idleTimeoutMs, headersTimeout: headersTimeoutMs };
     if (options.tls !== undefined) {
-      const secure = http2.createSecureServer(
+      const secure = http2().createSecureServer(
         { cert: options.tls.cert, key: options.tls.key, allowHTTP1: true },
         handler,
       );
@@ -79,7 +79,7 @@ export class DualHttpServer {
       this.#h1 = undefined;
       this.server = secure;
     } else {
-      this.#h2 = http2.createServer(handler);
+      this.#h2 = http2().createServer(handler);
       this.#h1 = Object.assign(http.createServer(handler), h1Timeouts);
       this.server = net.createServer((socket) => this.#route(socket));
     }

@@ -107,7 +107,7 @@ export class ControllerConnections {
     const key = `${url.origin}\n${ca ?? ''}`;
     const current = this.#current.get(key);
     if (current !== undefined && !current.closed && !current.destroyed) return current;
-    const connection = http2.connect(url.origin, {
+    const connection = http2().connect(url.origin, {
       ...(ca === undefined ? {} : { ca }),
       settings: { enablePush: false, initialWindowSize: STREAM_WINDOW_BYTES },
     });
@@ -185,7 +185,7 @@ export function postJson(
     });
     stream.on('close', () => {
       const code = error?.code;
-      const refused = stream.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM;
+      const refused = stream.rstCode === http2().constants.NGHTTP2_REFUSED_STREAM;
       resolve({
         status,
         error,
