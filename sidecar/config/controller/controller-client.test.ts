@@ -128,6 +128,8 @@ class FakeController {
   readonly streamSockets: unknown[] = [];
   /** Refuses the next reports unprocessed (RST_STREAM REFUSED_STREAM, as a server going away). */
   refuseReports = 0;
+  /** Reads reports but never answers them (a controller that hangs). */
+  holdReports = false;
   readonly open = new Set<AnyResponse>();
   /** What to do with a new open stream (default: send the current snapshot). */
   onStream: (res: AnyResponse) => void = (res) => {
@@ -207,6 +209,10 @@ class FakeController {
       if (this.refuseReports > 0 && stream !== undefined) {
         this.refuseReports -= 1;
         stream.close(h2.NGHTTP2_REFUSED_STREAM);
+        return;
+      }
+      if (this.holdReports) {
+        req.resume();
         return;
       }
       let body = '';
@@ -916,6 +922,21 @@ describe('controller client', () => {
     await eventually(() => fc.reports.length >= reports + 3, 'the other still reports');
     assert.equal(b.client.connected(), true);
     assert.equal(connections.size, 1);
+  });
+
+  test('an open stream gone silent: its connection is reset under reports in flight, and it reconnects', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    fc.holdReports = true; // every report is in flight when the connection is reset
+    const h = await client(t, fc, {
+      heartbeatTimeoutMs: 300,
+      reportEveryMs: 20,
+      backoff: { initialMs: 10, maxMs: 20 },
+    });
+    await eventually(() => fc.connections.length >= 3, 'two reconnects after silences');
+    assert.ok(logged(h, 'warn', /no snapshot or heartbeat/).length >= 2);
+    assert.ok(logged(h, 'debug', /report failed/).length >= 1, 'the cut reports fail, logged');
+    assert.equal(logged(h, 'error', /failed; reports go on/).length, 0, 'no handler failed');
   });
 
   test('a report the controller refused unprocessed (REFUSED_STREAM) is sent again at once', async (t) => {

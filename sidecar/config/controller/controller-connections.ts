@@ -186,6 +186,10 @@ export function postJson(
     stream.on('close', () => {
       const code = error?.code;
       const refused = stream.rstCode === http2().constants.NGHTTP2_REFUSED_STREAM;
+      // Ended without an answer and without an error (its connection was reset under it, or it
+      // was aborted): still a failure that says why.
+      if (status === 0 && error === undefined)
+        error = new Error(`closed before an answer (HTTP/2 stream reset, code ${stream.rstCode})`);
       resolve({
         status,
         error,

@@ -3,6 +3,7 @@
  * client's requests carry a bearer token and its snapshots API keys; neither is in these fields.
  */
 export function describeError(err: unknown): { code?: string; message: string } {
+  if (typeof err !== 'object' || err === null) return { message: String(err) };
   const e = err as NodeJS.ErrnoException;
   return e.code === undefined
     ? { message: String(e.message ?? err) }

@@ -113,23 +113,28 @@ export class PlacementUploader {
     const count = batch.placements.length;
     const post = postJson(connections, url, session, JSON.stringify(batch), timeoutMs);
     this.#inFlight = post;
-    void post.done.then(({ status, error }) => {
-      this.#inFlight = undefined;
-      if (status >= 200 && status < 300) {
-        log.trace({ placements: count }, 'placements uploaded');
-        this.#options.uploaded?.(count);
-        return;
-      }
-      this.#options.failed?.();
-      if (status === 0) {
-        if (!this.#closed)
-          log.debug({ err: describeError(error), placements: count }, 'placements upload failed');
-        return;
-      }
-      log.debug({ status, placements: count }, 'placements upload refused; batch dropped');
-      // A controller that relays no placements (turned off since the stream opened) says so:
-      // stop until the next stream tells again.
-      if (status === 404) this.stop();
-    });
+    void post.done
+      .then(({ status, error }) => {
+        this.#inFlight = undefined;
+        if (status >= 200 && status < 300) {
+          log.trace({ placements: count }, 'placements uploaded');
+          this.#options.uploaded?.(count);
+          return;
+        }
+        this.#options.failed?.();
+        if (status === 0) {
+          if (!this.#closed)
+            log.debug({ err: describeError(error), placements: count }, 'placements upload failed');
+          return;
+        }
+        log.debug({ status, placements: count }, 'placements upload refused; batch dropped');
+        // A controller that relays no placements (turned off since the stream opened) says so:
+        // stop until the next stream tells again.
+        if (status === 404) this.stop();
+      })
+      // Never an unhandled rejection (it would end the sidecar): a bug here costs one batch.
+      .catch((err: unknown) =>
+        log.error({ err: describeError(err) }, 'handling an upload answer failed; uploads go on'),
+      );
   }
 }

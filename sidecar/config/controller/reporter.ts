@@ -182,23 +182,28 @@ export class Reporter {
     this.#lastSentMs = performance.now();
     const post = postJson(this.#options.connections, this.#options.url, session, body, timeoutMs);
     this.#inFlight.add(post);
-    void post.done.then((result) => {
-      this.#inFlight.delete(post);
-      this.#busy = false;
-      const { status, error } = result;
-      if (status >= 200 && status < 300)
-        log.debug({ appliedVersion: report.appliedVersion }, 'report sent');
-      else if (status !== 0) log.debug({ status }, 'report refused by the controller');
-      else if (!this.#closed) {
-        log.debug({ err: describeError(error) }, 'report failed');
-        // The connection was going away as it went out (a replica restarting): once more, on a
-        // new connection. The controller never saw it, so this cannot repeat it.
-        if (result.notProcessed) this.#again = true;
-      }
-      if (this.#again) {
-        this.#again = false;
-        this.#send(false);
-      }
-    });
+    void post.done
+      .then((result) => {
+        this.#inFlight.delete(post);
+        this.#busy = false;
+        const { status, error } = result;
+        if (status >= 200 && status < 300)
+          log.debug({ appliedVersion: report.appliedVersion }, 'report sent');
+        else if (status !== 0) log.debug({ status }, 'report refused by the controller');
+        else if (!this.#closed) {
+          log.debug({ err: describeError(error) }, 'report failed');
+          // The connection was going away as it went out (a replica restarting): once more, on a
+          // new connection. The controller never saw it, so this cannot repeat it.
+          if (result.notProcessed) this.#again = true;
+        }
+        if (this.#again) {
+          this.#again = false;
+          this.#send(false);
+        }
+      })
+      // Never an unhandled rejection (it would end the sidecar): a bug here costs one report.
+      .catch((err: unknown) =>
+        log.error({ err: describeError(err) }, 'handling a report answer failed; reports go on'),
+      );
   }
 }
