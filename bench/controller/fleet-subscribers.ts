@@ -56,8 +56,17 @@ export class Fleet {
   readonly forwarderPorts: number[] = [];
   private statsWaiters: ((s: unknown) => void)[] = [];
   private countersWaiters: ((s: unknown) => void)[] = [];
+  /**
+   * Rejects when a subscriber host exits before `stopAll()`, with its output: its subscribers are
+   * gone, so the run is void and must say so rather than wait out the sync timeout.
+   */
+  readonly lost: Promise<never>;
+  private lose!: (err: Error) => void;
+  private stopping = false;
 
   constructor(pools: { of: (i: number) => PoolFixture }, clients: number, sidecars: number) {
+    this.lost = new Promise<never>((_, reject) => (this.lose = reject));
+    this.lost.catch(() => undefined); // raced where it matters; never unhandled
     for (let i = 0; i < clients + sidecars; i++)
       this.subscribers.push({
         index: i,
@@ -161,9 +170,11 @@ export class Fleet {
         else if (line.startsWith('counters '))
           this.countersWaiters.shift()?.(JSON.parse(line.slice(9)));
       });
-      void tracked.exited.then((code) =>
-        reject(new Error(`subscriber host exited (${code}):\n${tracked.output()}`)),
-      );
+      void tracked.exited.then((code) => {
+        const err = new Error(`subscriber host exited (${code}):\n${tracked.output()}`);
+        reject(err);
+        if (!this.stopping) this.lose(err);
+      });
     });
   }
 
@@ -260,6 +271,7 @@ export class Fleet {
   }
 
   async stopAll(): Promise<void> {
+    this.stopping = true;
     await Promise.all(
       [...this.hosts, ...this.sidecars].map((c) => c.tracked.stop(5_000).catch(() => undefined)),
     );

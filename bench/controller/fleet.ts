@@ -116,6 +116,7 @@ async function main(): Promise<void> {
       // The timeouts are unref'd: a race already won must not keep the bench alive.
       await Promise.race([
         sync.done,
+        fleet.lost,
         sleep(flags.syncTimeoutMs, undefined, { ref: false }).then(() =>
           Promise.reject(
             new Error(

@@ -113,7 +113,16 @@ export class ControllerConnections {
     });
     // Every failure reaches the streams on it, each of which reports its own.
     connection.on('error', () => undefined);
-    connection.once('connect', () => connection.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+    connection.once('connect', () => {
+      // 'connect' is emitted on a later tick: the connection may have been destroyed meanwhile
+      // (a reset, an error), and then setLocalWindowSize throws (the fleet bench found it).
+      if (connection.destroyed || connection.closed) return;
+      try {
+        connection.setLocalWindowSize(CONNECTION_WINDOW_BYTES);
+      } catch {
+        // going away: its streams report why
+      }
+    });
     // A GOAWAY (a replica shutting down): its open streams finish, new ones go elsewhere.
     connection.once('goaway', () => this.#forget(connection));
     connection.once('close', () => {
