@@ -101,19 +101,11 @@ export interface RunningController {
  * the lease holder writes status and Events. Each part is built after the parts it uses; the
  * parts that react to leadership and certificate changes subscribe at the end.
  */
-/** Connections to the API server for TokenReviews, per replica (see `reviews` below). */
-const TOKEN_REVIEW_CONNECTIONS = 32;
-
 export async function startController(options: ControllerOptions): Promise<RunningController> {
   const { kubeConfig, logger, lease, injection } = options;
 
   // The API server, the lease, the serving certificate (nothing can be served without it).
   const raw = new KubeRaw(kubeConfig);
-  // TokenReviews on connections of their own, more of them: when a replica dies its sidecars all
-  // reconnect to the others at once, and each must be reviewed again before its stream opens; on
-  // the 8 connections status writes use, 3,441 reviews took 24 s (p50) at 10,000 sidecars
-  // (docs/benchmarks.md). Idle ones cost nothing; a busy one ~0.15 MB.
-  const reviews = new KubeRaw(kubeConfig, { maxSockets: TOKEN_REVIEW_CONNECTIONS });
   const metrics = new ControllerMetrics();
   const owners = options.owners ?? NO_OWNERS;
   const leader = new LeaderElector({
@@ -192,7 +184,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       : undefined;
   let ownStreamUrl: string | undefined = undefined; // known once listening
   const stream: SnapshotServer = new SnapshotServer({
-    authenticator: new TokenAuthenticator(reviews, {
+    authenticator: new TokenAuthenticator(raw, {
       cacheMs: options.tokenReviewCacheMs,
       pods: auditor,
     }),
@@ -354,7 +346,6 @@ export async function startController(options: ControllerOptions): Promise<Runni
       await Promise.all([caches.stop(), auditor?.stop()]);
       await looped;
       raw.close();
-      reviews.close();
     },
   };
 }

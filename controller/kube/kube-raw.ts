@@ -28,16 +28,14 @@ export class KubeRaw {
   private readonly server: URL;
   private readonly agent: https.Agent | http.Agent;
 
-  /**
-   * `maxSockets`: kept-alive connections at most (default 8): bursts of status writes queue here
-   * instead of each opening a TLS connection of its own (~0.15 MB each on the controller).
-   */
-  constructor(kubeConfig: KubeConfig, options: { maxSockets?: number } = {}) {
+  constructor(kubeConfig: KubeConfig) {
     this.kubeConfig = kubeConfig;
     const cluster = kubeConfig.getCurrentCluster();
     if (cluster === null) throw new Error('the kubeconfig has no current cluster');
     this.server = new URL(cluster.server);
-    const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 8 };
+    // A few kept-alive connections: bursts of status writes and TokenReviews queue here instead of
+    // each opening a TLS connection of its own (~0.15 MB each on the controller).
+    const agentOptions = { keepAlive: true, maxSockets: 8 };
     this.agent =
       this.server.protocol === 'https:'
         ? new https.Agent(agentOptions)
