@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { constants as h2, type Http2ServerRequest } from 'node:http2';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -733,6 +734,20 @@ describe('controller client', () => {
     await eventually(() => logged(h, 'warn', /cannot reach the controller/).length >= 2, 'retries');
     assert.match(logged(h, 'warn', /cannot reach/)[0]!.msg, /--ca-file/);
     assert.equal(fc.connections.length, 0);
+  });
+
+  test('a controller older than the sidecar (HTTP/1.1 only): the log says to upgrade it', async (t) => {
+    // The controller's stream server before one connection per sidecar: node:https, no ALPN.
+    const old = createHttpsServer(tls!, (_req, res) => res.writeHead(404).end());
+    await new Promise<void>((r) => old.listen(0, '127.0.0.1', r));
+    t.after(() => new Promise<void>((r) => old.close(() => r())));
+    const url = `https://127.0.0.1:${(old.address() as AddressInfo).port}`;
+    const h = await client(t, url);
+    await eventually(() => logged(h, 'warn', /cannot reach the controller/).length >= 1, 'a try');
+    assert.match(
+      logged(h, 'warn', /cannot reach/)[0]!.msg,
+      /speaks no HTTP\/2.*upgrade the controller/,
+    );
   });
 
   test('the cache is written 0600 and restored at start while the controller is down', async (t) => {

@@ -2,11 +2,10 @@
  * The sidecar's connection to the controller (issue 46): one HTTP/2 connection per controller URL
  * and CA, shared by every pool's snapshot stream, its reports and its placement uploads.
  *
- * Why: each TLS connection costs the controller ~76 KB of memory (OpenSSL's state, measured), and
- * a sidecar held two per pool (its stream; one kept-alive connection for reports and uploads).
- * One multiplexed connection costs ~104 KB whatever the number of pools: 2,000 one-pool sidecars
- * took 152 KB each of a server's RSS over HTTP/1.1, 104 KB over HTTP/2 (docs/controller.md, "One
- * connection per sidecar"). It also means one TLS handshake per sidecar, and its reports land on
+ * Why: most of what a TLS connection costs the controller is OpenSSL's state, and a sidecar held
+ * two per pool (its stream; one kept-alive connection for reports and uploads). Measured by
+ * `npm run bench:stream-memory` (1,000 sidecars): 139.7 → 99.9 KB of a replica's RSS per one-pool
+ * sidecar, 445.1 → 140.5 KB per three-pool one (docs/controller.md, "One connection per sidecar"). It also means one TLS handshake per sidecar, and its reports land on
  * the replica that holds its stream, which reviews its token once per `--token-review-cache`.
  */
 import type * as NodeHttp2 from 'node:http2';
@@ -23,7 +22,7 @@ export interface ControllerSession {
  * stream is never idle: the controller sends a heartbeat every 10 s; the controller closes idle
  * ones after 65 s, later than this, so the sidecar never sends on a connection being closed).
  */
-export const CONTROLLER_IDLE_TIMEOUT_MS = 30_000;
+const CONTROLLER_IDLE_TIMEOUT_MS = 30_000;
 
 /**
  * Flow-control windows the sidecar grants the controller: a snapshot of a large pool (100 KB and

@@ -192,8 +192,9 @@ export class Reporter {
         else if (status !== 0) log.debug({ status }, 'report refused by the controller');
         else if (!this.#closed) {
           log.debug({ err: describeError(error) }, 'report failed');
-          // The connection was going away as it went out (a replica restarting): once more, on a
-          // new connection. The controller never saw it, so this cannot repeat it.
+          // The controller refused it unprocessed (REFUSED_STREAM, or its connection going away
+          // as it went out): once more, on a new connection when that one is gone. The
+          // controller never saw it, so this cannot repeat it.
           if (result.notProcessed) this.#again = true;
         }
         if (this.#again) {

@@ -20,11 +20,9 @@ import {
 } from '../../../crds/snapshot.ts';
 import { describeError } from './describe-error.ts';
 import { PlacementsEvents, placementsBudget } from './placements-event.ts';
-import type { ControllerConnections } from './controller-connections.ts';
+import type { ControllerConnections, ControllerSession } from './controller-connections.ts';
 import type { SseEvent } from './sse-parser.ts';
-import { StreamConnection, type ControllerSession } from './stream-connection.ts';
-
-export type { ControllerSession };
+import { StreamConnection } from './stream-connection.ts';
 
 export interface BackoffOptions {
   initialMs: number;

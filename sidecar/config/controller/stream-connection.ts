@@ -9,8 +9,6 @@ import { describeError } from './describe-error.ts';
 import type { ControllerConnections, ControllerSession } from './controller-connections.ts';
 import { SseEventTooLargeError, SseParser, type SseEvent } from './sse-parser.ts';
 
-export type { ControllerSession };
-
 /** The stream's settings a connection uses. */
 export interface ConnectionOptions {
   url: URL;
@@ -36,6 +34,12 @@ const TLS_HINT_CODES = new Set([
   'CERT_HAS_EXPIRED',
 ]);
 
+/**
+ * The TLS alert of a server that offers no HTTP/2 (ALPN): a controller older than this sidecar,
+ * which speaks HTTP/1.1 only (docs/snapshot-protocol.md, "Transport").
+ */
+const NO_HTTP2 = 'ERR_SSL_TLSV1_ALERT_NO_APPLICATION_PROTOCOL';
+
 /** What a connection tells its stream, and asks of it. */
 export interface ConnectionHooks {
   /** The stream was closed: the connection's end is expected, and not logged. */
@@ -56,7 +60,7 @@ export interface ConnectionHooks {
  */
 export class StreamConnection {
   /** Undefined when no request could be made (the connections were closed). */
-  readonly request: NodeHttp2.ClientHttp2Stream | undefined;
+  readonly #request: NodeHttp2.ClientHttp2Stream | undefined;
   readonly done: Promise<boolean>;
   readonly #options: ConnectionOptions;
   readonly #hooks: ConnectionHooks;
@@ -88,7 +92,7 @@ export class StreamConnection {
     } catch {
       request = undefined; // closed meanwhile: nothing to stream
     }
-    this.request = request;
+    this.#request = request;
     this.#watchdog = setTimeout(() => this.#onTimeout(), options.heartbeatTimeoutMs);
     if (request === undefined) {
       this.#onClose();
@@ -101,12 +105,12 @@ export class StreamConnection {
 
   /** Ends this stream (the connection and the sidecar's other streams stay). */
   destroy(): void {
-    this.request?.destroy();
+    this.#request?.destroy();
   }
 
   #end(why: string): void {
     this.#ended ??= why;
-    this.request?.destroy();
+    this.#request?.destroy();
   }
 
   #onTimeout(): void {
@@ -119,7 +123,7 @@ export class StreamConnection {
     this.#ended ??= 'heartbeat timeout';
     // Silence on the stream means the connection under it is presumed dead: a new one, for every
     // pool of this sidecar (a stream of a live connection gets a heartbeat every 10 s).
-    if (this.request !== undefined) this.#options.connections.reset(this.request);
+    if (this.#request !== undefined) this.#options.connections.reset(this.#request);
   }
 
   #onResponse(res: NodeHttp2.ClientHttp2Stream, headers: NodeHttp2.IncomingHttpHeaders): void {
@@ -222,9 +226,11 @@ export class StreamConnection {
         : err,
     );
     const hint =
-      details.code !== undefined && TLS_HINT_CODES.has(details.code)
-        ? ' (TLS: check --ca-file and that the certificate names the controller host)'
-        : '';
+      details.code === NO_HTTP2
+        ? ' (the controller speaks no HTTP/2: it is older than this sidecar; upgrade the controller first)'
+        : details.code !== undefined && TLS_HINT_CODES.has(details.code)
+          ? ' (TLS: check --ca-file and that the certificate names the controller host)'
+          : '';
     this.#options.log.warn(
       { err: details, controller: this.#options.controller },
       `cannot reach the controller${hint}; retrying`,
