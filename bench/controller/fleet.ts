@@ -25,6 +25,7 @@ import { waitFor } from '../../harness/k8s/cluster.ts';
 import { expectedKey, makeTls, mutate, paths, sliceObject } from './fixture.ts';
 import { parseFleetFlags } from './fleet-flags.ts';
 import { keyDigest } from './fleet-digest.ts';
+import { cpuBetween, readCpu } from './fleet-cpu.ts';
 import { apiRequestCounts, ratesPerMinute, readReplicas, startReplicas } from './fleet-replicas.ts';
 import { rollingRestart } from './fleet-rolling.ts';
 import { epochMs, Fleet, type SubscriberState } from './fleet-subscribers.ts';
@@ -77,6 +78,14 @@ async function main(): Promise<void> {
     const fleet = new Fleet(pools, flags.clients, flags.sidecars);
     resources.hold(() => fleet.stopAll());
     const want = (s: SubscriberState): string => keyDigest(expectedKey(s.pool));
+    const cpuPids = {
+      apiServer: server.sampler.apiServerPid,
+      etcd: server.sampler.etcdPid,
+      get fleet() {
+        return fleet.pids;
+      },
+    };
+    const cpuNow = () => readCpu(server, cpuPids, replicas);
 
     // Initial sync.
     const sync = fleet.expect(
@@ -84,6 +93,7 @@ async function main(): Promise<void> {
       want,
     );
     const t0 = epochMs();
+    const syncCpu = await cpuNow();
     log(`${flags.clients} clients in ${flags.hosts} hosts, ${flags.sidecars} full sidecars`);
     await fleet.startHosts(
       flags.hosts,
@@ -148,6 +158,7 @@ async function main(): Promise<void> {
         ),
       ),
       load: loadAverage(),
+      cpu: cpuBetween(syncCpu, await cpuNow()),
       replicasAfter: await readReplicas(replicas),
     };
 
@@ -156,6 +167,7 @@ async function main(): Promise<void> {
     log(`steady state: ${flags.steadySeconds} s`);
     const before = await apiRequestCounts(server);
     const cpuBefore = await readReplicas(replicas);
+    const steadyCpu = await cpuNow();
     const sFrom = performance.now();
     await sleep(flags.steadySeconds * 1000);
     const seconds = (performance.now() - sFrom) / 1000;
@@ -167,6 +179,7 @@ async function main(): Promise<void> {
       load: loadAverage(),
       apiServerWritesPerMinute: rates,
       tokenReviewsPerMinute: rates['POST tokenreviews'] ?? 0,
+      cpu: cpuBetween(steadyCpu, await cpuNow()),
       reportWritesPerMinute: Object.entries(rates)
         .filter(([k]) => /leases|inferencepools/.test(k))
         .reduce((n, [, v]) => n + v, 0),
@@ -258,6 +271,7 @@ async function main(): Promise<void> {
       const connectedBefore = (await readReplicas([victim]))[0]?.connectedSidecars;
       fleet.arm();
       await sleep(200);
+      const killCpu = await cpuNow();
       const k0 = epochMs();
       log(`SIGKILL ${victim.identity} (${connectedBefore} sidecars connected)`);
       await victim.process.kill();
@@ -290,6 +304,7 @@ async function main(): Promise<void> {
         recovered,
         allCurrentMs: recovered ? Math.round(Math.max(...back)) : null,
         perSubscriberMs: dist(back),
+        cpu: cpuBetween(killCpu, await cpuNow()),
         survivors: await readReplicas(replicas),
         hosts: await fleet.hostStats(),
         load: loadAverage(),

@@ -84,8 +84,8 @@ export class Sampler {
   readonly samples: Sample[] = [];
   private readonly timer: NodeJS.Timeout;
   controllerPid: number | undefined;
-  private readonly apiServerPid: number | undefined;
-  private readonly etcdPid: number | undefined;
+  readonly apiServerPid: number | undefined;
+  readonly etcdPid: number | undefined;
 
   constructor(pids: { apiServer: number | undefined; etcd: number | undefined }, intervalMs = 200) {
     this.apiServerPid = pids.apiServer;
