@@ -27,6 +27,7 @@ import { ReplicaSummaries } from './stream/replica-summary.ts';
 import { SnapshotServer } from './stream/snapshot-server.ts';
 import { TokenAuthenticator } from './stream/token-auth.ts';
 import { advertisedUrl } from './core/advertised-url.ts';
+import { ticketKey } from './stream/review-ticket.ts';
 import { certificateNotAfterMs } from './tls/certificates.ts';
 import { startTlsSource, type TlsConfig } from './tls/source.ts';
 
@@ -182,11 +183,22 @@ export async function startController(options: ControllerOptions): Promise<Runni
           logger,
         })
       : undefined;
+  // Review tickets are signed with a key derived from the serving key, which every replica shares
+  // (stream/review-ticket.ts); after a rotation the previous key's tickets are still taken.
+  let ticketKeys: Buffer[] = tls === undefined ? [] : [ticketKey(tls.current().key)];
+  tls?.onChange((material) => {
+    ticketKeys = [ticketKey(material.key), ...ticketKeys].slice(0, 2);
+  });
   let ownStreamUrl: string | undefined = undefined; // known once listening
   const stream: SnapshotServer = new SnapshotServer({
     authenticator: new TokenAuthenticator(raw, {
       cacheMs: options.tokenReviewCacheMs,
       pods: auditor,
+      ticketKeys: () => ticketKeys,
+      onAuthenticated: (via, reviewMs) => {
+        metrics.sidecarAuth.inc({ via });
+        if (reviewMs !== undefined) metrics.tokenReviewDuration.observe(reviewMs / 1000);
+      },
     }),
     logger,
     metrics,

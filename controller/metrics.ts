@@ -64,6 +64,8 @@ export class ControllerMetrics {
   readonly placementBytesSent: Counter;
   readonly pushLatency: Histogram;
   readonly authFailures: Counter<'reason'>;
+  readonly sidecarAuth: Counter<'via'>;
+  readonly tokenReviewDuration: Histogram;
   readonly informerRestarts: Counter<'informer' | 'reason'>;
   readonly statusWrites: Counter<'result'>;
   readonly snapshotsPublished: Counter;
@@ -97,6 +99,18 @@ export class ControllerMetrics {
       name: 'switchyard_controller_stream_auth_failures_total',
       help: 'Snapshot stream requests refused: unauthenticated (401) or forbidden (403).',
       labelNames: ['reason'],
+      registers,
+    });
+    this.sidecarAuth = new Counter({
+      name: 'switchyard_controller_sidecar_auth_total',
+      help: "Sidecar requests (streams, reports, placement uploads) let in, by how their token was vouched for: cache (this replica's earlier TokenReview), ticket (a review ticket from any replica's review, no API call), review (a TokenReview just now). Many reviews at once after a replica restart mean sidecars without a valid ticket.",
+      labelNames: ['via'],
+      registers,
+    });
+    this.tokenReviewDuration = new Histogram({
+      name: 'switchyard_controller_token_review_duration_seconds',
+      help: 'Time from a sidecar request needing a TokenReview to its answer, waiting for a connection to the API server included: what a sidecar without a cached review or a ticket waits before its stream opens.',
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers,
     });
     this.informerRestarts = new Counter({

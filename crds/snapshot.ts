@@ -85,6 +85,14 @@ export const DELTAS_HEADER = 'x-switchyard-deltas';
  */
 export const PLACEMENTS_HEADER = 'x-switchyard-placements';
 
+/**
+ * Response header on the controller's answers to an authenticated sidecar: a review ticket, what
+ * the controller's TokenReview said about the sidecar's token, signed (controller/stream/
+ * review-ticket.ts). The sidecar sends it back as a request header with the same token: any
+ * replica then lets it in without another TokenReview. Opaque to the sidecar.
+ */
+export const REVIEW_TICKET_HEADER = 'x-switchyard-review-ticket';
+
 /** Path sidecars POST their placements to (a `PoolPlacements`; 204). */
 export function placementsPath(namespace: string, pool: string): string {
   return `/v1/namespaces/${encodeURIComponent(namespace)}/pools/${encodeURIComponent(pool)}/placements`;

@@ -31,6 +31,8 @@ export interface AnyRequest extends Readable {
 /** What a handler uses of a response on either protocol (`ServerResponse`, `Http2ServerResponse`). */
 export interface AnyResponse extends Writable {
   writeHead(status: number, headers?: NodeHttp.OutgoingHttpHeaders): this;
+  /** A header for the `writeHead` to come (merged with its own). */
+  setHeader(name: string, value: string | number | readonly string[]): unknown;
   readonly headersSent: boolean;
 }
 export type AnyHandler = (req: AnyRequest, res: AnyResponse) => void;

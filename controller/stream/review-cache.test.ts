@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
 import { ReviewCache, tokenExpiryMs, type PodWatch, type WatchedPod } from './review-cache.ts';
+import { ticketKey } from './review-ticket.ts';
 import { TokenAuthenticator } from './token-auth.ts';
 
 const MIN = 60_000;
@@ -23,6 +24,14 @@ class Pods implements PodWatch {
   get(namespace: string, name: string): WatchedPod | undefined {
     return this.map.get(`${namespace}/${name}`);
   }
+}
+
+/** A lookup without the entry's expiry (its own test reads that). */
+function read<T>(cache: ReviewCache<T>, key: string): unknown {
+  const hit = cache.get(key);
+  if (hit.kind === 'miss') return hit;
+  const { untilMs: _, ...rest } = hit;
+  return rest;
 }
 
 function cacheOf(clock: Clock, pods?: PodWatch, maxEntries = 100): ReviewCache<string> {
@@ -53,13 +62,13 @@ describe('ReviewCache', () => {
     const soon = jwt({ exp: (clock.ms + 2 * MIN) / 1000 });
     cache.set('soon', soon, { ok: true, value: 'b' });
     clock.ms += 2 * MIN - 1;
-    assert.deepEqual(cache.get('soon'), { kind: 'hit', value: 'b' });
+    assert.deepEqual(read(cache, 'soon'), { kind: 'hit', value: 'b' });
     clock.ms += 1;
-    assert.deepEqual(cache.get('soon'), { kind: 'miss' }, 'expired with its token');
+    assert.deepEqual(read(cache, 'soon'), { kind: 'miss' }, 'expired with its token');
     clock.ms += 3 * MIN - 1;
-    assert.deepEqual(cache.get('late'), { kind: 'hit', value: 'a' });
+    assert.deepEqual(read(cache, 'late'), { kind: 'hit', value: 'a' });
     clock.ms += 1;
-    assert.deepEqual(cache.get('late'), { kind: 'miss' }, 'the flag bounds it');
+    assert.deepEqual(read(cache, 'late'), { kind: 'miss' }, 'the flag bounds it');
   });
 
   test('no exp: the unwatched 60 s; a token already expired is not kept', () => {
@@ -67,7 +76,7 @@ describe('ReviewCache', () => {
     const cache = cacheOf(clock);
     cache.set('k', 'opaque', { ok: true, value: 'a' });
     cache.set('old', jwt({ exp: (clock.ms - 1) / 1000 }), { ok: true, value: 'x' });
-    assert.deepEqual(cache.get('old'), { kind: 'miss' });
+    assert.deepEqual(read(cache, 'old'), { kind: 'miss' });
     clock.ms += MIN - 1;
     assert.equal(cache.get('k').kind, 'hit');
     clock.ms += 1;
@@ -79,7 +88,7 @@ describe('ReviewCache', () => {
     const cache = cacheOf(clock);
     cache.set('k', jwt({ exp: (clock.ms - 3_600_000) / 1000 }), { ok: false, value: 'no' });
     clock.ms += 4_999;
-    assert.deepEqual(cache.get('k'), { kind: 'hit', value: 'no' });
+    assert.deepEqual(read(cache, 'k'), { kind: 'hit', value: 'no' });
     clock.ms += 1;
     assert.equal(cache.get('k').kind, 'miss');
   });
@@ -97,17 +106,17 @@ describe('ReviewCache', () => {
       pod: { namespace: 'ns', name: 'app', uid: 'u1' },
     });
     clock.ms += 4 * MIN;
-    assert.deepEqual(cache.get('k'), { kind: 'hit', value: 'a' }, 'past the unwatched minute');
+    assert.deepEqual(read(cache, 'k'), { kind: 'hit', value: 'a' }, 'past the unwatched minute');
     const relabelled: WatchedPod = { metadata: { uid: 'u1', labels: { a: '2' } } };
     pods.map.set('ns/app', relabelled);
-    assert.deepEqual(cache.get('k'), { kind: 'pod-changed', value: 'a', pod: relabelled });
+    assert.deepEqual(read(cache, 'k'), { kind: 'pod-changed', value: 'a', pod: relabelled });
     cache.refresh('k', 'a2', relabelled);
-    assert.deepEqual(cache.get('k'), { kind: 'hit', value: 'a2' });
+    assert.deepEqual(read(cache, 'k'), { kind: 'hit', value: 'a2' });
     pods.map.set('ns/app', { metadata: { uid: 'u2' } });
-    assert.deepEqual(cache.get('k'), { kind: 'miss' }, 'another pod of the same name');
+    assert.deepEqual(read(cache, 'k'), { kind: 'miss' }, 'another pod of the same name');
     cache.set('k', token, { ok: true, value: 'a', pod: { namespace: 'ns', name: 'app' } });
     pods.map.delete('ns/app');
-    assert.deepEqual(cache.get('k'), { kind: 'miss' }, 'deleted: the very next request reviews');
+    assert.deepEqual(read(cache, 'k'), { kind: 'miss' }, 'deleted: the very next request reviews');
   });
 
   test('a pod-bound token the watch does not hold (or no watch, or not synced): 60 s', () => {
@@ -137,7 +146,7 @@ describe('ReviewCache', () => {
     cache.set('b', 'opaque', { ok: true, value: 'b2' }); // reviewed again: now the newest
     cache.set('e', 'opaque', { ok: true, value: 'e' });
     assert.equal(cache.get('c').kind, 'miss');
-    assert.deepEqual(cache.get('b'), { kind: 'hit', value: 'b2' });
+    assert.deepEqual(read(cache, 'b'), { kind: 'hit', value: 'b2' });
   });
 });
 
@@ -239,5 +248,125 @@ describe('TokenAuthenticator', () => {
     const all = await Promise.all(Array.from({ length: 10 }, () => auth.authenticate(bearer)));
     assert.ok(all.every((r) => r.ok));
     assert.equal(calls.reviews, 1);
+  });
+});
+
+describe('TokenAuthenticator with review tickets', () => {
+  const key = ticketKey('serving key');
+  const apiServer = (reviews: { n: number }, pods?: Pods): Pick<KubeRaw, 'request'> => ({
+    request: <T>(_method: string, path: string, body?: unknown): Promise<T> => {
+      if (path.includes('/pods/')) return Promise.resolve(pods?.map.get('ns/app') as T);
+      reviews.n++;
+      const token = (body as { spec: { token: string } }).spec.token;
+      const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as {
+        bound?: boolean;
+      };
+      const bound = claims.bound === true;
+      const uid = pods?.get('ns', 'app')?.metadata?.uid ?? 'gone';
+      return Promise.resolve({
+        status: {
+          authenticated: true,
+          audiences: ['switchyard'],
+          user: {
+            username: 'system:serviceaccount:ns:app',
+            extra: bound
+              ? {
+                  'authentication.kubernetes.io/pod-name': ['app'],
+                  'authentication.kubernetes.io/pod-uid': [uid],
+                }
+              : {},
+          },
+        },
+      } as T);
+    },
+  });
+
+  test('a replica that never reviewed a token takes another replica’s ticket for it', async () => {
+    const clock = new Clock();
+    const reviews = { n: 0 };
+    const vias: string[] = [];
+    const options = {
+      now: clock.now,
+      ticketKeys: () => [key],
+      onAuthenticated: (via: string) => vias.push(via),
+    };
+    const first = new TokenAuthenticator(apiServer(reviews), options);
+    const second = new TokenAuthenticator(apiServer(reviews), options);
+    const token = jwt({ exp: (clock.ms + 3_600_000) / 1000 });
+    const bearer = `Bearer ${token}`;
+    const reviewed = await first.authenticate(bearer);
+    assert.ok(reviewed.ok && reviewed.ticket !== undefined);
+    assert.equal(reviews.n, 1);
+    clock.ms += 4 * MIN; // the first replica dies; its sidecar reconnects to the second
+    const taken = await second.authenticate(bearer, reviewed.ticket);
+    assert.ok(taken.ok);
+    assert.deepEqual(taken.identity, reviewed.identity);
+    assert.equal(reviews.n, 1, 'no TokenReview on the second replica');
+    assert.deepEqual(vias, ['review', 'ticket']);
+    // Its reports hit the second replica's cache until the review's 5 min are over, then the
+    // token is reviewed again: a ticket never makes the review last longer.
+    clock.ms += MIN - 1;
+    const cached = await second.authenticate(bearer, reviewed.ticket);
+    assert.ok(cached.ok && cached.ticket !== undefined);
+    assert.equal(reviews.n, 1);
+    clock.ms += 1;
+    assert.ok((await second.authenticate(bearer, reviewed.ticket)).ok);
+    assert.equal(reviews.n, 2, 'expired with the first review');
+    assert.deepEqual(vias, ['review', 'ticket', 'cache', 'review']);
+  });
+
+  test('a ticket is useless with another token, another key, or none configured', async () => {
+    const clock = new Clock();
+    const reviews = { n: 0 };
+    const issuer = new TokenAuthenticator(apiServer(reviews), {
+      now: clock.now,
+      ticketKeys: () => [key],
+    });
+    const exp = (clock.ms + 3_600_000) / 1000;
+    const stolen = await issuer.authenticate(`Bearer ${jwt({ exp }, 'victim')}`);
+    assert.ok(stolen.ok && stolen.ticket !== undefined);
+    const same = new TokenAuthenticator(apiServer(reviews), {
+      now: clock.now,
+      ticketKeys: () => [key],
+    });
+    await same.authenticate(`Bearer ${jwt({ exp }, 'thief')}`, stolen.ticket);
+    assert.equal(reviews.n, 2, 'another token is reviewed, whatever ticket it brings');
+    const rotated = new TokenAuthenticator(apiServer(reviews), {
+      now: clock.now,
+      ticketKeys: () => [ticketKey('a newer serving key')],
+    });
+    await rotated.authenticate(`Bearer ${jwt({ exp }, 'victim')}`, stolen.ticket);
+    assert.equal(reviews.n, 3, 'signed with a key this replica does not hold: reviewed');
+    const plain = new TokenAuthenticator(apiServer(reviews), { now: clock.now });
+    const answer = await plain.authenticate(`Bearer ${jwt({ exp }, 'victim')}`, stolen.ticket);
+    assert.ok(answer.ok && answer.ticket === undefined, 'no keys: none taken, none given');
+    assert.equal(reviews.n, 4);
+  });
+
+  test('a pod-bound token’s ticket counts only while this replica’s pod watch holds the pod', async () => {
+    const clock = new Clock();
+    const pods = new Pods();
+    pods.map.set('ns/app', { metadata: { uid: 'u1', labels: { 'switchyard.dev/pool': 'chat' } } });
+    const reviews = { n: 0 };
+    const options = { now: clock.now, ticketKeys: () => [key], pods };
+    const issuer = new TokenAuthenticator(apiServer(reviews, pods), options);
+    const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000, bound: true }, 'bound')}`;
+    const first = await issuer.authenticate(bearer);
+    assert.ok(first.ok && first.ticket !== undefined);
+    const taker = new TokenAuthenticator(apiServer(reviews, pods), options);
+    const taken = await taker.authenticate(bearer, first.ticket);
+    assert.ok(taken.ok);
+    assert.deepEqual([...taken.identity.pod!.follows], ['chat'], 'labels read from the watch');
+    assert.equal(reviews.n, 1);
+    // The pod was replaced by another of the same name: the ticket names the old UID.
+    pods.map.set('ns/app', { metadata: { uid: 'u2', labels: { 'switchyard.dev/pool': 'chat' } } });
+    const third = new TokenAuthenticator(apiServer(reviews, pods), options);
+    await third.authenticate(bearer, first.ticket);
+    assert.equal(reviews.n, 2, 'not the pod the ticket names: reviewed');
+    // And a replica whose watch has not synced reviews too.
+    pods.hasSynced = false;
+    const unsynced = new TokenAuthenticator(apiServer(reviews, pods), options);
+    await unsynced.authenticate(bearer, first.ticket);
+    assert.equal(reviews.n, 3);
   });
 });

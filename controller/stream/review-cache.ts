@@ -59,9 +59,9 @@ interface Entry<T> {
 }
 
 export type CacheHit<T> =
-  | { kind: 'hit'; value: T }
+  | { kind: 'hit'; value: T; untilMs: number }
   /** The pod watch holds a newer version of the bound pod: the caller refreshes what it read. */
-  | { kind: 'pod-changed'; value: T; pod: WatchedPod }
+  | { kind: 'pod-changed'; value: T; untilMs: number; pod: WatchedPod }
   | { kind: 'miss' };
 
 export const DEFAULT_TOKEN_REVIEW_CACHE_MS = 5 * 60_000;
@@ -104,7 +104,8 @@ export class ReviewCache<T> {
       this.#entries.delete(key);
       return { kind: 'miss' };
     }
-    if (entry.pod === undefined) return { kind: 'hit', value: entry.value };
+    const { untilMs } = entry;
+    if (entry.pod === undefined) return { kind: 'hit', value: entry.value, untilMs };
     const pods = this.#options.pods;
     const pod = pods?.get(entry.pod.namespace, entry.pod.name);
     // Gone from the watch (deleted, relabelled, or the watch restarting): review again, which
@@ -118,13 +119,16 @@ export class ReviewCache<T> {
       this.#entries.delete(key);
       return { kind: 'miss' };
     }
-    if (pod === entry.pod.seen) return { kind: 'hit', value: entry.value };
-    return { kind: 'pod-changed', value: entry.value, pod };
+    if (pod === entry.pod.seen) return { kind: 'hit', value: entry.value, untilMs };
+    return { kind: 'pod-changed', value: entry.value, untilMs, pod };
   }
 
-  /** Keeps what a review said about `token` (the caller has reviewed it just now). */
-  set(key: string, token: string, answer: ReviewAnswer<T>): void {
-    const { now, maxMs, unwatchedMs, negativeMs, maxEntries, pods } = this.#options;
+  /**
+   * Keeps what a review said about `token` (the caller has reviewed it just now). Returns until
+   * when a positive answer is kept (undefined: not kept, or a refusal).
+   */
+  set(key: string, token: string, answer: ReviewAnswer<T>): number | undefined {
+    const { now, maxMs, unwatchedMs, negativeMs, pods } = this.#options;
     const nowMs = now();
     const expiry = tokenExpiryMs(token);
     let ttl: number;
@@ -143,14 +147,35 @@ export class ReviewCache<T> {
     // A positive answer never outlives the token's own expiry: the review vouched for it until
     // then at most. A refusal stays one (an expired token does not become valid).
     const untilMs = Math.min(nowMs + ttl, answer.ok ? (expiry ?? Infinity) : Infinity);
+    this.#store(key, { value: answer.value, untilMs, ...(watched && { pod: watched }) });
+    return answer.ok && untilMs > nowMs ? untilMs : undefined;
+  }
+
+  /**
+   * Keeps a positive answer another replica's review gave (a review ticket, review-ticket.ts)
+   * until `untilMs`, `maxMs` from now at most; a pod-bound one only while the pod watch holds
+   * `pod` as `seen` (the caller checked it does, with the ticket's UID). Returns the expiry kept.
+   */
+  admit(
+    key: string,
+    value: T,
+    untilMs: number,
+    pod?: { namespace: string; name: string; uid?: string | undefined; seen: WatchedPod },
+  ): number {
+    const kept = Math.min(untilMs, this.#options.now() + this.#options.maxMs);
+    this.#store(key, { value, untilMs: kept, ...(pod && { pod }) });
+    return kept;
+  }
+
+  #store(key: string, entry: Entry<T>): void {
     this.#entries.delete(key);
-    if (untilMs <= nowMs) return;
-    while (this.#entries.size >= maxEntries) {
+    if (entry.untilMs <= this.#options.now()) return;
+    while (this.#entries.size >= this.#options.maxEntries) {
       const oldest = this.#entries.keys().next();
       if (oldest.done === true) break;
       this.#entries.delete(oldest.value);
     }
-    this.#entries.set(key, { value: answer.value, untilMs, ...(watched && { pod: watched }) });
+    this.#entries.set(key, entry);
   }
 
   /** After a `pod-changed` hit: the value read from the newer pod, kept until the same expiry. */

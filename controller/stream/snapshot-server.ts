@@ -11,6 +11,7 @@ import {
   parsePlacements,
   parseReport,
   PLACEMENTS_HEADER,
+  REVIEW_TICKET_HEADER,
   SHARES_EVENT,
   SNAPSHOT_EVENT,
   SNAPSHOT_PROTOCOL_VERSION,
@@ -42,7 +43,8 @@ import { PlacementHub } from './placement-hub.ts';
 import type { AuthResult } from './token-auth.ts';
 
 export interface Authenticator {
-  authenticate(authorization: string | undefined): Promise<AuthResult>;
+  /** `ticket`: the request's review ticket (`x-switchyard-review-ticket`), if it sent one. */
+  authenticate(authorization: string | undefined, ticket?: string): Promise<AuthResult>;
 }
 
 interface Subscriber {
@@ -504,7 +506,11 @@ export class SnapshotServer {
     }
     let auth: AuthResult;
     try {
-      auth = await this.options.authenticator.authenticate(req.headers.authorization);
+      const ticket = req.headers[REVIEW_TICKET_HEADER];
+      auth = await this.options.authenticator.authenticate(
+        req.headers.authorization,
+        typeof ticket === 'string' ? ticket : undefined,
+      );
     } catch (err) {
       this.options.logger.warn(
         { err: (err as Error).message },
@@ -535,6 +541,9 @@ export class SnapshotServer {
       );
       return;
     }
+    // Every answer to the sidecar from here on carries the ticket: its next connection, to this
+    // replica or another, is authenticated without a TokenReview (review-ticket.ts).
+    if (auth.ticket !== undefined) res.setHeader(REVIEW_TICKET_HEADER, auth.ticket);
     const access = streamAccess(auth.identity.pod, name);
     if (access.kind === 'refused') {
       this.options.metrics.authFailures.inc({ reason: 'forbidden' });

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { poolsFollowedBy, type BoundPod, type PodMetadata } from '../core/stream-access.ts';
+import { checkTicket, issueTicket } from './review-ticket.ts';
 import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
 import {
   DEFAULT_TOKEN_REVIEW_CACHE_MS,
@@ -37,7 +38,22 @@ export type Identity = {
   pod: BoundPod | undefined;
 };
 
-export type AuthResult = { ok: true; identity: Identity } | { ok: false; reason: string };
+export type AuthResult =
+  | {
+      ok: true;
+      identity: Identity;
+      /**
+       * A review ticket for this token (review-ticket.ts), for the response's
+       * `x-switchyard-review-ticket`; undefined when the controller hands out none (no TLS).
+       */
+      ticket?: string | undefined;
+    }
+  | { ok: false; reason: string };
+
+type Authenticated = Extract<AuthResult, { ok: true }>;
+
+/** How a request was authenticated, for the metrics. */
+export type AuthVia = 'cache' | 'ticket' | 'review';
 
 const SA_USER = /^system:serviceaccount:([^:]+):([^:]+)$/;
 
@@ -48,6 +64,16 @@ export interface TokenAuthenticatorOptions {
   pods?: PodWatch | undefined;
   now?: (() => number) | undefined;
   maxEntries?: number | undefined;
+  /**
+   * The keys review tickets are signed with, the first signing new ones (review-ticket.ts; the
+   * current serving key's and the previous one's); none: no tickets given or taken.
+   */
+  ticketKeys?: (() => readonly Buffer[]) | undefined;
+  /**
+   * After each request let in: how, and after a review how long the request waited for it (the
+   * API server's queue included).
+   */
+  onAuthenticated?: ((via: AuthVia, reviewMs?: number) => void) | undefined;
 }
 
 /**
@@ -61,13 +87,22 @@ export class TokenAuthenticator {
   private readonly pods: PodWatch | undefined;
   private readonly cache: ReviewCache<AuthResult>;
   /** Reviews in progress: sidecars sharing a token that connect at once cost one TokenReview. */
-  private readonly inFlight = new Map<string, Promise<ReviewAnswer<AuthResult>>>();
+  private readonly inFlight = new Map<
+    string,
+    Promise<{ answer: ReviewAnswer<AuthResult>; untilMs: number | undefined }>
+  >();
+  private readonly now: () => number;
+  private readonly ticketKeys: () => readonly Buffer[];
+  private readonly onAuthenticated: (via: AuthVia, reviewMs?: number) => void;
 
   constructor(raw: Pick<KubeRaw, 'request'>, options: TokenAuthenticatorOptions = {}) {
     this.raw = raw;
     this.pods = options.pods;
+    this.now = options.now ?? Date.now;
+    this.ticketKeys = options.ticketKeys ?? (() => []);
+    this.onAuthenticated = options.onAuthenticated ?? (() => undefined);
     this.cache = new ReviewCache<AuthResult>({
-      now: options.now ?? Date.now,
+      now: this.now,
       maxMs: options.cacheMs ?? DEFAULT_TOKEN_REVIEW_CACHE_MS,
       unwatchedMs: UNWATCHED_TTL_MS,
       negativeMs: NEGATIVE_TTL_MS,
@@ -76,32 +111,103 @@ export class TokenAuthenticator {
     });
   }
 
-  async authenticate(authorization: string | undefined): Promise<AuthResult> {
+  /**
+   * Who holds the bearer token in `authorization`: from the cache, else from a review ticket
+   * (`ticket`, another replica's review), else from a TokenReview.
+   */
+  async authenticate(authorization: string | undefined, ticket?: string): Promise<AuthResult> {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
     if (match === null) return { ok: false, reason: 'missing bearer token' };
     const token = match[1]!;
     const key = createHash('sha256').update(token).digest('hex');
     const cached = this.cache.get(key);
-    if (cached.kind === 'hit') return cached.value;
+    if (cached.kind === 'hit') {
+      if (cached.value.ok) this.onAuthenticated('cache');
+      return this.withTicket(key, cached.value, cached.untilMs);
+    }
     if (cached.kind === 'pod-changed' && cached.value.ok) {
       // The pod's labels may have changed which pools it follows: read them from the watch.
       const { identity } = cached.value;
       const pod = boundPodOf(identity.namespace, identity.podName ?? '', cached.pod);
       const result: AuthResult = { ok: true, identity: { ...identity, pod } };
       this.cache.refresh(key, result, cached.pod);
-      return result;
+      this.onAuthenticated('cache');
+      return this.withTicket(key, result, cached.untilMs);
     }
+    if (ticket !== undefined) {
+      const admitted = this.admitTicket(key, ticket);
+      if (admitted !== undefined) {
+        this.onAuthenticated('ticket');
+        return { ...admitted, ticket };
+      }
+    }
+    const waitFromMs = performance.now();
     let pending = this.inFlight.get(key);
     if (pending === undefined) {
       pending = this.review(token)
-        .then((answer) => {
-          this.cache.set(key, token, answer);
-          return answer;
-        })
+        .then((answer) => ({ answer, untilMs: this.cache.set(key, token, answer) }))
         .finally(() => this.inFlight.delete(key));
       this.inFlight.set(key, pending);
     }
-    return (await pending).value;
+    const { answer, untilMs } = await pending;
+    // Each request that waited for the review, with its own wait (one review may serve several).
+    if (answer.ok) this.onAuthenticated('review', performance.now() - waitFromMs);
+    return this.withTicket(key, answer.value, untilMs);
+  }
+
+  /** `result` with a ticket that expires when the cache entry behind it does. */
+  private withTicket(key: string, result: AuthResult, untilMs: number | undefined): AuthResult {
+    const signingKey = this.ticketKeys()[0];
+    if (!result.ok || untilMs === undefined || signingKey === undefined) return result;
+    const { identity } = result;
+    return {
+      ...result,
+      ticket: issueTicket(signingKey, {
+        tokenHash: key,
+        namespace: identity.namespace,
+        serviceAccount: identity.serviceAccount,
+        podName: identity.podName,
+        podUid: identity.podUid,
+        expiresAtMs: untilMs,
+      }),
+    };
+  }
+
+  /**
+   * The identity a valid ticket for this token vouches for, kept in the cache until it expires;
+   * undefined when there is none (any reason: the caller reviews the token instead). A pod-bound
+   * token's ticket counts only while the pod watch holds the pod with the ticket's UID: the pod's
+   * labels (which pools it follows) are read from there, and its deletion ends the entry.
+   */
+  private admitTicket(key: string, ticket: string): Authenticated | undefined {
+    const keys = this.ticketKeys();
+    if (keys.length === 0) return undefined;
+    const check = checkTicket(keys, ticket, key, this.now());
+    if (!check.ok) return undefined;
+    const { namespace, serviceAccount, podName, podUid, expiresAtMs } = check.claims;
+    if (podName === undefined) {
+      const result: Authenticated = {
+        ok: true,
+        identity: { namespace, serviceAccount, podName, podUid, pod: undefined },
+      };
+      this.cache.admit(key, result, expiresAtMs);
+      return result;
+    }
+    const seen = this.pods?.hasSynced === true ? this.pods.get(namespace, podName) : undefined;
+    if (seen === undefined || podUid === undefined || seen.metadata?.uid !== podUid)
+      return undefined;
+    const result: Authenticated = {
+      ok: true,
+      identity: {
+        namespace,
+        serviceAccount,
+        podName,
+        podUid,
+        pod: boundPodOf(namespace, podName, seen),
+      },
+    };
+    this.cache.admit(key, result, expiresAtMs, { namespace, name: podName, uid: podUid, seen });
+    return result;
   }
 
   private async review(token: string): Promise<ReviewAnswer<AuthResult>> {

@@ -713,7 +713,15 @@ spec:
       const beforeRestart = await toSecond.stop();
       await second.stop();
       const restartedAt = performance.now();
-      second = await startSidecar('app-2', controller!.url); // the controller is still down
+      // A token of its own (same ServiceAccount): what the restarted controller's metrics say of
+      // each sidecar below is then its own.
+      const secondToken = join(dir, 'token-restarted');
+      writeFileSync(
+        secondToken,
+        (await cluster.createServiceAccountToken(NS, 'app', { audience: 'switchyard' })).token,
+      );
+      // The controller is still down.
+      second = await startSidecar('app-2', controller!.url, 'chat', undefined, secondToken);
       sidecars[1] = second;
       const cachedMs = performance.now() - restartedAt;
       toSecond = keepSending(chatTo(() => second.url));
@@ -737,6 +745,22 @@ spec:
           failed === 0 ? '' : await whatTheProcessesSaid()
         }`,
       );
+      // The sidecar that stayed up came back with the review ticket the killed process gave it
+      // (signed with a key derived from the same serving key): let in without a TokenReview. The
+      // one restarted meanwhile, on a token of its own, had none and was reviewed.
+      const auth = await (await fetch(`${controller.adminUrl}/metrics`)).text();
+      const via = (how: string): number =>
+        Number(
+          new RegExp(
+            `^switchyard_controller_sidecar_auth_total\\{via="${how}"\\} (\\d+)$`,
+            'm',
+          ).exec(auth)?.[1] ?? 0,
+        );
+      assert.ok(
+        via('ticket') >= 1,
+        `no sidecar let in by a ticket:\n${auth.match(/^switchyard_controller_sidecar_auth.*$/gm)?.join('\n')}`,
+      );
+      assert.ok(via('review') >= 1, 'the restarted sidecar was reviewed');
       recordFigure(t, {
         fault: 'control plane: controller kill -9 and restart; a sidecar restarted meanwhile',
         load: '2 sidecars, 1 request at a time each',

@@ -10,6 +10,7 @@
  */
 import type * as NodeHttp2 from 'node:http2';
 import { http2 } from '../../../lib/node-http.ts';
+import { REVIEW_TICKET_HEADER } from '../../../crds/snapshot.ts';
 
 /** What a stream was opened with: the reports and uploads of that stream use the same. */
 export interface ControllerSession {
@@ -37,6 +38,13 @@ const NOT_PROCESSED = new Set(['ERR_HTTP2_GOAWAY_SESSION', 'ERR_HTTP2_INVALID_SE
 
 export class ControllerConnections {
   readonly #current = new Map<string, NodeHttp2.ClientHttp2Session>();
+  /**
+   * Per controller URL and CA: the last review ticket its answers carried, and the token it
+   * vouches for. Sent with every request while the token is the same: a replica the sidecar
+   * reconnects to (its own restarted, or another after one died) then lets it in without a
+   * TokenReview (controller/stream/review-ticket.ts). Kept across connections on purpose.
+   */
+  readonly #tickets = new Map<string, { token: string; ticket: string }>();
   /** Every connection not yet closed, current or draining (after a GOAWAY), for `close()`. */
   readonly #open = new Set<NodeHttp2.ClientHttp2Session>();
   #closed = false;
@@ -52,20 +60,30 @@ export class ControllerConnections {
     options: { endStream: boolean },
   ): NodeHttp2.ClientHttp2Stream {
     if (this.#closed) throw new Error('the connection to the controller is closed');
+    const key = connectionKey(url, session.ca);
+    const held = this.#tickets.get(key);
     const all = {
       ':path': url.pathname + url.search,
       authorization: `Bearer ${session.token}`,
       'user-agent': 'switchyard-sidecar',
+      ...(held?.token === session.token ? { [REVIEW_TICKET_HEADER]: held.ticket } : {}),
       ...headers,
     };
     const connection = this.#connectionTo(url, session.ca);
+    let stream: NodeHttp2.ClientHttp2Stream;
     try {
-      return connection.request(all, options);
+      stream = connection.request(all, options);
     } catch {
       // It closed between the check and the request (a GOAWAY just read): a new one.
       this.#forget(connection);
-      return this.#connectionTo(url, session.ca).request(all, options);
+      stream = this.#connectionTo(url, session.ca).request(all, options);
     }
+    stream.once('response', (answer) => {
+      const ticket = answer[REVIEW_TICKET_HEADER];
+      if (typeof ticket === 'string' && ticket.length > 0)
+        this.#tickets.set(key, { token: session.token, ticket });
+    });
+    return stream;
   }
 
   /**
@@ -103,7 +121,7 @@ export class ControllerConnections {
   }
 
   #connectionTo(url: URL, ca: string | undefined): NodeHttp2.ClientHttp2Session {
-    const key = `${url.origin}\n${ca ?? ''}`;
+    const key = connectionKey(url, ca);
     const current = this.#current.get(key);
     if (current !== undefined && !current.closed && !current.destroyed) return current;
     const connection = http2().connect(url.origin, {
@@ -137,6 +155,10 @@ export class ControllerConnections {
   #forget(connection: NodeHttp2.Http2Session): void {
     for (const [key, c] of this.#current) if (c === connection) this.#current.delete(key);
   }
+}
+
+function connectionKey(url: URL, ca: string | undefined): string {
+  return `${url.origin}\n${ca ?? ''}`;
 }
 
 /** The end of a POST: its status (0 when no answer came), and why it failed. */
