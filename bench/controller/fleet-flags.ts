@@ -34,6 +34,9 @@ const HELP = `npm run bench:controller-fleet -- [flags]
   --rolling-step-ms <ms> one EndpointSlice sync of the rollout every ms (default 250)
   --rolling-batch <n>    pods changed per sync at most (default 25)
   --no-kill              skip killing a replica
+  --cpu-prof <dir>       each replica writes a V8 CPU profile there when it stops (the killed
+                         one writes none), each subscriber host one under <dir>/hosts: where the
+                         CPU goes (open in Chrome's DevTools, or bench/controller/profile-top.ts)
   --out <file>           results JSON (default bench/results/controller-fleet.json)
 `;
 
@@ -57,6 +60,7 @@ export interface FleetFlags {
   rollingStepMs: number;
   rollingBatch: number;
   out: string;
+  cpuProfDir: string | undefined;
 }
 
 export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
@@ -81,6 +85,7 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
       'rolling-step-ms': { type: 'string', default: '250' },
       'rolling-batch': { type: 'string', default: '25' },
       out: { type: 'string', default: join(REPO, 'bench/results/controller-fleet.json') },
+      'cpu-prof': { type: 'string' },
     },
     HELP,
   );
@@ -110,6 +115,7 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
     rollingStepMs: numberFlag('rolling-step-ms', v['rolling-step-ms'], { min: 0 }),
     rollingBatch: int('rolling-batch', v['rolling-batch'], 1),
     out: v.out,
+    cpuProfDir: v['cpu-prof'],
   };
   if (fleet.clients + fleet.sidecars === 0) usageError('--subscribers and --sidecars are both 0');
   // Old and new pods' addresses both come from 10.201.0.0/16 (fleet-rolling.ts).

@@ -19,10 +19,20 @@ export async function startReplicas(
   count: number,
   server: ApiServer,
   tls: { certFile: string; keyFile: string },
+  cpuProfDir?: string,
 ): Promise<Replica[]> {
   const start = (i: number): Promise<Replica> =>
     startSwitchyard(controllerArgs(server.cluster.kubeconfigPath, tls, `controller-${i}`), {
       timeoutMs: 120_000,
+      ...(cpuProfDir === undefined
+        ? {}
+        : {
+            nodeArgs: [
+              '--cpu-prof',
+              `--cpu-prof-dir=${cpuProfDir}`,
+              `--cpu-prof-name=controller-${i}.cpuprofile`,
+            ],
+          }),
     }).then((process) => ({
       identity: `controller-${i}`,
       process,

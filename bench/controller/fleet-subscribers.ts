@@ -63,6 +63,8 @@ export class Fleet {
   readonly lost: Promise<never>;
   private lose!: (err: Error) => void;
   private stopping = false;
+  /** Extra node flags of the subscriber hosts (`--cpu-prof`: their profiles too). */
+  hostNodeArgs: string[] = [];
 
   constructor(pools: { of: (i: number) => PoolFixture }, clients: number, sidecars: number) {
     this.lost = new Promise<never>((_, reject) => (this.lose = reject));
@@ -148,7 +150,12 @@ export class Fleet {
   private spawnHost(configFile: string): Promise<void> {
     const child = spawn(
       process.execPath,
-      ['--max-semi-space-size=4', join(REPO, 'bench/controller/fleet-host.ts'), configFile],
+      [
+        '--max-semi-space-size=4',
+        ...this.hostNodeArgs,
+        join(REPO, 'bench/controller/fleet-host.ts'),
+        configFile,
+      ],
       { stdio: ['pipe', 'pipe', 'pipe'] },
     );
     const tracked = trackChild(child);

@@ -71,11 +71,13 @@ async function main(): Promise<void> {
     }
     const tls = makeTls(resources.dir);
     log(`starting ${flags.replicas} controller replicas`);
-    const replicas = await startReplicas(flags.replicas, server, tls);
+    const replicas = await startReplicas(flags.replicas, server, tls, flags.cpuProfDir);
     resources.hold(() =>
       Promise.all(replicas.map((r) => r.process.stop(5_000).catch(() => undefined))),
     );
     const fleet = new Fleet(pools, flags.clients, flags.sidecars);
+    if (flags.cpuProfDir !== undefined)
+      fleet.hostNodeArgs = ['--cpu-prof', `--cpu-prof-dir=${join(flags.cpuProfDir, 'hosts')}`];
     resources.hold(() => fleet.stopAll());
     const want = (s: SubscriberState): string => keyDigest(expectedKey(s.pool));
     const cpuPids = {
