@@ -118,6 +118,10 @@ class FakeController {
   refuse: number[] = [];
   /** Leaves the next stream requests without any answer. */
   hang = 0;
+  /** Answers the next stream requests only after `slowMs` (a busy replica; PINGs are answered). */
+  slow = 0;
+  slowMs = 0;
+  readonly #delayed = new WeakSet<AnyRequest>();
   current: PoolSnapshot | undefined;
   heartbeatMs: number | undefined;
   reportStatus = 204;
@@ -159,6 +163,12 @@ class FakeController {
       res.end(JSON.stringify({ error: { code, message } }));
     };
     if (req.method === 'GET' && url.pathname === snapshotStreamPath(NS, POOL)) {
+      if (this.slow > 0 && !this.#delayed.has(req)) {
+        this.slow -= 1;
+        this.#delayed.add(req);
+        setTimeout(() => this.handle(req, res), this.slowMs);
+        return;
+      }
       const conn: StreamConnection = {
         at: performance.now(),
         token,
@@ -651,6 +661,18 @@ describe('controller client', () => {
     const h = await client(t, fc, { heartbeatTimeoutMs: 150, random: () => 0 });
     await eventually(() => h.applied.length === 1, 'applied on the second connection');
     assert.equal(logged(h, 'warn', /did not answer in time/).length, 1);
+  });
+
+  test('a controller that answers PINGs but not yet the stream is waited for, not asked again', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    fc.slow = 1;
+    fc.slowMs = 400; // past two timeouts of 150 ms, within the four a live connection gets
+    const h = await client(t, fc, { heartbeatTimeoutMs: 150, random: () => 0 });
+    await eventually(() => h.applied.length === 1, 'applied');
+    assert.equal(fc.connections.length, 1, 'one request: no retry queued behind the first');
+    assert.ok(logged(h, 'info', /alive but has not answered yet/).length >= 2);
+    assert.equal(logged(h, 'warn', /did not answer in time/).length, 0);
   });
 
   test('stream closed by the controller: reconnects with full-jitter exponential waits', async (t) => {

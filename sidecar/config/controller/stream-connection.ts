@@ -24,6 +24,14 @@ export interface ConnectionOptions {
 
 const MAX_REFUSAL_BODY = 4096;
 
+/**
+ * A stream not answered within the heartbeat timeout, on a connection whose PING is answered,
+ * waits this many more timeouts before it is given up on (35 s × 4 = 140 s in all by default).
+ */
+const MAX_BUSY_WAITS = 3;
+/** A PING unanswered this long: the connection is presumed dead. */
+const PING_TIMEOUT_MS = 10_000;
+
 /** Certificate errors, for which the log line says what to check. */
 const TLS_HINT_CODES = new Set([
   'DEPTH_ZERO_SELF_SIGNED_CERT',
@@ -68,6 +76,9 @@ export class StreamConnection {
   readonly #watchdog: NodeJS.Timeout;
   #resolve!: (delivered: boolean) => void;
   #delivered = false;
+  /** Timeouts before the first answer that a PING showed the controller alive (busy). */
+  #waitedForAnswers = 0;
+  #pingTimer: NodeJS.Timeout | undefined;
   #open = false;
   /** Why the connection ends, once something ended it (the first reason wins). */
   #ended: string | undefined;
@@ -114,8 +125,56 @@ export class StreamConnection {
   }
 
   #onTimeout(): void {
+    if (!this.#open && this.#waitedForAnswers < MAX_BUSY_WAITS && this.#pingController()) return;
+    this.#giveUp();
+  }
+
+  /**
+   * No answer yet, on a connection that is up: asks the controller for an HTTP/2 PING. Answered,
+   * it is alive and only slow (a replica that just took over a killed one's sidecars reviews and
+   * greets thousands at once): the stream waits one more timeout instead of going to the back of
+   * the queue with a new request, which is how a fleet turns a busy replica into a retry storm.
+   * Unanswered in PING_TIMEOUT_MS, the connection is given up on as before. False when no PING
+   * could be sent.
+   */
+  #pingController(): boolean {
+    const session = this.#request?.session;
+    if (session === undefined || session.destroyed || session.closed || session.connecting)
+      return false;
+    const pingTimer = setTimeout(() => this.#giveUp(), PING_TIMEOUT_MS);
+    this.#pingTimer = pingTimer;
+    let sent: boolean;
+    try {
+      sent = session.ping((err) => {
+        clearTimeout(pingTimer);
+        if (this.#hooks.closed() || this.#ended !== undefined || this.#open) return;
+        if (err !== null) {
+          this.#giveUp();
+          return;
+        }
+        this.#waitedForAnswers++;
+        this.#options.log.info(
+          { waitedMs: this.#waitedForAnswers * this.#options.heartbeatTimeoutMs },
+          'the controller is alive but has not answered yet (busy); waiting',
+        );
+        this.#watchdog.refresh();
+      });
+    } catch {
+      sent = false;
+    }
+    if (!sent) clearTimeout(pingTimer);
+    return sent;
+  }
+
+  #giveUp(): void {
     this.#options.log.warn(
-      { timeoutMs: this.#options.heartbeatTimeoutMs, connected: this.#open },
+      {
+        timeoutMs: this.#options.heartbeatTimeoutMs,
+        connected: this.#open,
+        ...(this.#waitedForAnswers > 0 && {
+          waitedMs: (this.#waitedForAnswers + 1) * this.#options.heartbeatTimeoutMs,
+        }),
+      },
       this.#open
         ? 'no snapshot or heartbeat from the controller in time; reconnecting'
         : 'the controller did not answer in time; retrying',
@@ -239,6 +298,7 @@ export class StreamConnection {
 
   #onClose(): void {
     clearTimeout(this.#watchdog);
+    clearTimeout(this.#pingTimer);
     if (this.#open) {
       this.#hooks.lost();
       if (!this.#hooks.closed())
