@@ -9,6 +9,7 @@
  * the replica that holds its stream, which reviews its token once per `--token-review-cache`.
  */
 import type * as NodeHttp2 from 'node:http2';
+import type * as NodeTls from 'node:tls';
 import { http2 } from '../../../lib/node-http.ts';
 import { REVIEW_TICKET_HEADER } from '../../../crds/snapshot.ts';
 
@@ -125,7 +126,7 @@ export class ControllerConnections {
     const current = this.#current.get(key);
     if (current !== undefined && !current.closed && !current.destroyed) return current;
     const connection = http2().connect(url.origin, {
-      ...(ca === undefined ? {} : { ca }),
+      secureContext: secureContextFor(ca),
       settings: { enablePush: false, initialWindowSize: STREAM_WINDOW_BYTES },
     });
     // Every failure reaches the streams on it, each of which reports its own.
@@ -155,6 +156,29 @@ export class ControllerConnections {
   #forget(connection: NodeHttp2.Http2Session): void {
     for (const [key, c] of this.#current) if (c === connection) this.#current.delete(key);
   }
+}
+
+/**
+ * One TLS client context per CA, kept (the last few CAs; a CA file rotates rarely). Without it
+ * every connection makes its own (`tls.connect` does, given `ca` or not), and OpenSSL 3 makes a
+ * context slowly: in the fleet bench's hosts, contexts were ~13 % of all CPU while a replica's
+ * sidecars reconnected after it was killed (V8 profiles, docs/benchmarks.md). A sidecar opens
+ * few connections, but it opens them exactly when every other sidecar does.
+ */
+const secureContexts = new Map<string, NodeTls.SecureContext>();
+const MAX_SECURE_CONTEXTS = 4;
+
+function secureContextFor(ca: string | undefined): NodeTls.SecureContext {
+  const key = ca ?? '';
+  let context = secureContexts.get(key);
+  if (context === undefined) {
+    const tls: typeof NodeTls = process.getBuiltinModule('node:tls');
+    context = tls.createSecureContext(ca === undefined ? {} : { ca });
+    if (secureContexts.size >= MAX_SECURE_CONTEXTS)
+      secureContexts.delete(secureContexts.keys().next().value!);
+  } else secureContexts.delete(key); // to the back: the most recently used
+  secureContexts.set(key, context);
+  return context;
 }
 
 function connectionKey(url: URL, ca: string | undefined): string {
