@@ -34,6 +34,34 @@ function read<T>(cache: ReviewCache<T>, key: string): unknown {
   return rest;
 }
 
+/**
+ * The API server's positive TokenReview of one of these tests' tokens (ServiceAccount ns/app):
+ * bound to the pod ns/app, with the UID the pods hold now, when its claims say `bound: true`.
+ */
+function reviewOf(token: string, pods: Pods | undefined) {
+  const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as {
+    bound?: boolean;
+  };
+  const bound = claims.bound === true;
+  return {
+    status: {
+      authenticated: true,
+      audiences: ['switchyard'],
+      user: {
+        username: 'system:serviceaccount:ns:app',
+        extra: bound
+          ? {
+              'authentication.kubernetes.io/pod-name': ['app'],
+              'authentication.kubernetes.io/pod-uid': [
+                pods?.get('ns', 'app')?.metadata?.uid ?? 'gone',
+              ],
+            }
+          : {},
+      },
+    },
+  };
+}
+
 function cacheOf(clock: Clock, pods?: PodWatch, maxEntries = 100): ReviewCache<string> {
   return new ReviewCache<string>({
     now: clock.now,
@@ -159,26 +187,7 @@ describe('TokenAuthenticator', () => {
         calls.reviews++;
         const token = body!.spec.token;
         if (!options.authenticated(token)) return { status: { authenticated: false } };
-        const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as {
-          bound?: boolean;
-        };
-        const bound = claims.bound === true;
-        const pod = bound ? options.pods.map.get('ns/app') : undefined;
-        return {
-          status: {
-            authenticated: true,
-            audiences: ['switchyard'],
-            user: {
-              username: 'system:serviceaccount:ns:app',
-              extra: bound
-                ? {
-                    'authentication.kubernetes.io/pod-name': ['app'],
-                    'authentication.kubernetes.io/pod-uid': [pod?.metadata?.uid ?? 'gone'],
-                  }
-                : {},
-            },
-          },
-        };
+        return reviewOf(token, options.pods);
       }
       calls.podGets++;
       const pod = options.pods.map.get('ns/app');
@@ -257,27 +266,7 @@ describe('TokenAuthenticator with review tickets', () => {
     request: <T>(_method: string, path: string, body?: unknown): Promise<T> => {
       if (path.includes('/pods/')) return Promise.resolve(pods?.map.get('ns/app') as T);
       reviews.n++;
-      const token = (body as { spec: { token: string } }).spec.token;
-      const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as {
-        bound?: boolean;
-      };
-      const bound = claims.bound === true;
-      const uid = pods?.get('ns', 'app')?.metadata?.uid ?? 'gone';
-      return Promise.resolve({
-        status: {
-          authenticated: true,
-          audiences: ['switchyard'],
-          user: {
-            username: 'system:serviceaccount:ns:app',
-            extra: bound
-              ? {
-                  'authentication.kubernetes.io/pod-name': ['app'],
-                  'authentication.kubernetes.io/pod-uid': [uid],
-                }
-              : {},
-          },
-        },
-      } as T);
+      return Promise.resolve(reviewOf((body as { spec: { token: string } }).spec.token, pods) as T);
     },
   });
 
