@@ -7,6 +7,7 @@
  */
 import { cpuSeconds, machineCpuSeconds } from '../../harness/proc.ts';
 import type { Replica } from './fleet-replicas.ts';
+import { parseMetrics } from './report.ts';
 import type { ApiServer } from './setup.ts';
 
 /** Cumulative CPU seconds per pid, read at one moment. */
@@ -61,8 +62,8 @@ export async function readCpu(
 /**
  * CPU between two readings in % of one core, per group (summed over the group's processes alive
  * at the second reading, from their start when they started meanwhile; a killed replica's last
- * seconds are not charged), the machine's processes
- * and interrupts, and the API server's mean time per TokenReview meanwhile.
+ * seconds are not charged), the machine's processes and interrupts, and the API server's mean
+ * time per TokenReview meanwhile.
  */
 export function cpuBetween(before: CpuReading, after: CpuReading) {
   const seconds = (after.atMs - before.atMs) / 1000;
@@ -111,13 +112,10 @@ async function tokenReviewSeconds(server: ApiServer): Promise<{ seconds: number;
   const res = await server.api.request('GET', '/metrics');
   let seconds = 0;
   let count = 0;
-  for (const line of res.text.split('\n')) {
-    const sum = line.startsWith('apiserver_request_duration_seconds_sum{');
-    if (!sum && !line.startsWith('apiserver_request_duration_seconds_count{')) continue;
-    if (!line.includes('verb="POST"') || !line.includes('resource="tokenreviews"')) continue;
-    const value = Number(line.slice(line.lastIndexOf(' ') + 1));
-    if (sum) seconds += value;
-    else count += value;
+  for (const [key, value] of parseMetrics(res.text)) {
+    if (!key.includes('verb="POST"') || !key.includes('resource="tokenreviews"')) continue;
+    if (key.startsWith('apiserver_request_duration_seconds_sum{')) seconds += value;
+    else if (key.startsWith('apiserver_request_duration_seconds_count{')) count += value;
   }
   return { seconds, count };
 }

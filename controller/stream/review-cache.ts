@@ -154,17 +154,16 @@ export class ReviewCache<T> {
   /**
    * Keeps a positive answer another replica's review gave (a review ticket, review-ticket.ts)
    * until `untilMs`, `maxMs` from now at most; a pod-bound one only while the pod watch holds
-   * `pod` as `seen` (the caller checked it does, with the ticket's UID). Returns the expiry kept.
+   * `pod` as `seen` (the caller checked it does, with the ticket's UID).
    */
   admit(
     key: string,
     value: T,
     untilMs: number,
     pod?: { namespace: string; name: string; uid?: string | undefined; seen: WatchedPod },
-  ): number {
+  ): void {
     const kept = Math.min(untilMs, this.#options.now() + this.#options.maxMs);
     this.#store(key, { value, untilMs: kept, ...(pod && { pod }) });
-    return kept;
   }
 
   #store(key: string, entry: Entry<T>): void {

@@ -66,8 +66,7 @@ describe('review tickets', () => {
   test('anything not a ticket is malformed, never an exception', () => {
     for (const bad of ['', 'x', 't1.a', 't2.a.b', 'a.b.c.d', `t1.${'x'.repeat(3000)}.y`])
       assert.deepEqual(checkTicket([KEY], bad, HASH, NOW).ok, false, bad.slice(0, 20));
-    // Signed, but not the claims a ticket has.
-    // Signed as the module signs (HMAC over "t1.<payload>"), with payloads it never issues.
+    // Signed as the module signs (HMAC over "t1.<payload>"), but not the claims a ticket has.
     const wrongShape = (payload: unknown): string => {
       const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
       return `t1.${body}.${createHmac('sha256', KEY).update(`t1.${body}`).digest('base64url')}`;

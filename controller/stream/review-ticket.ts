@@ -4,9 +4,9 @@
  *
  * Why: a replica reviews each sidecar's token once per `--token-review-cache` and keeps the answer
  * to itself. When a replica dies (or a rollout replaces it), all its sidecars reconnect to the
- * others at once, and each needed a fresh TokenReview there: 3,441 of them queued behind each
- * other at 10,000 sidecars, and the survivors' subscribers took a p50 of 24 s to be current again
- * against a 10 s target. With a ticket the survivors check an HMAC instead.
+ * others at once, and each needed a fresh TokenReview there (3,441 at once at 10,000 sidecars,
+ * one per reconnecting sidecar at 5,000 too). With a ticket the survivors check an HMAC instead:
+ * no review during a failover (docs/benchmarks.md, "Review tickets").
  *
  * The ticket vouches for nothing the review did not: it names the token by its SHA-256 (it is
  * useless without the token itself, and the token is never in it), carries the identity the review

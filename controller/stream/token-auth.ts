@@ -196,28 +196,19 @@ export class TokenAuthenticator {
     const check = checkTicket(keys, ticket, key, this.now());
     if (!check.ok) return undefined;
     const { namespace, serviceAccount, podName, podUid, expiresAtMs } = check.claims;
-    if (podName === undefined) {
-      const result: Authenticated = {
-        ok: true,
-        identity: { namespace, serviceAccount, podName, podUid, pod: undefined },
-      };
-      this.cache.admit(key, result, expiresAtMs);
-      return result;
+    let watched: { namespace: string; name: string; uid: string; seen: WatchedPod } | undefined;
+    if (podName !== undefined) {
+      const seen = this.pods?.hasSynced === true ? this.pods.get(namespace, podName) : undefined;
+      if (seen === undefined || podUid === undefined || seen.metadata?.uid !== podUid)
+        return undefined;
+      watched = { namespace, name: podName, uid: podUid, seen };
     }
-    const seen = this.pods?.hasSynced === true ? this.pods.get(namespace, podName) : undefined;
-    if (seen === undefined || podUid === undefined || seen.metadata?.uid !== podUid)
-      return undefined;
+    const pod = watched && boundPodOf(namespace, watched.name, watched.seen);
     const result: Authenticated = {
       ok: true,
-      identity: {
-        namespace,
-        serviceAccount,
-        podName,
-        podUid,
-        pod: boundPodOf(namespace, podName, seen),
-      },
+      identity: { namespace, serviceAccount, podName, podUid, pod },
     };
-    this.cache.admit(key, result, expiresAtMs, { namespace, name: podName, uid: podUid, seen });
+    this.cache.admit(key, result, expiresAtMs, watched);
     return result;
   }
 

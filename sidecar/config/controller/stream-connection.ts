@@ -141,7 +141,10 @@ export class StreamConnection {
     const session = this.#request?.session;
     if (session === undefined || session.destroyed || session.closed || session.connecting)
       return false;
-    const pingTimer = setTimeout(() => this.#giveUp(), PING_TIMEOUT_MS);
+    // An answer that came meanwhile means the connection is alive after all.
+    const pingTimer = setTimeout(() => {
+      if (!this.#open && this.#ended === undefined) this.#giveUp();
+    }, PING_TIMEOUT_MS);
     this.#pingTimer = pingTimer;
     let sent: boolean;
     try {
