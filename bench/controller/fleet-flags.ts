@@ -3,6 +3,7 @@
  * its shared set-up steps (pools, tokens) read.
  */
 import { join } from 'node:path';
+import { parseAllocator, type Allocator } from '../../harness/allocator.ts';
 import { numberFlag, readFlags, usageError } from '../common/flags.ts';
 import { REPO } from '../common/repo.ts';
 import { maxPools } from './fixture.ts';
@@ -34,6 +35,8 @@ const HELP = `npm run bench:controller-fleet -- [flags]
   --rolling-step-ms <ms> one EndpointSlice sync of the rollout every ms (default 250)
   --rolling-batch <n>    pods changed per sync at most (default 25)
   --no-kill              skip killing a replica
+  --allocator <name>     the replicas' C allocator: glibc (Node's own malloc) or jemalloc
+                         (preloaded, as the chart runs the controller; default glibc)
   --cpu-prof <dir>       each replica writes a V8 CPU profile there when it stops (the killed
                          one writes none), each subscriber host one under <dir>/hosts: where the
                          CPU goes (open in Chrome's DevTools, or bench/controller/profile-top.ts)
@@ -61,6 +64,7 @@ export interface FleetFlags {
   rollingBatch: number;
   out: string;
   cpuProfDir: string | undefined;
+  allocator: Allocator;
 }
 
 export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
@@ -86,6 +90,7 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
       'rolling-batch': { type: 'string', default: '25' },
       out: { type: 'string', default: join(REPO, 'bench/results/controller-fleet.json') },
       'cpu-prof': { type: 'string' },
+      allocator: { type: 'string', default: 'glibc' },
     },
     HELP,
   );
@@ -116,6 +121,9 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
     rollingBatch: int('rolling-batch', v['rolling-batch'], 1),
     out: v.out,
     cpuProfDir: v['cpu-prof'],
+    allocator:
+      parseAllocator(v.allocator) ??
+      usageError(`--allocator takes glibc or jemalloc, got ${v.allocator}`),
   };
   if (fleet.clients + fleet.sidecars === 0) usageError('--subscribers and --sidecars are both 0');
   // Old and new pods' addresses both come from 10.201.0.0/16 (fleet-rolling.ts).

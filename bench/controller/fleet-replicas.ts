@@ -3,6 +3,7 @@
  * chart's Secret is) and the readings taken of them and of the API server: each replica's RSS and
  * CPU, its connected sidecars, and the API server's request counters by verb and resource.
  */
+import { allocatorEnv, type Allocator } from '../../harness/allocator.ts';
 import { cpuSeconds, memoryMb } from '../../harness/proc.ts';
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
 import { controllerArgs, type ApiServer } from './setup.ts';
@@ -19,11 +20,14 @@ export async function startReplicas(
   count: number,
   server: ApiServer,
   tls: { certFile: string; keyFile: string },
+  allocator: Allocator,
   cpuProfDir?: string,
 ): Promise<Replica[]> {
+  const env = allocatorEnv(allocator);
   const start = (i: number): Promise<Replica> =>
     startSwitchyard(controllerArgs(server.cluster.kubeconfigPath, tls, `controller-${i}`), {
       timeoutMs: 120_000,
+      env,
       ...(cpuProfDir === undefined
         ? {}
         : {

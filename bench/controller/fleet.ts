@@ -71,7 +71,13 @@ async function main(): Promise<void> {
     }
     const tls = makeTls(resources.dir);
     log(`starting ${flags.replicas} controller replicas`);
-    const replicas = await startReplicas(flags.replicas, server, tls, flags.cpuProfDir);
+    const replicas = await startReplicas(
+      flags.replicas,
+      server,
+      tls,
+      flags.allocator,
+      flags.cpuProfDir,
+    );
     resources.hold(() =>
       Promise.all(replicas.map((r) => r.process.stop(5_000).catch(() => undefined))),
     );
