@@ -52,19 +52,30 @@ export interface ReplicaReading {
   hwmMb: number | undefined;
   cpuSeconds: number | undefined;
   connectedSidecars: number | undefined;
+  /**
+   * What of the RSS is JavaScript's (V8's heap in use and committed, and memory outside it that
+   * JS objects hold: Buffers), from the replica's own process metrics; the rest is native (TLS,
+   * HTTP/2 sessions, the allocator's free lists) and the node binary's pages.
+   */
+  heapUsedMb: number | undefined;
+  heapTotalMb: number | undefined;
+  externalMb: number | undefined;
 }
+
+const PROCESS = 'switchyard_controller_process_nodejs_';
+const inMb = (bytes: number | undefined): number | undefined =>
+  bytes === undefined ? undefined : Math.round(bytes / 1024 / 102.4) / 10;
 
 export async function readReplicas(replicas: readonly Replica[]): Promise<ReplicaReading[]> {
   return Promise.all(
     replicas
       .filter((r) => r.alive)
       .map(async (r) => {
-        let connected: number | undefined;
+        let metrics = new Map<string, number>();
         try {
-          const text = await (await fetch(`${r.process.adminUrl}/metrics`)).text();
-          connected = parseMetrics(text).get('switchyard_controller_connected_sidecars');
+          metrics = parseMetrics(await (await fetch(`${r.process.adminUrl}/metrics`)).text());
         } catch {
-          connected = undefined;
+          // An unanswered scrape leaves these readings undefined.
         }
         const mem = memoryMb(r.process.pid);
         return {
@@ -72,7 +83,10 @@ export async function readReplicas(replicas: readonly Replica[]): Promise<Replic
           rssMb: mem?.rss,
           hwmMb: mem?.hwm,
           cpuSeconds: cpuSeconds(r.process.pid),
-          connectedSidecars: connected,
+          connectedSidecars: metrics.get('switchyard_controller_connected_sidecars'),
+          heapUsedMb: inMb(metrics.get(`${PROCESS}heap_size_used_bytes`)),
+          heapTotalMb: inMb(metrics.get(`${PROCESS}heap_size_total_bytes`)),
+          externalMb: inMb(metrics.get(`${PROCESS}external_memory_bytes`)),
         };
       }),
   );
