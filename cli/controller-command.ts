@@ -197,6 +197,11 @@ export function addControllerCommand(program: Command): void {
         fail(`cannot load the kubeconfig: ${(err as Error).message}`);
       }
       for (const note of plan.notes) logger.info(note);
+      const { allocatorInUse } = await import('../controller/allocator.ts');
+      const allocator = allocatorInUse();
+      if (allocator.problem === undefined)
+        logger.info({ allocator: allocator.allocator }, 'memory allocator');
+      else logger.warn({ allocator: allocator.allocator }, allocator.problem);
       const peerTokenFile = flags.peerTokenFile ?? SERVICE_ACCOUNT_TOKEN;
       const controller = await startController({
         ...plan.options,

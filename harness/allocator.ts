@@ -16,6 +16,9 @@ export const ALLOCATORS: readonly Allocator[] = ['glibc', 'jemalloc'];
  */
 export const JEMALLOC_CONF = 'dirty_decay_ms:0,muzzy_decay_ms:0';
 
+/** Where the image puts jemalloc (Dockerfile) and the chart preloads it from. */
+export const IMAGE_JEMALLOC = '/usr/local/lib/libjemalloc.so.2';
+
 /** Where Debian (and most distributions) put libjemalloc.so.2 for this machine's architecture. */
 export function jemallocLibrary(): string | undefined {
   const triplet = arch() === 'arm64' ? 'aarch64-linux-gnu' : 'x86_64-linux-gnu';

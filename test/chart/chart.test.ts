@@ -26,6 +26,7 @@ import {
   type Cluster,
   type K8sObject,
 } from '../../harness/k8s/cluster.ts';
+import { IMAGE_JEMALLOC, JEMALLOC_CONF } from '../../harness/allocator.ts';
 import { CHART, ROOT, helm, type Helm } from './tools.ts';
 
 const GENERATED_CRD = join(ROOT, 'crds/switchyard.dev_inferencepools.yaml');
@@ -126,7 +127,7 @@ type Obj = K8sObject & { spec?: Record<string, unknown> };
 interface Container {
   name: string;
   args?: string[];
-  env?: { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
+  env?: { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
   securityContext?: Record<string, unknown>;
   livenessProbe?: { httpGet?: { path: string; port: string | number } };
   readinessProbe?: { httpGet?: { path: string; port: string | number } };
@@ -492,12 +493,15 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       'info',
     ]);
     assert.deepEqual(
-      c.env?.map((e) => [e.name, e.valueFrom?.fieldRef?.fieldPath]),
+      c.env?.map((e) => [e.name, e.valueFrom?.fieldRef?.fieldPath ?? e.value]),
       [
         ['POD_NAME', 'metadata.name'],
         ['POD_NAMESPACE', 'metadata.namespace'],
         ['POD_UID', 'metadata.uid'],
         ['POD_IP', 'status.podIP'],
+        // jemalloc, as the benchmarks measure it (harness/allocator.ts), at the image's path.
+        ['LD_PRELOAD', IMAGE_JEMALLOC],
+        ['MALLOC_CONF', JEMALLOC_CONF],
       ],
     );
     assert.deepEqual(c.livenessProbe?.httpGet, { path: '/healthz', port: 'metrics' });
@@ -517,6 +521,15 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       ],
     );
     assert.equal(one<Obj>(objects, 'PodDisruptionBudget').spec?.['minAvailable'], 1);
+  });
+
+  it('controller.allocator glibc preloads nothing', async () => {
+    const objects = await template([...SECRET_MODE, '--set', 'controller.allocator=glibc']);
+    const [c] = one<Deployment>(objects, 'Deployment').spec.template.spec.containers;
+    assert.deepEqual(
+      c?.env?.map((e) => e.name),
+      ['POD_NAME', 'POD_NAMESPACE', 'POD_UID', 'POD_IP'],
+    );
   });
 
   it('SelfManaged (the default): the controller gets its Secret and names, and mounts no TLS volume', async () => {

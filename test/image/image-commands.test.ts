@@ -16,6 +16,7 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { IMAGE_JEMALLOC } from '../../harness/allocator.ts';
 import { spawnAndWait, type Spawned } from './spawn.ts';
 
 const run = promisify(execFile);
@@ -69,6 +70,7 @@ describe('the image’s commands, run outside a container', () => {
   let entry: string[];
   const spawned: Spawned[] = [];
   let tmp: string;
+  const systemSteps: string[] = [];
 
   before(async () => {
     stages = parseDockerfile(await readFile(join(ROOT, 'Dockerfile'), 'utf8'));
@@ -101,6 +103,10 @@ describe('the image’s commands, run outside a container', () => {
           });
         } else if (/^npm ci --ignore-scripts$/.test(step.command)) {
           await symlink(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+        } else if (step.command.startsWith('apt-get ')) {
+          // Debian packages go to the system, not /app: podman's build installs them (test/node/
+          // runs that image); here they would change this machine. Checked below instead.
+          systemSteps.push(step.command);
         } else {
           await run('sh', ['-c', step.command], { cwd: dir, timeout: 300_000 });
         }
@@ -157,6 +163,13 @@ describe('the image’s commands, run outside a container', () => {
     );
     for (const left of ['dist/bench', 'dist/demo', 'dist/harness', 'dist/test'])
       assert.ok(!existsSync(join(app, left)), `${left} stays out`);
+  });
+
+  it('installs jemalloc where the chart preloads it from, and nothing else from Debian', () => {
+    assert.equal(systemSteps.length, 1, systemSteps.join('\n'));
+    const [step] = systemSteps;
+    assert.match(step ?? '', /apt-get install -y --no-install-recommends libjemalloc2=\S+ &&/);
+    assert.ok(step?.includes(IMAGE_JEMALLOC), step);
   });
 
   it('runs the CLI: --help of the sidecar and the controller', async () => {

@@ -197,6 +197,14 @@ describe('the user’s path on a real node', { skip }, () => {
       { timeoutMs: 60_000 },
     );
     assert.ok(names.includes(holder));
+    // The chart preloads the image's jemalloc (controller.allocator) and the controller says so.
+    for (const name of names)
+      assert.ok(
+        (await logLines(RELEASE_NS, name, 'controller')).some(
+          (l) => l['msg'] === 'memory allocator' && l['allocator'] === 'jemalloc',
+        ),
+        `${name} runs on jemalloc`,
+      );
   });
 
   it('serves the webhook with its self-made certificate', async () => {
