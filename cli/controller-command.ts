@@ -94,7 +94,7 @@ export function addControllerCommand(program: Command): void {
     .addOption(
       new Option(
         '--token-review-cache <duration>',
-        "the longest a sidecar token's positive TokenReview is reused (1m to 1h): never past the token's expiry, and for a pod-bound token only while the controller's pod watch holds the pod (docs/snapshot-protocol.md#authentication)",
+        "the longest a sidecar token's positive TokenReview is reused (1m to 1h): never past the token's expiry, and for a pod-bound token only while the controller's pod watch holds the pod; a connected sidecar's answer is renewed in the background in the minute after, newcomers' reviews first (docs/snapshot-protocol.md#authentication)",
       )
         .default(DEFAULT_TOKEN_REVIEW_CACHE_MS, '5m')
         .argParser(parseDurationMs),

@@ -190,16 +190,17 @@ export async function startController(options: ControllerOptions): Promise<Runni
     ticketKeys = [ticketKey(material.key), ...ticketKeys].slice(0, 2);
   });
   let ownStreamUrl: string | undefined = undefined; // known once listening
+  const authenticator = new TokenAuthenticator(raw, {
+    cacheMs: options.tokenReviewCacheMs,
+    pods: auditor,
+    ticketKeys: () => ticketKeys,
+    onAuthenticated: (via, reviewMs) => {
+      metrics.sidecarAuth.inc({ via });
+      if (reviewMs !== undefined) metrics.tokenReviewDuration.observe(reviewMs / 1000);
+    },
+  });
   const stream: SnapshotServer = new SnapshotServer({
-    authenticator: new TokenAuthenticator(raw, {
-      cacheMs: options.tokenReviewCacheMs,
-      pods: auditor,
-      ticketKeys: () => ticketKeys,
-      onAuthenticated: (via, reviewMs) => {
-        metrics.sidecarAuth.inc({ via });
-        if (reviewMs !== undefined) metrics.tokenReviewDuration.observe(reviewMs / 1000);
-      },
-    }),
+    authenticator,
     logger,
     metrics,
     heartbeatMs: options.heartbeatMs,
@@ -285,6 +286,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
     drift: () => drift.drifted(),
     fleet: () => states.endpointHealth(),
     loadTargets: () => load?.counts(),
+    reviewsWaiting: () => authenticator.reviewsWaiting,
     // Autoscaling signals (issue 44): the leader's own and the other replicas' summaries.
     poolSignals: () =>
       isLeader()

@@ -30,6 +30,8 @@ export interface GaugeSources {
    * on a replica that is not the leader.
    */
   poolSignals?: () => readonly PoolSignals[];
+  /** TokenReviews waiting for one of the replica's connections to the API server, by lane. */
+  reviewsWaiting?: () => { first: number; renewal: number };
 }
 
 /**
@@ -103,7 +105,7 @@ export class ControllerMetrics {
     });
     this.sidecarAuth = new Counter({
       name: 'switchyard_controller_sidecar_auth_total',
-      help: "Sidecar requests (streams, reports, placement uploads) let in, by how their token was vouched for: cache (this replica's earlier TokenReview), ticket (a review ticket from any replica's review, no API call), review (a TokenReview just now). Many reviews at once after a replica restart mean sidecars without a valid ticket.",
+      help: "Sidecar requests (streams, reports, placement uploads) let in, by how their token was vouched for: cache (this replica's earlier TokenReview; in the minute after it ran out, while the token is reviewed again in the background), ticket (a review ticket from any replica's review, no API call), review (a TokenReview just now). Many reviews at once after a replica restart mean sidecars without a valid ticket.",
       labelNames: ['via'],
       registers,
     });
@@ -197,6 +199,18 @@ export class ControllerMetrics {
       registers,
       collect() {
         this.set(read.connectedSidecars());
+      },
+    });
+    new Gauge({
+      name: 'switchyard_controller_token_reviews_waiting',
+      help: "TokenReviews waiting for one of the replica's connections to the API server: first (a sidecar not let in yet, which waits for it) and renewal (a connected sidecar's, served on its previous answer meanwhile; newcomers go first). A first lane that stays high means the API server is slower than sidecars arrive.",
+      labelNames: ['lane'],
+      registers,
+      collect() {
+        const waiting = read.reviewsWaiting?.();
+        if (waiting === undefined) return;
+        this.set({ lane: 'first' }, waiting.first);
+        this.set({ lane: 'renewal' }, waiting.renewal);
       },
     });
     new Gauge({

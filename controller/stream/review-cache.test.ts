@@ -226,8 +226,9 @@ describe('TokenAuthenticator', () => {
     const relabelled = await auth.authenticate(bearer);
     assert.deepEqual([...(relabelled.ok ? relabelled.identity.pod!.follows : [])], ['code']);
     clock.ms += 10_000;
-    assert.ok((await auth.authenticate(bearer)).ok);
+    assert.ok((await auth.authenticate(bearer)).ok, 'let in on its answer while renewed');
     assert.equal(calls.reviews, 2, 'reviewed again after 5 min');
+    await new Promise(setImmediate); // the renewal lands
     pods.map.delete('ns/app');
     const gone = await auth.authenticate(bearer);
     assert.deepEqual(gone, { ok: false, reason: 'the pod app the token is bound to is gone' });
@@ -248,6 +249,39 @@ describe('TokenAuthenticator', () => {
       ok: false,
       reason: 'missing bearer token',
     });
+  });
+
+  test('a connected sidecar whose answer ran out is let in at once and reviewed behind newcomers', async () => {
+    const clock = new Clock();
+    let valid = true;
+    const { raw, calls } = apiServer({ authenticated: () => valid, pods: new Pods() });
+    const auth = new TokenAuthenticator(raw, { now: clock.now });
+    const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000 })}`;
+    assert.ok((await auth.authenticate(bearer)).ok);
+    clock.ms += 5 * MIN; // the answer ran out: within the renewal window
+    valid = false; // its ServiceAccount was deleted meanwhile
+    const renewing = await auth.authenticate(bearer);
+    assert.ok(renewing.ok, 'served on its answer while the renewal runs');
+    assert.equal(renewing.ticket, undefined, 'no ticket for an answer that ran out');
+    assert.equal(calls.reviews, 2, 'the renewal went out');
+    await new Promise(setImmediate);
+    assert.deepEqual(await auth.authenticate(bearer), {
+      ok: false,
+      reason: 'token not authenticated',
+    });
+    assert.equal(calls.reviews, 2, 'the renewal’s refusal is kept');
+  });
+
+  test('never past the window: a request then waits for a review', async () => {
+    const clock = new Clock();
+    const { raw, calls } = apiServer({ authenticated: () => true, pods: new Pods() });
+    const auth = new TokenAuthenticator(raw, { now: clock.now });
+    const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000 })}`;
+    assert.ok((await auth.authenticate(bearer)).ok);
+    clock.ms += 6 * MIN + 1;
+    const again = await auth.authenticate(bearer);
+    assert.ok(again.ok && again.ticket === undefined);
+    assert.equal(calls.reviews, 2);
   });
 
   test('sidecars sharing a token that arrive together cost one review', async () => {
@@ -357,5 +391,72 @@ describe('TokenAuthenticator with review tickets', () => {
     const unsynced = new TokenAuthenticator(apiServer(reviews, pods), options);
     await unsynced.authenticate(bearer, first.ticket);
     assert.equal(reviews.n, 3);
+  });
+});
+
+describe('ReviewCache renewal window', () => {
+  const renewing = (clock: Clock, pods?: PodWatch): ReviewCache<string> =>
+    new ReviewCache<string>({
+      now: clock.now,
+      maxMs: 5 * MIN,
+      unwatchedMs: MIN,
+      negativeMs: 5_000,
+      maxEntries: 100,
+      pods,
+      renewMs: MIN,
+    });
+
+  test('a positive answer is stale for the window after it ran out, then gone', () => {
+    const clock = new Clock();
+    const cache = renewing(clock);
+    const token = jwt({ exp: (clock.ms + 3_600_000) / 1000 });
+    cache.set('k', token, { ok: true, value: 'app' });
+    clock.ms += 5 * MIN - 1;
+    assert.deepEqual(read(cache, 'k'), { kind: 'hit', value: 'app' });
+    clock.ms += 1;
+    assert.deepEqual(read(cache, 'k'), { kind: 'stale', value: 'app' });
+    clock.ms += MIN - 1;
+    assert.deepEqual(read(cache, 'k'), { kind: 'stale', value: 'app' });
+    clock.ms += 1;
+    assert.deepEqual(read(cache, 'k'), { kind: 'miss' });
+  });
+
+  test('never past the token’s exp; never for a refusal or another replica’s ticket', () => {
+    const clock = new Clock();
+    const cache = renewing(clock);
+    cache.set('soon', jwt({ exp: (clock.ms + 5 * MIN + 10_000) / 1000 }), {
+      ok: true,
+      value: 'app',
+    });
+    cache.set('no', jwt({ exp: (clock.ms + 3_600_000) / 1000 }), { ok: false, value: 'no' });
+    cache.admit('ticket', 'app', clock.ms + 2 * MIN);
+    clock.ms += 2 * MIN;
+    assert.deepEqual(read(cache, 'ticket'), { kind: 'miss' });
+    assert.deepEqual(read(cache, 'no'), { kind: 'miss' });
+    clock.ms += 3 * MIN;
+    assert.deepEqual(read(cache, 'soon'), { kind: 'stale', value: 'app' });
+    clock.ms += 10_000;
+    assert.deepEqual(read(cache, 'soon'), { kind: 'miss' }, 'the token expired');
+  });
+
+  test('a pod-bound answer is stale only while the watch holds the same pod', () => {
+    const clock = new Clock();
+    const pods = new Pods();
+    const pod = { metadata: { uid: 'u1' } };
+    pods.map.set('ns/app', pod);
+    const cache = renewing(clock, pods);
+    const token = jwt({ exp: (clock.ms + 3_600_000) / 1000 });
+    const bound = { namespace: 'ns', name: 'app', uid: 'u1' };
+    cache.set('k', token, { ok: true, value: 'app', pod: bound });
+    cache.set('unwatched', token, {
+      ok: true,
+      value: 'app',
+      pod: { namespace: 'ns', name: 'other', uid: 'u9' },
+    });
+    clock.ms += 5 * MIN;
+    assert.deepEqual(read(cache, 'k'), { kind: 'stale', value: 'app' });
+    assert.deepEqual(read(cache, 'unwatched'), { kind: 'miss' }, 'its 60 s had no window');
+    pods.map.set('ns/app', { metadata: { uid: 'u1', labels: { a: 'b' } } });
+    assert.deepEqual(read(cache, 'k'), { kind: 'miss' }, 'relabelled: reviewed, not served');
   });
 });

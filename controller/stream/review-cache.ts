@@ -44,6 +44,12 @@ export interface ReviewCacheOptions {
   /** At most this many entries; the oldest goes first. */
   maxEntries: number;
   pods?: PodWatch | undefined;
+  /**
+   * The renewal window: a positive answer that ran out is still served this long (`stale`) while
+   * the caller reviews the token again in the background, never past the token's own `exp` nor
+   * while its bound pod is not watched. 0 (the default): none.
+   */
+  renewMs?: number | undefined;
 }
 
 /** What a review said about a token, as the cache needs it. */
@@ -54,6 +60,8 @@ export type ReviewAnswer<T> =
 interface Entry<T> {
   value: T;
   untilMs: number;
+  /** Served as `stale` until then (the renewal window); equal to `untilMs` when there is none. */
+  staleUntilMs: number;
   /** Set when the entry lives only while the pod watch holds this pod. */
   pod?: { namespace: string; name: string; uid?: string | undefined; seen: WatchedPod };
 }
@@ -62,6 +70,8 @@ export type CacheHit<T> =
   | { kind: 'hit'; value: T; untilMs: number }
   /** The pod watch holds a newer version of the bound pod: the caller refreshes what it read. */
   | { kind: 'pod-changed'; value: T; untilMs: number; pod: WatchedPod }
+  /** Ran out, within the renewal window: serve it, and review the token again meanwhile. */
+  | { kind: 'stale'; value: T; untilMs: number }
   | { kind: 'miss' };
 
 export const DEFAULT_TOKEN_REVIEW_CACHE_MS = 5 * 60_000;
@@ -100,12 +110,17 @@ export class ReviewCache<T> {
   get(key: string): CacheHit<T> {
     const entry = this.#entries.get(key);
     if (entry === undefined) return { kind: 'miss' };
-    if (entry.untilMs <= this.#options.now()) {
+    const nowMs = this.#options.now();
+    if (entry.staleUntilMs <= nowMs) {
       this.#entries.delete(key);
       return { kind: 'miss' };
     }
     const { untilMs } = entry;
-    if (entry.pod === undefined) return { kind: 'hit', value: entry.value, untilMs };
+    const stale = untilMs <= nowMs;
+    if (entry.pod === undefined)
+      return stale
+        ? { kind: 'stale', value: entry.value, untilMs }
+        : { kind: 'hit', value: entry.value, untilMs };
     const pods = this.#options.pods;
     const pod = pods?.get(entry.pod.namespace, entry.pod.name);
     // Gone from the watch (deleted, relabelled, or the watch restarting): review again, which
@@ -119,7 +134,15 @@ export class ReviewCache<T> {
       this.#entries.delete(key);
       return { kind: 'miss' };
     }
-    if (pod === entry.pod.seen) return { kind: 'hit', value: entry.value, untilMs };
+    if (pod === entry.pod.seen)
+      return stale
+        ? { kind: 'stale', value: entry.value, untilMs }
+        : { kind: 'hit', value: entry.value, untilMs };
+    // A relabelled pod's answer that also ran out: review it now rather than serve old labels.
+    if (stale) {
+      this.#entries.delete(key);
+      return { kind: 'miss' };
+    }
     return { kind: 'pod-changed', value: entry.value, untilMs, pod };
   }
 
@@ -147,7 +170,18 @@ export class ReviewCache<T> {
     // A positive answer never outlives the token's own expiry: the review vouched for it until
     // then at most. A refusal stays one (an expired token does not become valid).
     const untilMs = Math.min(nowMs + ttl, answer.ok ? (expiry ?? Infinity) : Infinity);
-    this.#store(key, { value: answer.value, untilMs, ...(watched && { pod: watched }) });
+    // A pod-bound token the watch does not hold gets no window: its 60 s bound how late a
+    // deleted pod is noticed.
+    const renewable = answer.ok && (answer.pod === undefined || watched !== undefined);
+    const staleUntilMs = renewable
+      ? Math.max(untilMs, Math.min(untilMs + (this.#options.renewMs ?? 0), expiry ?? Infinity))
+      : untilMs;
+    this.#store(key, {
+      value: answer.value,
+      untilMs,
+      staleUntilMs,
+      ...(watched && { pod: watched }),
+    });
     return answer.ok && untilMs > nowMs ? untilMs : undefined;
   }
 
@@ -162,8 +196,9 @@ export class ReviewCache<T> {
     untilMs: number,
     pod?: { namespace: string; name: string; uid?: string | undefined; seen: WatchedPod },
   ): void {
+    // No renewal window: this replica never reviewed the token, so it has no `exp` to bound one.
     const kept = Math.min(untilMs, this.#options.now() + this.#options.maxMs);
-    this.#store(key, { value, untilMs: kept, ...(pod && { pod }) });
+    this.#store(key, { value, untilMs: kept, staleUntilMs: kept, ...(pod && { pod }) });
   }
 
   #store(key: string, entry: Entry<T>): void {

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { poolsFollowedBy, type BoundPod, type PodMetadata } from '../core/stream-access.ts';
+import { ReviewLanes, type ReviewLane } from './review-lanes.ts';
 import { checkTicket, issueTicket } from './review-ticket.ts';
 import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
 import {
@@ -56,6 +57,13 @@ type Authenticated = Extract<AuthResult, { ok: true }>;
 export type AuthVia = 'cache' | 'ticket' | 'review';
 
 const SA_USER = /^system:serviceaccount:([^:]+):([^:]+)$/;
+/**
+ * A connected sidecar's answer is served this long after it ran out while it is reviewed again:
+ * a deleted ServiceAccount is noticed within `--token-review-cache` + 1 min at most.
+ */
+export const RENEW_MS = 60_000;
+/** The raw client's connections to the API server (kube-raw.ts): one review on each at most. */
+const MAX_CONCURRENT_REVIEWS = 8;
 
 export interface TokenAuthenticatorOptions {
   /** The longest a positive review is reused (`--token-review-cache`; review-cache.ts). */
@@ -69,6 +77,13 @@ export interface TokenAuthenticatorOptions {
    * current serving key's and the previous one's); none: no tickets given or taken.
    */
   ticketKeys?: (() => readonly Buffer[]) | undefined;
+  /**
+   * How long a connected sidecar's answer is still served after it ran out, while it is reviewed
+   * again in the background (review-cache.ts); 0: reviewed on the request's path, as before.
+   */
+  renewMs?: number | undefined;
+  /** TokenReviews in flight at once; newcomers' first (review-lanes.ts). */
+  maxConcurrentReviews?: number | undefined;
   /**
    * After each request let in: how, and after a review how long the request waited for it (the
    * API server's queue included).
@@ -96,6 +111,7 @@ export class TokenAuthenticator {
     AuthResult,
     { untilMs: number; key: Buffer; ticket: string }
   >();
+  private readonly lanes: ReviewLanes;
   private readonly now: () => number;
   private readonly ticketKeys: () => readonly Buffer[];
   private readonly onAuthenticated: (via: AuthVia, reviewMs?: number) => void;
@@ -113,7 +129,14 @@ export class TokenAuthenticator {
       negativeMs: NEGATIVE_TTL_MS,
       maxEntries: options.maxEntries ?? MAX_ENTRIES,
       pods: options.pods,
+      renewMs: options.renewMs ?? RENEW_MS,
     });
+    this.lanes = new ReviewLanes(options.maxConcurrentReviews ?? MAX_CONCURRENT_REVIEWS);
+  }
+
+  /** TokenReviews waiting for a slot, by lane. */
+  get reviewsWaiting(): { first: number; renewal: number } {
+    return this.lanes.waiting;
   }
 
   /**
@@ -139,6 +162,13 @@ export class TokenAuthenticator {
       this.onAuthenticated('cache');
       return this.withTicket(key, result, cached.untilMs);
     }
+    if (cached.kind === 'stale' && cached.value.ok) {
+      // A connected sidecar whose answer just ran out: let it in on that answer and review the
+      // token again behind the newcomers (no ticket: the answer behind one has ended).
+      void this.reviewOnce(key, token, 'renewal').catch(() => undefined);
+      this.onAuthenticated('cache');
+      return cached.value;
+    }
     if (ticket !== undefined) {
       const admitted = this.admitTicket(key, ticket);
       if (admitted !== undefined) {
@@ -147,17 +177,32 @@ export class TokenAuthenticator {
       }
     }
     const waitFromMs = performance.now();
-    let pending = this.inFlight.get(key);
-    if (pending === undefined) {
-      pending = this.review(token)
-        .then((answer) => ({ answer, untilMs: this.cache.set(key, token, answer) }))
-        .finally(() => this.inFlight.delete(key));
-      this.inFlight.set(key, pending);
-    }
-    const { answer, untilMs } = await pending;
+    const { answer, untilMs } = await this.reviewOnce(key, token, 'first');
     // Each request that waited for the review, with its own wait (one review may serve several).
     if (answer.ok) this.onAuthenticated('review', performance.now() - waitFromMs);
     return this.withTicket(key, answer.value, untilMs);
+  }
+
+  /**
+   * One TokenReview of `token` at a time, whoever asks (sidecars sharing a token, a renewal and a
+   * request); a request that finds a renewal still waiting moves it to the newcomers' lane.
+   */
+  private reviewOnce(
+    key: string,
+    token: string,
+    lane: ReviewLane,
+  ): Promise<{ answer: ReviewAnswer<AuthResult>; untilMs: number | undefined }> {
+    let pending = this.inFlight.get(key);
+    if (pending !== undefined) {
+      if (lane === 'first') this.lanes.promote(key);
+      return pending;
+    }
+    pending = this.lanes
+      .run(key, lane, () => this.review(token))
+      .then((answer) => ({ answer, untilMs: this.cache.set(key, token, answer) }))
+      .finally(() => this.inFlight.delete(key));
+    this.inFlight.set(key, pending);
+    return pending;
   }
 
   /**
