@@ -117,10 +117,8 @@ export class ReviewCache<T> {
     }
     const { untilMs } = entry;
     const stale = untilMs <= nowMs;
-    if (entry.pod === undefined)
-      return stale
-        ? { kind: 'stale', value: entry.value, untilMs }
-        : { kind: 'hit', value: entry.value, untilMs };
+    const served: CacheHit<T> = { kind: stale ? 'stale' : 'hit', value: entry.value, untilMs };
+    if (entry.pod === undefined) return served;
     const pods = this.#options.pods;
     const pod = pods?.get(entry.pod.namespace, entry.pod.name);
     // Gone from the watch (deleted, relabelled, or the watch restarting): review again, which
@@ -134,10 +132,7 @@ export class ReviewCache<T> {
       this.#entries.delete(key);
       return { kind: 'miss' };
     }
-    if (pod === entry.pod.seen)
-      return stale
-        ? { kind: 'stale', value: entry.value, untilMs }
-        : { kind: 'hit', value: entry.value, untilMs };
+    if (pod === entry.pod.seen) return served;
     // A relabelled pod's answer that also ran out: review it now rather than serve old labels.
     if (stale) {
       this.#entries.delete(key);
