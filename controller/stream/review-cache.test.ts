@@ -73,6 +73,9 @@ function cacheOf(clock: Clock, pods?: PodWatch, maxEntries = 100): ReviewCache<s
   });
 }
 
+/** Every answer kept its whole lifetime: the tests below count exact minutes. */
+const noJitter = (): number => 0;
+
 describe('ReviewCache', () => {
   test('reads exp without trusting it; none, or not a JWT, is undefined', () => {
     assert.equal(tokenExpiryMs(jwt({ exp: 1_700_000_000 })), 1_700_000_000_000);
@@ -109,6 +112,35 @@ describe('ReviewCache', () => {
     assert.equal(cache.get('k').kind, 'hit');
     clock.ms += 1;
     assert.equal(cache.get('k').kind, 'miss');
+  });
+
+  test('lifetime jitter: positive answers kept 80–100 % of their lifetime, refusals whole', () => {
+    const clock = new Clock();
+    const draws = [0, 0.5, 0.999, 0.7];
+    const cache = new ReviewCache<string>({
+      now: clock.now,
+      maxMs: 5 * MIN,
+      unwatchedMs: MIN,
+      negativeMs: 5_000,
+      maxEntries: 100,
+      lifetimeJitter: 0.2,
+      random: () => draws.shift()!,
+    });
+    const exp = (clock.ms + 3_600_000) / 1000;
+    const kept = ['a', 'b', 'c'].map((k) => cache.set(k, jwt({ exp }, k), { ok: true, value: k }));
+    assert.deepEqual(
+      kept.map((untilMs) => (untilMs! - clock.ms) / 1000),
+      [300, 270, 240.06],
+      'the flag × (1 − 0.2 × draw): one draw per answer',
+    );
+    // The unwatched 60 s (no exp) shrinks the same way: every bound stays an upper bound.
+    assert.equal(cache.set('opaque', 'opaque', { ok: true, value: 'o' })! - clock.ms, 51_600);
+    cache.set('no', jwt({ exp }, 'no'), { ok: false, value: 'no' });
+    assert.equal(draws.length, 0, 'a refusal draws nothing');
+    clock.ms += 4_999;
+    assert.equal(cache.get('no').kind, 'hit');
+    clock.ms += 1;
+    assert.equal(cache.get('no').kind, 'miss', 'a refusal keeps its 5 s');
   });
 
   test('a refusal is kept 5 s, even for an expired token (it stays refused)', () => {
@@ -210,7 +242,7 @@ describe('TokenAuthenticator', () => {
     const pods = new Pods();
     pods.map.set('ns/app', { metadata: { uid: 'u1', labels: { 'switchyard.dev/pool': 'chat' } } });
     const { raw, calls } = apiServer({ authenticated: () => true, pods });
-    const auth = new TokenAuthenticator(raw, { now: clock.now, pods });
+    const auth = new TokenAuthenticator(raw, { random: noJitter, now: clock.now, pods });
     const exp = (clock.ms + 3_600_000) / 1000;
     const bearer = `Bearer ${jwt({ exp, bound: true })}`;
     const first = await auth.authenticate(bearer);
@@ -238,7 +270,7 @@ describe('TokenAuthenticator', () => {
   test('a refused token costs one review per 5 s, however often it is sent', async () => {
     const clock = new Clock();
     const { raw, calls } = apiServer({ authenticated: () => false, pods: new Pods() });
-    const auth = new TokenAuthenticator(raw, { now: clock.now });
+    const auth = new TokenAuthenticator(raw, { random: noJitter, now: clock.now });
     const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000 })}`;
     for (let i = 0; i < 100; i++) {
       clock.ms += 100;
@@ -255,7 +287,7 @@ describe('TokenAuthenticator', () => {
     const clock = new Clock();
     let valid = true;
     const { raw, calls } = apiServer({ authenticated: () => valid, pods: new Pods() });
-    const auth = new TokenAuthenticator(raw, { now: clock.now });
+    const auth = new TokenAuthenticator(raw, { random: noJitter, now: clock.now });
     const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000 })}`;
     assert.ok((await auth.authenticate(bearer)).ok);
     clock.ms += 5 * MIN; // the answer ran out: within the renewal window
@@ -275,7 +307,7 @@ describe('TokenAuthenticator', () => {
   test('never past the window: a request then waits for a review', async () => {
     const clock = new Clock();
     const { raw, calls } = apiServer({ authenticated: () => true, pods: new Pods() });
-    const auth = new TokenAuthenticator(raw, { now: clock.now });
+    const auth = new TokenAuthenticator(raw, { random: noJitter, now: clock.now });
     const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000 })}`;
     assert.ok((await auth.authenticate(bearer)).ok);
     clock.ms += 6 * MIN + 1;
@@ -286,7 +318,7 @@ describe('TokenAuthenticator', () => {
 
   test('sidecars sharing a token that arrive together cost one review', async () => {
     const { raw, calls } = apiServer({ authenticated: () => true, pods: new Pods() });
-    const auth = new TokenAuthenticator(raw);
+    const auth = new TokenAuthenticator(raw, { random: noJitter });
     const bearer = `Bearer ${jwt({ exp: Date.now() / 1000 + 3600 })}`;
     const all = await Promise.all(Array.from({ length: 10 }, () => auth.authenticate(bearer)));
     assert.ok(all.every((r) => r.ok));
@@ -309,6 +341,7 @@ describe('TokenAuthenticator with review tickets', () => {
     const reviews = { n: 0 };
     const vias: string[] = [];
     const options = {
+      random: noJitter,
       now: clock.now,
       ticketKeys: () => [key],
       onAuthenticated: (via: string) => vias.push(via),
@@ -342,6 +375,7 @@ describe('TokenAuthenticator with review tickets', () => {
     const clock = new Clock();
     const reviews = { n: 0 };
     const issuer = new TokenAuthenticator(apiServer(reviews), {
+      random: noJitter,
       now: clock.now,
       ticketKeys: () => [key],
     });
@@ -349,18 +383,20 @@ describe('TokenAuthenticator with review tickets', () => {
     const stolen = await issuer.authenticate(`Bearer ${jwt({ exp }, 'victim')}`);
     assert.ok(stolen.ok && stolen.ticket !== undefined);
     const same = new TokenAuthenticator(apiServer(reviews), {
+      random: noJitter,
       now: clock.now,
       ticketKeys: () => [key],
     });
     await same.authenticate(`Bearer ${jwt({ exp }, 'thief')}`, stolen.ticket);
     assert.equal(reviews.n, 2, 'another token is reviewed, whatever ticket it brings');
     const rotated = new TokenAuthenticator(apiServer(reviews), {
+      random: noJitter,
       now: clock.now,
       ticketKeys: () => [ticketKey('a newer serving key')],
     });
     await rotated.authenticate(`Bearer ${jwt({ exp }, 'victim')}`, stolen.ticket);
     assert.equal(reviews.n, 3, 'signed with a key this replica does not hold: reviewed');
-    const plain = new TokenAuthenticator(apiServer(reviews), { now: clock.now });
+    const plain = new TokenAuthenticator(apiServer(reviews), { random: noJitter, now: clock.now });
     const answer = await plain.authenticate(`Bearer ${jwt({ exp }, 'victim')}`, stolen.ticket);
     assert.ok(answer.ok && answer.ticket === undefined, 'no keys: none taken, none given');
     assert.equal(reviews.n, 4);
@@ -371,7 +407,7 @@ describe('TokenAuthenticator with review tickets', () => {
     const pods = new Pods();
     pods.map.set('ns/app', { metadata: { uid: 'u1', labels: { 'switchyard.dev/pool': 'chat' } } });
     const reviews = { n: 0 };
-    const options = { now: clock.now, ticketKeys: () => [key], pods };
+    const options = { random: noJitter, now: clock.now, ticketKeys: () => [key], pods };
     const issuer = new TokenAuthenticator(apiServer(reviews, pods), options);
     const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000, bound: true }, 'bound')}`;
     const first = await issuer.authenticate(bearer);

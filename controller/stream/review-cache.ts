@@ -50,6 +50,16 @@ export interface ReviewCacheOptions {
    * while its bound pod is not watched. 0 (the default): none.
    */
   renewMs?: number | undefined;
+  /**
+   * A positive answer is kept between `1 − lifetimeJitter` and 1 times its lifetime, drawn from
+   * `random` (0 ≤ r < 1) per answer. Why: the sidecars of a fleet connect within minutes of each
+   * other (an install, a controller rollout), so without it their answers (and the review tickets
+   * that expire with them) run out together one cache lifetime later, and every renewal hits the
+   * API server in the same minutes. Shortening only: every bound above stays an upper bound.
+   * 0 (the default), or no `random`: no jitter.
+   */
+  lifetimeJitter?: number | undefined;
+  random?: (() => number) | undefined;
 }
 
 /** What a review said about a token, as the cache needs it. */
@@ -162,6 +172,7 @@ export class ReviewCache<T> {
         watched = { ...answer.pod, seen };
       } else ttl = Math.min(maxMs, unwatchedMs);
     }
+    if (answer.ok) ttl *= 1 - this.#jitter();
     // A positive answer never outlives the token's own expiry: the review vouched for it until
     // then at most. A refusal stays one (an expired token does not become valid).
     const untilMs = Math.min(nowMs + ttl, answer.ok ? (expiry ?? Infinity) : Infinity);
@@ -194,6 +205,13 @@ export class ReviewCache<T> {
     // No renewal window: this replica never reviewed the token, so it has no `exp` to bound one.
     const kept = Math.min(untilMs, this.#options.now() + this.#options.maxMs);
     this.#store(key, { value, untilMs: kept, staleUntilMs: kept, ...(pod && { pod }) });
+  }
+
+  /** This answer's share of `lifetimeJitter` (0 ≤ j < lifetimeJitter). */
+  #jitter(): number {
+    const { lifetimeJitter = 0, random } = this.#options;
+    if (!(lifetimeJitter > 0) || random === undefined) return 0;
+    return Math.min(1, lifetimeJitter) * Math.min(Math.max(random(), 0), 1);
   }
 
   #store(key: string, entry: Entry<T>): void {

@@ -62,6 +62,11 @@ const SA_USER = /^system:serviceaccount:([^:]+):([^:]+)$/;
  * a deleted ServiceAccount is noticed within `--token-review-cache` + 1 min at most.
  */
 export const RENEW_MS = 60_000;
+/**
+ * Answers are kept 80–100 % of their lifetime, drawn per answer (review-cache.ts): a fleet that
+ * connected in the same minutes does not renew, nor lose its tickets, in the same minutes.
+ */
+const LIFETIME_JITTER = 0.2;
 /** The raw client's connections to the API server (kube-raw.ts): one review on each at most. */
 const MAX_CONCURRENT_REVIEWS = 8;
 
@@ -71,6 +76,8 @@ export interface TokenAuthenticatorOptions {
   /** The controller's pod watch, when it has one: pod-bound tokens are reused while it holds their pod. */
   pods?: PodWatch | undefined;
   now?: (() => number) | undefined;
+  /** Draws in [0, 1) for the answers' lifetime jitter; Math.random unless a test fixes it. */
+  random?: (() => number) | undefined;
   maxEntries?: number | undefined;
   /**
    * The keys review tickets are signed with, the first signing new ones (review-ticket.ts; the
@@ -130,6 +137,8 @@ export class TokenAuthenticator {
       maxEntries: options.maxEntries ?? MAX_ENTRIES,
       pods: options.pods,
       renewMs: options.renewMs ?? RENEW_MS,
+      lifetimeJitter: LIFETIME_JITTER,
+      random: options.random ?? Math.random,
     });
     this.lanes = new ReviewLanes(options.maxConcurrentReviews ?? MAX_CONCURRENT_REVIEWS);
   }
