@@ -94,9 +94,9 @@ export function addControllerCommand(program: Command): void {
     .addOption(
       new Option(
         '--token-review-cache <duration>',
-        "the longest a sidecar token's positive TokenReview is reused (1m to 1h): never past the token's expiry, and for a pod-bound token only while the controller's pod watch holds the pod; a connected sidecar's answer is renewed in the background in the minute after, newcomers' reviews first (docs/snapshot-protocol.md#authentication)",
+        "the longest a sidecar token's positive TokenReview is reused (1m to 1h): never past the token's expiry, only while the controller's ServiceAccount watch holds the token's account (otherwise 5m at most), and for a pod-bound token only while the controller's pod watch holds the pod; a connected sidecar's answer is renewed in the background in the minute after, newcomers' reviews first (docs/snapshot-protocol.md#authentication)",
       )
-        .default(DEFAULT_TOKEN_REVIEW_CACHE_MS, '5m')
+        .default(DEFAULT_TOKEN_REVIEW_CACHE_MS, '30m')
         .argParser(parseDurationMs),
     )
     .addOption(

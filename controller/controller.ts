@@ -6,6 +6,7 @@ import { PoolIndex } from './core/pool-index.ts';
 import { poolSignals } from './core/pool-signals.ts';
 import { DriftMonitor } from './drift/monitor.ts';
 import { InjectionAuditor } from './injection/auditor.ts';
+import { ServiceAccountWatch } from './kube/account-watch.ts';
 import { WebhookCaBundle } from './injection/ca-bundle.ts';
 import type { InjectionConfig } from './injection/config.ts';
 import { injectionWebhook, WEBHOOK_PATH } from './injection/webhook.ts';
@@ -172,6 +173,15 @@ export async function startController(options: ControllerOptions): Promise<Runni
           onRestart: (reason) => metrics.informerRestarts.inc({ informer: 'pods', reason }),
         });
 
+  // Which ServiceAccounts exist: a deleted one's sidecars are refused within seconds, so their
+  // reviews can be reused for the whole --token-review-cache (stream/review-cache.ts).
+  const accounts = new ServiceAccountWatch({
+    kubeConfig,
+    raw,
+    logger,
+    onRestart: (reason) => metrics.informerRestarts.inc({ informer: 'serviceaccounts', reason }),
+  });
+
   // The stream: sidecars subscribe and report here; replicas share what their sidecars say.
   const peers =
     options.placementBytesPerSecond > 0
@@ -193,6 +203,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
   const authenticator = new TokenAuthenticator(raw, {
     cacheMs: options.tokenReviewCacheMs,
     pods: auditor,
+    accounts,
     ticketKeys: () => ticketKeys,
     onAuthenticated: (via, reviewMs) => {
       metrics.sidecarAuth.inc({ via });
@@ -316,7 +327,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
   // Start: watch, reconcile, lead, serve.
   status.start();
   loop.start();
-  await Promise.all([caches.start(), auditor?.start()]);
+  await Promise.all([caches.start(), auditor?.start(), accounts.start()]);
   leader.start();
   load?.start();
   caBundle?.start();
@@ -357,7 +368,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
       admin.closeAllConnections();
       admin.close();
       await leader.stop();
-      await Promise.all([caches.stop(), auditor?.stop()]);
+      await Promise.all([caches.stop(), auditor?.stop(), accounts.stop()]);
       await looped;
       raw.close();
     },

@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { KubeApiError, type KubeRaw } from '../kube/kube-raw.ts';
-import { ReviewCache, tokenExpiryMs, type PodWatch, type WatchedPod } from './review-cache.ts';
+import {
+  ReviewCache,
+  tokenExpiryMs,
+  type AccountWatch,
+  type PodWatch,
+  type ReviewedAccount,
+  type WatchedPod,
+} from './review-cache.ts';
 import { ticketKey } from './review-ticket.ts';
 import { TokenAuthenticator } from './token-auth.ts';
 
@@ -22,6 +29,14 @@ class Pods implements PodWatch {
   hasSynced = true;
   readonly map = new Map<string, WatchedPod>();
   get(namespace: string, name: string): WatchedPod | undefined {
+    return this.map.get(`${namespace}/${name}`);
+  }
+}
+
+class Accounts implements AccountWatch {
+  hasSynced = true;
+  readonly map = new Map<string, string>();
+  uid(namespace: string, name: string): string | undefined {
     return this.map.get(`${namespace}/${name}`);
   }
 }
@@ -49,6 +64,7 @@ function reviewOf(token: string, pods: Pods | undefined) {
       audiences: ['switchyard'],
       user: {
         username: 'system:serviceaccount:ns:app',
+        uid: 'sa-uid-1',
         extra: bound
           ? {
               'authentication.kubernetes.io/pod-name': ['app'],
@@ -326,6 +342,46 @@ describe('TokenAuthenticator', () => {
   });
 });
 
+describe('TokenAuthenticator with a ServiceAccount watch', () => {
+  test('a deleted account’s sidecar is refused at its next request; its ticket is not taken', async () => {
+    const clock = new Clock();
+    const accounts = new Accounts();
+    accounts.map.set('ns/app', 'sa-uid-1');
+    let alive = true;
+    const reviews = { n: 0 };
+    const raw: Pick<KubeRaw, 'request'> = {
+      request: <T>(_method: string, _path: string, body?: unknown): Promise<T> => {
+        reviews.n++;
+        const token = (body as { spec: { token: string } }).spec.token;
+        return Promise.resolve(
+          (alive ? reviewOf(token, undefined) : { status: { authenticated: false } }) as T,
+        );
+      },
+    };
+    const key = ticketKey('serving key');
+    const options = { random: noJitter, now: clock.now, accounts, ticketKeys: () => [key] };
+    const first = new TokenAuthenticator(raw, { ...options, cacheMs: 30 * MIN });
+    const other = new TokenAuthenticator(raw, { ...options, cacheMs: 30 * MIN });
+    const bearer = `Bearer ${jwt({ exp: (clock.ms + 3_600_000) / 1000 })}`;
+    const reviewed = await first.authenticate(bearer);
+    assert.ok(reviewed.ok && reviewed.ticket !== undefined);
+    assert.equal(reviewed.identity.serviceAccountUid, 'sa-uid-1');
+    clock.ms += 20 * MIN;
+    assert.ok((await first.authenticate(bearer)).ok, 'the whole 30 min from the cache');
+    assert.equal(reviews.n, 1);
+    // The account is deleted: the API server refuses its tokens, and the watch sees it go.
+    alive = false;
+    accounts.map.delete('ns/app');
+    assert.deepEqual(await first.authenticate(bearer), {
+      ok: false,
+      reason: 'token not authenticated',
+    });
+    const taken = await other.authenticate(bearer, reviewed.ticket);
+    assert.equal(taken.ok, false, 'the ticket names an account the watch does not hold');
+    assert.equal(reviews.n, 3);
+  });
+});
+
 describe('TokenAuthenticator with review tickets', () => {
   const key = ticketKey('serving key');
   const apiServer = (reviews: { n: number }, pods?: Pods): Pick<KubeRaw, 'request'> => ({
@@ -427,6 +483,93 @@ describe('TokenAuthenticator with review tickets', () => {
     const unsynced = new TokenAuthenticator(apiServer(reviews, pods), options);
     await unsynced.authenticate(bearer, first.ticket);
     assert.equal(reviews.n, 3);
+  });
+});
+
+describe('ReviewCache with a ServiceAccount watch', () => {
+  const account = { namespace: 'ns', name: 'app', uid: 'sa1' };
+  function cacheWith(clock: Clock, accounts: Accounts): ReviewCache<string> {
+    return new ReviewCache<string>({
+      now: clock.now,
+      maxMs: 30 * MIN,
+      unwatchedMs: MIN,
+      negativeMs: 5_000,
+      maxEntries: 100,
+      accounts,
+      unwatchedAccountMs: 5 * MIN,
+      unseenAccountMs: 5_000,
+    });
+  }
+
+  test('the flag while the watch holds the account; 5 min when it does not', () => {
+    const clock = new Clock();
+    const accounts = new Accounts();
+    const cache = cacheWith(clock, accounts);
+    const exp = (clock.ms + 3_600_000) / 1000;
+    accounts.map.set('ns/app', 'sa1');
+    assert.equal(
+      cache.set('held', jwt({ exp }, 'a'), { ok: true, value: 'a', account }),
+      clock.ms + 30 * MIN,
+    );
+    // Not (yet, or no longer) in the watch, or another UID: 5 s (the API server's own token
+    // cache may call a just-deleted account's token valid for 10 s). No UID to check: 5 min.
+    const others: [ReviewedAccount | undefined, number][] = [
+      [{ ...account, name: 'new' }, 5_000],
+      [{ ...account, uid: 'sa0' }, 5_000],
+      [{ namespace: 'ns', name: 'app' }, 5 * MIN],
+      [undefined, 5 * MIN],
+    ];
+    for (const [i, [other, ms]] of others.entries())
+      assert.equal(
+        cache.set(`k${i}`, jwt({ exp }, `k${i}`), { ok: true, value: 'b', account: other }),
+        clock.ms + ms,
+        JSON.stringify(other),
+      );
+    accounts.hasSynced = false;
+    assert.equal(
+      cache.set('unsynced', jwt({ exp }, 'u'), { ok: true, value: 'c', account }),
+      clock.ms + 5 * MIN,
+    );
+    accounts.hasSynced = true;
+    clock.ms += 29 * MIN;
+    assert.equal(cache.get('held').kind, 'hit');
+  });
+
+  test('a deleted or recreated account ends its answers at the next request', () => {
+    const clock = new Clock();
+    const accounts = new Accounts();
+    const cache = cacheWith(clock, accounts);
+    const exp = (clock.ms + 3_600_000) / 1000;
+    accounts.map.set('ns/app', 'sa1');
+    cache.set('k', jwt({ exp }), { ok: true, value: 'a', account });
+    assert.equal(cache.get('k').kind, 'hit');
+    accounts.map.set('ns/app', 'sa2'); // deleted and created again: its old tokens are void
+    assert.equal(cache.get('k').kind, 'miss');
+    accounts.map.set('ns/app', 'sa1');
+    cache.set('k', jwt({ exp }), { ok: true, value: 'a', account });
+    accounts.map.delete('ns/app');
+    assert.equal(cache.get('k').kind, 'miss');
+    // Reviewed before the watch saw the new account: it counts from when the watch does.
+    cache.set('new', jwt({ exp }, 'new'), { ok: true, value: 'n', account });
+    assert.equal(cache.get('new').kind, 'hit', 'not seen yet is not gone');
+    accounts.map.set('ns/app', 'sa1');
+    assert.equal(cache.get('new').kind, 'hit');
+    accounts.map.delete('ns/app');
+    assert.equal(cache.get('new').kind, 'miss', 'seen, then gone');
+  });
+
+  test('another replica’s ticket: the flag only while the account is held, else 5 min', () => {
+    const clock = new Clock();
+    const accounts = new Accounts();
+    const cache = cacheWith(clock, accounts);
+    accounts.map.set('ns/app', 'sa1');
+    cache.admit('held', 'a', clock.ms + 20 * MIN, undefined, account);
+    cache.admit('loose', 'b', clock.ms + 20 * MIN, undefined, { ...account, uid: undefined });
+    clock.ms += 5 * MIN;
+    assert.equal(cache.get('held').kind, 'hit');
+    assert.equal(cache.get('loose').kind, 'miss');
+    accounts.map.delete('ns/app');
+    assert.equal(cache.get('held').kind, 'miss');
   });
 });
 

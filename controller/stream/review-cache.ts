@@ -9,7 +9,10 @@
  * own `exp` says, (2) its ServiceAccount, Secret or bound pod is deleted. (1) bounds every entry;
  * for (2) a pod-bound token is reused past `unwatchedMs` only while the controller's pod watch
  * holds its pod (same UID), so a deleted pod's token stops working once the watch sees the
- * deletion (seconds); a deleted ServiceAccount is noticed within `maxMs` (the flag).
+ * deletion (seconds); an answer is reused past `unwatchedAccountMs` only while the controller's
+ * ServiceAccount watch holds its account (same UID), so a deleted ServiceAccount's tokens stop
+ * within seconds too (the API server's own token cache adds up to 10 s), and within
+ * `unwatchedAccountMs` without that watch.
  */
 
 /** The bound pod as the controller's pod watch holds it (the fields the identity reads). */
@@ -20,6 +23,20 @@ export interface WatchedPod {
     annotations?: Record<string, string> | undefined;
   };
   spec?: { serviceAccountName?: string | undefined };
+}
+
+/** The controller's ServiceAccount watch: the accounts that exist now, by UID. */
+export interface AccountWatch {
+  /** False until the watch's first list is in: then a missing account means nothing. */
+  readonly hasSynced: boolean;
+  uid(namespace: string, name: string): string | undefined;
+}
+
+/** A token's ServiceAccount as its review named it (the UID is the account's, not the token's). */
+export interface ReviewedAccount {
+  namespace: string;
+  name: string;
+  uid?: string | undefined;
 }
 
 /** The controller's pod cache (the injection auditor's watch), when it has one. */
@@ -44,6 +61,20 @@ export interface ReviewCacheOptions {
   /** At most this many entries; the oldest goes first. */
   maxEntries: number;
   pods?: PodWatch | undefined;
+  accounts?: AccountWatch | undefined;
+  /**
+   * The longest for a positive answer whose ServiceAccount `accounts` does not hold with the
+   * review's UID (no watch, not synced yet, a UID the review did not give): how late a deleted
+   * ServiceAccount may be noticed then. Default: `maxMs` (no rule of its own).
+   */
+  unwatchedAccountMs?: number | undefined;
+  /**
+   * The longest for a positive answer whose account the synced watch does not hold: created a
+   * moment ago (the watch a little behind), or deleted a moment ago, which the API server's own
+   * token cache (10 s in kube-apiserver) may still call valid. No renewal window either. Default:
+   * `unwatchedAccountMs`.
+   */
+  unseenAccountMs?: number | undefined;
   /**
    * The renewal window: a positive answer that ran out is still served this long (`stale`) while
    * the caller reviews the token again in the background, never past the token's own `exp` nor
@@ -64,7 +95,12 @@ export interface ReviewCacheOptions {
 
 /** What a review said about a token, as the cache needs it. */
 export type ReviewAnswer<T> =
-  | { ok: true; value: T; pod?: { namespace: string; name: string; uid?: string | undefined } }
+  | {
+      ok: true;
+      value: T;
+      pod?: { namespace: string; name: string; uid?: string | undefined };
+      account?: ReviewedAccount | undefined;
+    }
   | { ok: false; value: T };
 
 interface Entry<T> {
@@ -74,6 +110,12 @@ interface Entry<T> {
   staleUntilMs: number;
   /** Set when the entry lives only while the pod watch holds this pod. */
   pod?: { namespace: string; name: string; uid?: string | undefined; seen: WatchedPod };
+  /**
+   * The account its review named (with a UID): once the account watch has held it (`seen`), the
+   * entry lives only while the watch still does. An account the watch had not seen yet when it
+   * was reviewed (created a moment before its first token) counts from when the watch sees it.
+   */
+  account?: ReviewedAccount & { seen: boolean };
 }
 
 export type CacheHit<T> =
@@ -84,7 +126,12 @@ export type CacheHit<T> =
   | { kind: 'stale'; value: T; untilMs: number }
   | { kind: 'miss' };
 
-export const DEFAULT_TOKEN_REVIEW_CACHE_MS = 5 * 60_000;
+/**
+ * 30 min: with the pod and ServiceAccount watches, a longer reuse notices nothing later (a deleted
+ * pod or account ends its answers within seconds); it only costs fewer TokenReviews (at 10,000
+ * sidecars ~6 a second instead of ~33 with 5 min). A kubelet replaces a 1 h token after ~48 min.
+ */
+export const DEFAULT_TOKEN_REVIEW_CACHE_MS = 30 * 60_000;
 export const UNWATCHED_TTL_MS = 60_000;
 export const NEGATIVE_TTL_MS = 5_000;
 export const MAX_ENTRIES = 20_000;
@@ -128,6 +175,15 @@ export class ReviewCache<T> {
     const { untilMs } = entry;
     const stale = untilMs <= nowMs;
     const served: CacheHit<T> = { kind: stale ? 'stale' : 'hit', value: entry.value, untilMs };
+    // Its ServiceAccount deleted (or recreated: another UID): review again, which refuses it.
+    if (entry.account !== undefined) {
+      const held = this.holdsAccount(entry.account);
+      if (entry.account.seen && !held) {
+        this.#entries.delete(key);
+        return { kind: 'miss' };
+      }
+      entry.account.seen = held;
+    }
     if (entry.pod === undefined) return served;
     const pods = this.#options.pods;
     const pod = pods?.get(entry.pod.namespace, entry.pod.name);
@@ -172,13 +228,18 @@ export class ReviewCache<T> {
         watched = { ...answer.pod, seen };
       } else ttl = Math.min(maxMs, unwatchedMs);
     }
+    const account = answer.ok ? this.#accountOf(answer.account) : undefined;
+    const unseen = account?.seen === false && this.#options.accounts?.hasSynced === true;
+    const { unwatchedAccountMs = maxMs, unseenAccountMs = unwatchedAccountMs } = this.#options;
+    if (answer.ok && account?.seen !== true)
+      ttl = Math.min(ttl, unseen ? unseenAccountMs : unwatchedAccountMs);
     if (answer.ok) ttl *= 1 - this.#jitter();
     // A positive answer never outlives the token's own expiry: the review vouched for it until
     // then at most. A refusal stays one (an expired token does not become valid).
     const untilMs = Math.min(nowMs + ttl, answer.ok ? (expiry ?? Infinity) : Infinity);
     // A pod-bound token the watch does not hold gets no window: its 60 s bound how late a
     // deleted pod is noticed.
-    const renewable = answer.ok && (answer.pod === undefined || watched !== undefined);
+    const renewable = answer.ok && (answer.pod === undefined || watched !== undefined) && !unseen;
     const staleUntilMs = renewable
       ? Math.max(untilMs, Math.min(untilMs + (this.#options.renewMs ?? 0), expiry ?? Infinity))
       : untilMs;
@@ -187,6 +248,7 @@ export class ReviewCache<T> {
       untilMs,
       staleUntilMs,
       ...(watched && { pod: watched }),
+      ...(account && { account }),
     });
     return answer.ok && untilMs > nowMs ? untilMs : undefined;
   }
@@ -194,17 +256,41 @@ export class ReviewCache<T> {
   /**
    * Keeps a positive answer another replica's review gave (a review ticket, review-ticket.ts)
    * until `untilMs`, `maxMs` from now at most; a pod-bound one only while the pod watch holds
-   * `pod` as `seen` (the caller checked it does, with the ticket's UID).
+   * `pod` as `seen` (the caller checked it does, with the ticket's UID); `unwatchedAccountMs`
+   * at most unless the account watch holds `account`, and then only while it does.
    */
   admit(
     key: string,
     value: T,
     untilMs: number,
     pod?: { namespace: string; name: string; uid?: string | undefined; seen: WatchedPod },
+    account?: ReviewedAccount,
   ): void {
+    const { now, maxMs, unwatchedAccountMs } = this.#options;
+    const held = this.#accountOf(account);
+    const longest = held?.seen === true ? maxMs : (unwatchedAccountMs ?? maxMs);
     // No renewal window: this replica never reviewed the token, so it has no `exp` to bound one.
-    const kept = Math.min(untilMs, this.#options.now() + this.#options.maxMs);
-    this.#store(key, { value, untilMs: kept, staleUntilMs: kept, ...(pod && { pod }) });
+    const kept = Math.min(untilMs, now() + longest);
+    this.#store(key, {
+      value,
+      untilMs: kept,
+      staleUntilMs: kept,
+      ...(pod && { pod }),
+      ...(held && { account: held }),
+    });
+  }
+
+  /** What an entry keeps of `account`: nothing without a UID (nothing to check it by). */
+  #accountOf(account: ReviewedAccount | undefined): Entry<T>['account'] {
+    if (account?.uid === undefined) return undefined;
+    return { ...account, seen: this.holdsAccount(account) };
+  }
+
+  /** Whether the account watch holds `account` with its UID now (false without a UID). */
+  holdsAccount(account: ReviewedAccount | undefined): account is ReviewedAccount {
+    const accounts = this.#options.accounts;
+    if (account?.uid === undefined || accounts?.hasSynced !== true) return false;
+    return accounts.uid(account.namespace, account.name) === account.uid;
   }
 
   /** This answer's share of `lifetimeJitter` (0 ≤ j < lifetimeJitter). */

@@ -14,6 +14,7 @@ const claims: TicketClaims = {
   serviceAccount: 'chat',
   podName: 'chat-7d9f',
   podUid: 'uid-1',
+  accountUid: 'sa-uid-1',
   expiresAtMs: NOW + 60_000,
 };
 

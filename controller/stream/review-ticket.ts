@@ -33,6 +33,8 @@ export interface TicketClaims {
   serviceAccount: string;
   podName?: string | undefined;
   podUid?: string | undefined;
+  /** The ServiceAccount's UID the review gave: a replica's account watch checks it still exists. */
+  accountUid?: string | undefined;
   /** ms since the epoch after which the ticket is void. */
   expiresAtMs: number;
 }
@@ -62,6 +64,7 @@ export function issueTicket(key: Buffer, claims: TicketClaims): string {
       s: claims.serviceAccount,
       ...(claims.podName === undefined ? {} : { p: claims.podName }),
       ...(claims.podUid === undefined ? {} : { u: claims.podUid }),
+      ...(claims.accountUid === undefined ? {} : { a: claims.accountUid }),
       e: claims.expiresAtMs,
     }),
     'utf8',
@@ -99,14 +102,15 @@ export function checkTicket(
   } catch {
     return { ok: false, reason: 'malformed' };
   }
-  const { h, n, s, p, u, e } = raw;
+  const { h, n, s, p, u, a, e } = raw;
   if (
     typeof h !== 'string' ||
     typeof n !== 'string' ||
     typeof s !== 'string' ||
     typeof e !== 'number' ||
     (p !== undefined && typeof p !== 'string') ||
-    (u !== undefined && typeof u !== 'string')
+    (u !== undefined && typeof u !== 'string') ||
+    (a !== undefined && typeof a !== 'string')
   )
     return { ok: false, reason: 'malformed' };
   if (h !== tokenHash) return { ok: false, reason: 'other-token' };
@@ -119,6 +123,7 @@ export function checkTicket(
       serviceAccount: s,
       podName: p,
       podUid: u,
+      accountUid: a,
       expiresAtMs: e,
     },
   };

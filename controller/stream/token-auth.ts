@@ -9,6 +9,7 @@ import {
   NEGATIVE_TTL_MS,
   ReviewCache,
   UNWATCHED_TTL_MS,
+  type AccountWatch,
   type PodWatch,
   type ReviewAnswer,
   type WatchedPod,
@@ -18,7 +19,7 @@ interface TokenReviewStatus {
   authenticated?: boolean;
   error?: string;
   audiences?: string[];
-  user?: { username?: string; extra?: Record<string, string[]> };
+  user?: { username?: string; uid?: string; extra?: Record<string, string[]> };
 }
 
 /** The audience sidecar tokens must carry: a token minted for the API server is refused. */
@@ -27,6 +28,8 @@ export const SIDECAR_TOKEN_AUDIENCE = 'switchyard';
 export type Identity = {
   namespace: string;
   serviceAccount: string;
+  /** The ServiceAccount's UID, as the review gave it: the account watch checks it still exists. */
+  serviceAccountUid?: string | undefined;
   /** The pod the token is bound to (projected tokens), when the API server says so. */
   podName: string | undefined;
   podUid: string | undefined;
@@ -67,6 +70,17 @@ export const RENEW_MS = 60_000;
  * connected in the same minutes does not renew, nor lose its tickets, in the same minutes.
  */
 const LIFETIME_JITTER = 0.2;
+/**
+ * The longest an answer is reused while the controller's ServiceAccount watch does not hold the
+ * token's account (not synced yet, or just created): the bound on noticing a deleted account then,
+ * as `--token-review-cache` was before the account watch.
+ */
+export const UNWATCHED_ACCOUNT_MS = 5 * 60_000;
+/**
+ * The longest an answer is reused when the synced account watch does not hold its account: just
+ * created, or just deleted while kube-apiserver's own token cache (10 s) still calls it valid.
+ */
+export const UNSEEN_ACCOUNT_MS = 5_000;
 /** The raw client's connections to the API server (kube-raw.ts): one review on each at most. */
 const MAX_CONCURRENT_REVIEWS = 8;
 
@@ -75,6 +89,11 @@ export interface TokenAuthenticatorOptions {
   cacheMs?: number | undefined;
   /** The controller's pod watch, when it has one: pod-bound tokens are reused while it holds their pod. */
   pods?: PodWatch | undefined;
+  /**
+   * The controller's ServiceAccount watch: answers are reused past 5 min only while it holds the
+   * token's account, and end when it sees the account go.
+   */
+  accounts?: AccountWatch | undefined;
   now?: (() => number) | undefined;
   /** Draws in [0, 1) for the answers' lifetime jitter; Math.random unless a test fixes it. */
   random?: (() => number) | undefined;
@@ -107,6 +126,7 @@ export interface TokenAuthenticatorOptions {
 export class TokenAuthenticator {
   private readonly raw: Pick<KubeRaw, 'request'>;
   private readonly pods: PodWatch | undefined;
+  private readonly accounts: AccountWatch | undefined;
   private readonly cache: ReviewCache<AuthResult>;
   /** Reviews in progress: sidecars sharing a token that connect at once cost one TokenReview. */
   private readonly inFlight = new Map<
@@ -126,6 +146,7 @@ export class TokenAuthenticator {
   constructor(raw: Pick<KubeRaw, 'request'>, options: TokenAuthenticatorOptions = {}) {
     this.raw = raw;
     this.pods = options.pods;
+    this.accounts = options.accounts;
     this.now = options.now ?? Date.now;
     this.ticketKeys = options.ticketKeys ?? (() => []);
     this.onAuthenticated = options.onAuthenticated ?? (() => undefined);
@@ -136,6 +157,9 @@ export class TokenAuthenticator {
       negativeMs: NEGATIVE_TTL_MS,
       maxEntries: options.maxEntries ?? MAX_ENTRIES,
       pods: options.pods,
+      accounts: options.accounts,
+      unwatchedAccountMs: UNWATCHED_ACCOUNT_MS,
+      unseenAccountMs: UNSEEN_ACCOUNT_MS,
       renewMs: options.renewMs ?? RENEW_MS,
       lifetimeJitter: LIFETIME_JITTER,
       random: options.random ?? Math.random,
@@ -230,6 +254,7 @@ export class TokenAuthenticator {
       tokenHash: key,
       namespace: identity.namespace,
       serviceAccount: identity.serviceAccount,
+      accountUid: identity.serviceAccountUid,
       podName: identity.podName,
       podUid: identity.podUid,
       expiresAtMs: untilMs,
@@ -249,7 +274,13 @@ export class TokenAuthenticator {
     if (keys.length === 0) return undefined;
     const check = checkTicket(keys, ticket, key, this.now());
     if (!check.ok) return undefined;
-    const { namespace, serviceAccount, podName, podUid, expiresAtMs } = check.claims;
+    const { namespace, serviceAccount, podName, podUid, accountUid, expiresAtMs } = check.claims;
+    // A ticket for an account this replica's watch no longer holds (deleted, or recreated with
+    // another UID): review the token, which refuses it then.
+    if (this.accounts?.hasSynced === true) {
+      const held = this.accounts.uid(namespace, serviceAccount);
+      if (held === undefined || (accountUid !== undefined && held !== accountUid)) return undefined;
+    }
     let watched: { namespace: string; name: string; uid: string; seen: WatchedPod } | undefined;
     if (podName !== undefined) {
       const seen = this.pods?.hasSynced === true ? this.pods.get(namespace, podName) : undefined;
@@ -260,9 +291,10 @@ export class TokenAuthenticator {
     const pod = watched && boundPodOf(namespace, watched.name, watched.seen);
     const result: Authenticated = {
       ok: true,
-      identity: { namespace, serviceAccount, podName, podUid, pod },
+      identity: { namespace, serviceAccount, serviceAccountUid: accountUid, podName, podUid, pod },
     };
-    this.cache.admit(key, result, expiresAtMs, watched);
+    const account = { namespace, name: serviceAccount, uid: accountUid };
+    this.cache.admit(key, result, expiresAtMs, watched, account);
     return result;
   }
 
@@ -291,6 +323,8 @@ export class TokenAuthenticator {
     const namespace = user[1]!;
     const podName = extra['authentication.kubernetes.io/pod-name']?.[0];
     const podUid = extra['authentication.kubernetes.io/pod-uid']?.[0];
+    // A ServiceAccount token's user UID is its account's UID (not the token's).
+    const accountUid = status.user?.uid;
     let pod: BoundPod | undefined;
     if (podName !== undefined) {
       const found = await this.boundPod(namespace, podName, podUid);
@@ -299,8 +333,19 @@ export class TokenAuthenticator {
     }
     return {
       ok: true,
-      value: { ok: true, identity: { namespace, serviceAccount: user[2]!, podName, podUid, pod } },
+      value: {
+        ok: true,
+        identity: {
+          namespace,
+          serviceAccount: user[2]!,
+          serviceAccountUid: accountUid,
+          podName,
+          podUid,
+          pod,
+        },
+      },
       ...(podName === undefined ? {} : { pod: { namespace, name: podName, uid: podUid } }),
+      account: { namespace, name: user[2]!, uid: accountUid },
     };
   }
 

@@ -488,7 +488,7 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       '--advertise-address',
       '$(POD_IP)',
       '--token-review-cache',
-      '5m',
+      '30m',
       '--log-level',
       'info',
     ]);
@@ -574,6 +574,8 @@ describe('helm chart', { skip: !helmEnabled, timeout: 40 * 60_000 }, () => {
       'core/secrets:get',
       'core/secrets:list',
       'core/secrets:watch',
+      'core/serviceaccounts:list',
+      'core/serviceaccounts:watch',
       'core/services:list',
       'core/services:watch',
       'discovery.k8s.io/endpointslices:list',

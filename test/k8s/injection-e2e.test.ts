@@ -333,44 +333,48 @@ spec:
       assert.equal(answer.object, 'chat.completion');
     });
 
-    it('a pod-bound token, reused from the TokenReview cache, stops working within seconds of the pod’s deletion', async () => {
-      // The cache keeps a positive review up to 5 min, but a pod-bound token only while the
-      // controller's pod watch holds its pod (controller/stream/review-cache.ts).
+    /** A report with `token` to the pool chat of APPS: the status the controller answers. */
+    const reportWith = async (token: string, sidecar: string): Promise<number> => {
       const secret = await cluster.request<{ data: Record<string, string> }>(
         'GET',
         `/api/v1/namespaces/${SYSTEM_NS}/secrets/${TLS_SECRET}`,
       );
       const ca = Buffer.from(secret.body.data['ca.crt'] ?? '', 'base64').toString();
+      return new Promise((resolve, reject) => {
+        const body = JSON.stringify({
+          sidecar,
+          appliedVersion: 0,
+          appliedHash: '',
+          endpoints: [],
+        });
+        const req = https.request(
+          `https://127.0.0.1:${controllerPort}/v1/namespaces/${APPS}/pools/chat/reports`,
+          {
+            method: 'POST',
+            ca,
+            agent: false,
+            headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
+        req.on('error', reject);
+        req.end(body);
+      });
+    };
+
+    it('a pod-bound token, reused from the TokenReview cache, stops working within seconds of the pod’s deletion', async () => {
+      // The cache keeps a positive review up to 30 min, but a pod-bound token only while the
+      // controller's pod watch holds its pod (controller/stream/review-cache.ts).
       const { status } = await createPod(APPS, appPod('short-lived'));
       assert.equal(status, 201);
       const { token } = await cluster.createServiceAccountToken(APPS, 'default', {
         audience: 'switchyard',
         boundPod: 'short-lived',
       });
-      const report = (): Promise<number> =>
-        new Promise((resolve, reject) => {
-          const body = JSON.stringify({
-            sidecar: 'short-lived',
-            appliedVersion: 0,
-            appliedHash: '',
-            endpoints: [],
-          });
-          const req = https.request(
-            `https://127.0.0.1:${controllerPort}/v1/namespaces/${APPS}/pools/chat/reports`,
-            {
-              method: 'POST',
-              ca,
-              agent: false,
-              headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-            },
-            (res) => {
-              res.resume();
-              resolve(res.statusCode ?? 0);
-            },
-          );
-          req.on('error', reject);
-          req.end(body);
-        });
+      const report = (): Promise<number> => reportWith(token, 'short-lived');
       // Twice: reviewed, then from the cache.
       assert.ok((await report()) < 300);
       assert.ok((await report()) < 300);
@@ -383,6 +387,27 @@ spec:
         timeoutMs: 10_000,
       });
       assert.ok(performance.now() - deleted < 10_000);
+    });
+
+    it('a token reused from the TokenReview cache stops working within seconds of its ServiceAccount’s deletion (the API server’s 10 s included)', async () => {
+      // Kept up to 30 min only while the controller's ServiceAccount watch holds the account
+      // with the UID the review gave (controller/kube/account-watch.ts).
+      const { token } = await cluster.createServiceAccountToken(APPS, 'doomed', {
+        audience: 'switchyard',
+      });
+      const report = (): Promise<number> => reportWith(token, 'doomed');
+      await waitFor('the account’s token let in', async () => (await report()) < 300, {
+        timeoutMs: 10_000,
+      });
+      assert.ok((await report()) < 300, 'from the cache');
+      const deleted = performance.now();
+      await cluster.request('DELETE', `/api/v1/namespaces/${APPS}/serviceaccounts/doomed`);
+      // The API server itself keeps calling the token valid for up to 10 s after the deletion
+      // (kube-apiserver's token cache); the controller then keeps that answer 5 s at most.
+      await waitFor('the deleted account’s token refused', async () => (await report()) === 401, {
+        timeoutMs: 30_000,
+      });
+      assert.ok(performance.now() - deleted < 30_000);
     });
 
     it('leaves OPENAI_BASE_URL out when the pod opts out', async () => {

@@ -75,6 +75,7 @@ const GRANTED = [
   'inference.networking.k8s.io/inferencepools:list,watch@*',
   'core/events:create@*',
   'core/pods:get,list,watch@*',
+  'core/serviceaccounts:list,watch@*',
   'authentication.k8s.io/tokenreviews:create@cluster',
   // The chart's Roles in the release namespace: leader election and self-managed TLS.
   'coordination.k8s.io/leases:create,get,list,update@release',
