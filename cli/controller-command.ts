@@ -21,7 +21,7 @@ export function addControllerCommand(program: Command): void {
     )
     .option(
       '--kubeconfig <path>',
-      'kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)',
+      'kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster config)',
     )
     .addOption(
       new Option('--listen <host:port>', 'snapshot stream address')
@@ -147,12 +147,11 @@ export function addControllerCommand(program: Command): void {
         process.stderr.write(`switchyard controller: ${message}\n`);
         process.exit(2);
       };
-      // Loaded on demand: the Kubernetes client is large, and other subcommands never need it.
-      const { KubeConfig } = await import('@kubernetes/client-node');
       const { startController } = await import('../controller/controller.ts');
       const { planControllerOptions } = await import('../controller/controller-options.ts');
       const { readTlsFiles } = await import('../controller/tls/source.ts');
       const { SERVICE_ACCOUNT_TOKEN } = await import('../controller/kube/owners.ts');
+      const { loadKubeClientConfig } = await import('../controller/kube/kube-config.ts');
       const readText = (
         path: string,
       ): { ok: true; text: string } | { ok: false; message: string } => {
@@ -189,13 +188,19 @@ export function addControllerCommand(program: Command): void {
           fail((err as Error).message);
         }
       }
-      const kubeConfig = new KubeConfig();
+      // Read without @kubernetes/client-node (~80 MB per replica): it is imported only for
+      // what kube-config.ts cannot do itself (exec, auth-provider, proxy-url).
+      let kubeConfig: Awaited<ReturnType<typeof loadKubeClientConfig>>;
       try {
-        if (flags.kubeconfig !== undefined) kubeConfig.loadFromFile(flags.kubeconfig);
-        else kubeConfig.loadFromDefault();
+        kubeConfig = await loadKubeClientConfig({ file: flags.kubeconfig });
       } catch (err) {
-        fail(`cannot load the kubeconfig: ${(err as Error).message}`);
+        return fail(`cannot load the kubeconfig: ${(err as Error).message}`);
       }
+      if (kubeConfig.fallback !== undefined)
+        logger.warn(
+          { kubeconfig: kubeConfig.source, why: kubeConfig.fallback },
+          'the kubeconfig needs @kubernetes/client-node: it is loaded, at ~80 MB of memory',
+        );
       for (const note of plan.notes) logger.info(note);
       const { allocatorInUse } = await import('../controller/allocator.ts');
       const allocator = allocatorInUse();

@@ -1,4 +1,3 @@
-import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { listen, type HostPort } from '../lib/listen.ts';
 import { adminServer } from './admin-server.ts';
@@ -11,6 +10,7 @@ import { WebhookCaBundle } from './injection/ca-bundle.ts';
 import type { InjectionConfig } from './injection/config.ts';
 import { injectionWebhook, WEBHOOK_PATH } from './injection/webhook.ts';
 import { InformerCaches } from './kube/caches.ts';
+import type { KubeClientConfig } from './kube/kube-config.ts';
 import { KubeRaw } from './kube/kube-raw.ts';
 import { LeaderElector } from './kube/leader.ts';
 import { NO_OWNERS, type Owners } from './kube/owners.ts';
@@ -35,7 +35,8 @@ import { startTlsSource, type TlsConfig } from './tls/source.ts';
 export type { HostPort, TlsConfig };
 
 export interface ControllerOptions {
-  kubeConfig: KubeConfig;
+  /** The API server and credentials (kube/kube-config.ts). */
+  kubeConfig: KubeClientConfig;
   logger: Logger;
   /** Address of the snapshot stream (HTTPS when `tls` is given). */
   listen: HostPort;
@@ -132,7 +133,7 @@ export async function startController(options: ControllerOptions): Promise<Runni
 
   // The caches: each change enqueues the pools it concerns.
   const caches = new InformerCaches({
-    kubeConfig,
+    api: raw,
     logger,
     index,
     queue,
@@ -164,7 +165,6 @@ export async function startController(options: ControllerOptions): Promise<Runni
     injection === undefined
       ? undefined
       : new InjectionAuditor({
-          kubeConfig,
           raw,
           logger,
           identity: lease.identity,

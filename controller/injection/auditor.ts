@@ -5,7 +5,7 @@
  * those are cached) and the leader records one Warning Event on each, which `kubectl describe pod`
  * and `kubectl get events` show, and counts them in `switchyard_controller_pods_not_injected`.
  */
-import { CoreV1Api, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import {
   INJECTED_ANNOTATION,
@@ -56,7 +56,6 @@ export function missingSidecarEvent(
 }
 
 export interface InjectionAuditorOptions {
-  kubeConfig: KubeConfig;
   raw: KubeRaw;
   logger: Logger;
   identity: string;
@@ -73,13 +72,11 @@ export class InjectionAuditor {
 
   constructor(options: InjectionAuditorOptions) {
     this.options = options;
-    const coreV1 = options.kubeConfig.makeApiClient(CoreV1Api);
     this.informer = new SupervisedInformer<Pod>({
       name: 'pods',
-      kubeConfig: options.kubeConfig,
+      api: options.raw,
       path: '/api/v1/pods',
       labelSelector: POOL_LABEL,
-      list: () => coreV1.listPodForAllNamespaces({ labelSelector: POOL_LABEL }),
       logger: options.logger,
       onChange: (pod, kind) => {
         if (kind === 'delete') this.told.delete(pod.metadata?.uid ?? '');

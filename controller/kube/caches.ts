@@ -7,14 +7,7 @@
  * Every change only enqueues the keys of the pools it concerns (level-triggered: the event
  * carries no payload; the reconcile re-reads the caches).
  */
-import {
-  CoreV1Api,
-  CustomObjectsApi,
-  DiscoveryV1Api,
-  type KubeConfig,
-  type KubernetesListObject,
-  type KubernetesObject,
-} from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { GROUP, PLURAL, VERSION, type InferencePool } from '../../crds/inference-pool.schema.ts';
 import {
@@ -25,6 +18,7 @@ import {
 } from '../core/objects.ts';
 import { objectKey, splitKey, type PoolIndex, type PoolKey } from '../core/pool-index.ts';
 import { GaieWatches, type GaieCache } from './gaie-cache.ts';
+import type { KubeRaw } from './kube-raw.ts';
 import { SupervisedInformer } from './supervised-informer.ts';
 
 /** A pool as the informer holds it: the API's object, metadata (uid, generation) included. */
@@ -60,7 +54,7 @@ export interface PoolInformerCache extends PoolCache {
 }
 
 export interface InformerCachesOptions {
-  kubeConfig: KubeConfig;
+  api: KubeRaw;
   logger: Logger;
   /** Which pools a Service, an EndpointSlice, a Secret or a GAIE pool concerns. */
   index: Pick<PoolIndex, 'poolsForService' | 'poolsForSecret' | 'poolsForGaiePool'>;
@@ -83,7 +77,6 @@ export class InformerCaches {
   readonly gaie: GaieCache;
   readonly #gaie: GaieWatches;
   readonly #options: InformerCachesOptions;
-  readonly #coreV1: CoreV1Api;
   readonly #pools: SupervisedInformer<CachedPool>;
   readonly #services: SupervisedInformer<Informed<Service>>;
   readonly #slices: SupervisedInformer<Informed<EndpointSlice>>;
@@ -91,38 +84,23 @@ export class InformerCaches {
 
   constructor(options: InformerCachesOptions) {
     this.#options = options;
-    const { kubeConfig, index, queue } = options;
-    this.#coreV1 = kubeConfig.makeApiClient(CoreV1Api);
-    const discovery = kubeConfig.makeApiClient(DiscoveryV1Api);
-    const custom = kubeConfig.makeApiClient(CustomObjectsApi);
+    const { api, index, queue } = options;
 
     this.#pools = this.#informer<CachedPool>(
       PLURAL,
       `/apis/${GROUP}/${VERSION}/${PLURAL}`,
-      () =>
-        custom.listClusterCustomObject({
-          group: GROUP,
-          version: VERSION,
-          plural: PLURAL,
-        }) as Promise<KubernetesListObject<CachedPool>>,
       (pool) => queue.add(keyOf(pool)),
     );
-    this.#services = this.#informer<Informed<Service>>(
-      'services',
-      '/api/v1/services',
-      () => this.#coreV1.listServiceForAllNamespaces(),
-      (svc) => {
-        for (const key of index.poolsForService(
-          svc.metadata?.namespace ?? '',
-          svc.metadata?.name ?? '',
-        ))
-          queue.add(key);
-      },
-    );
+    this.#services = this.#informer<Informed<Service>>('services', '/api/v1/services', (svc) => {
+      for (const key of index.poolsForService(
+        svc.metadata?.namespace ?? '',
+        svc.metadata?.name ?? '',
+      ))
+        queue.add(key);
+    });
     this.#slices = this.#informer<Informed<EndpointSlice>>(
       'endpointslices',
       '/apis/discovery.k8s.io/v1/endpointslices',
-      () => discovery.listEndpointSliceForAllNamespaces({ labelSelector: SERVICE_NAME_LABEL }),
       (slice) => {
         const service = slice.metadata?.labels?.[SERVICE_NAME_LABEL];
         if (service === undefined) return;
@@ -152,7 +130,7 @@ export class InformerCaches {
           .filter((slice) => slice.metadata?.labels?.[SERVICE_NAME_LABEL] === service),
     };
     this.#gaie = new GaieWatches({
-      kubeConfig,
+      api,
       logger: options.logger,
       index,
       queue,
@@ -198,16 +176,14 @@ export class InformerCaches {
   #informer<T extends KubernetesObject>(
     name: string,
     path: string,
-    list: () => Promise<KubernetesListObject<T>>,
     onChange: (o: T) => void,
     selectors: { labelSelector?: string; fieldSelector?: string } = {},
   ): SupervisedInformer<T> {
-    const { kubeConfig, logger, queue, onRestart } = this.#options;
+    const { api, logger, queue, onRestart } = this.#options;
     return new SupervisedInformer<T>({
       name,
-      kubeConfig,
+      api,
       path,
-      list,
       logger,
       onChange,
       ...selectors,
@@ -233,8 +209,7 @@ export class InformerCaches {
       const fieldSelector = `metadata.name=${name}`;
       const informer = this.#informer<Informed<Secret>>(
         `secret ${ref}`,
-        `/api/v1/namespaces/${namespace}/secrets`,
-        () => this.#coreV1.listNamespacedSecret({ namespace, fieldSelector }),
+        `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets`,
         () => {
           for (const key of this.#options.index.poolsForSecret(namespace, name))
             this.#options.queue.add(key);

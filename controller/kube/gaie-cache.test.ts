@@ -1,11 +1,9 @@
 import assert from 'node:assert/strict';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { describe, test } from 'node:test';
-import { KubeConfig } from '@kubernetes/client-node';
 import pino from 'pino';
 import { waitFor } from '../../harness/k8s/cluster.ts';
 import { GaieWatches } from './gaie-cache.ts';
+import { fakeApiServer } from './testing.ts';
 
 /**
  * A stand-in API server for GAIE's pool list: it answers `status` to lists (an empty list once
@@ -13,7 +11,7 @@ import { GaieWatches } from './gaie-cache.ts';
  */
 async function apiServer() {
   const state = { status: 503, lists: 0 };
-  const server = http.createServer((req, res) => {
+  const server = await fakeApiServer((req, res) => {
     if (req.url?.includes('watch=true') === true) {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.flushHeaders();
@@ -31,28 +29,7 @@ async function apiServer() {
           }),
     );
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const kubeConfig = new KubeConfig();
-  kubeConfig.loadFromOptions({
-    clusters: [
-      {
-        name: 'c',
-        server: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-        skipTLSVerify: true,
-      },
-    ],
-    users: [{ name: 'u' }],
-    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
-    currentContext: 'x',
-  });
-  return {
-    kubeConfig,
-    state,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  return { api: server.raw, state, close: () => server.close() };
 }
 
 describe('GAIE watches', () => {
@@ -60,7 +37,7 @@ describe('GAIE watches', () => {
     const api = await apiServer();
     const enqueued: string[] = [];
     const watches = new GaieWatches({
-      kubeConfig: api.kubeConfig,
+      api: api.api,
       logger: pino({ level: 'silent' }),
       index: { poolsForGaiePool: () => ['apps/chat'] },
       queue: { add: (key) => enqueued.push(key) },

@@ -12,19 +12,15 @@
  * its backoff (up to 30 s apart, no hot loop), and the referencing pools say so in ResolvedRefs
  * until a retry finds the CRD.
  */
-import {
-  CoreV1Api,
-  CustomObjectsApi,
-  type KubeConfig,
-  type KubernetesListObject,
-  type KubernetesObject,
-} from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { GAIE_GROUP, GAIE_PLURAL, GAIE_VERSION } from '../../crds/inference-pool.schema.ts';
 import { gaieLabelSelector, type GaieLookup } from '../core/gaie-endpoints.ts';
 import type { GaieInferencePool, Pod } from '../core/objects.ts';
 import { splitKey, type PoolKey } from '../core/pool-index.ts';
-import { SupervisedInformer } from './supervised-informer.ts';
+import { KubeApiError, type KubeRaw } from './kube-raw.ts';
+import type { KubeList } from './object-cache.ts';
+import { SupervisedInformer, withSelectors } from './supervised-informer.ts';
 
 /** The referenced GAIE pools as the reconciler reads them. */
 export interface GaieCache {
@@ -35,7 +31,7 @@ export interface GaieCache {
 }
 
 export interface GaieWatchesOptions {
-  kubeConfig: KubeConfig;
+  api: Pick<KubeRaw, 'request' | 'stream'>;
   logger: Logger;
   /** Which pools reference a GAIE pool. */
   index: { poolsForGaiePool(namespace: string, name: string): PoolKey[] };
@@ -81,16 +77,13 @@ interface PodWatch {
 
 const GAIE_RESOURCE = `${GAIE_PLURAL}.${GAIE_GROUP}`;
 
-/** The HTTP status of a failed list, from the client's ApiException (`code`). */
+/** The HTTP status of a failed list; undefined when it did not get one. */
 function statusOf(err: unknown): number | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'number' ? code : undefined;
+  return err instanceof KubeApiError ? err.status : undefined;
 }
 
 export class GaieWatches implements GaieCache {
   readonly #options: GaieWatchesOptions;
-  readonly #custom: CustomObjectsApi;
-  readonly #coreV1: CoreV1Api;
   /** The referenced GAIE pools, object keys. */
   #refs = new Set<string>();
   #pools: SupervisedInformer<CachedGaiePool> | undefined;
@@ -100,8 +93,6 @@ export class GaieWatches implements GaieCache {
 
   constructor(options: GaieWatchesOptions) {
     this.#options = options;
-    this.#custom = options.kubeConfig.makeApiClient(CustomObjectsApi);
-    this.#coreV1 = options.kubeConfig.makeApiClient(CoreV1Api);
   }
 
   watchOnly(refs: readonly string[]): void {
@@ -172,7 +163,8 @@ export class GaieWatches implements GaieCache {
   }
 
   #startPoolWatch(): void {
-    const { kubeConfig, logger, onRestart } = this.#options;
+    const { api, logger, onRestart } = this.#options;
+    const path = `/apis/${GAIE_GROUP}/${GAIE_VERSION}/${GAIE_PLURAL}`;
     const all = (): void => this.#enqueue(() => true);
     // A change of why the list fails (or that it stopped failing) is news for the pools concerned.
     const set = (error: ListError): void => {
@@ -182,13 +174,9 @@ export class GaieWatches implements GaieCache {
       this.#poolsError = error;
       if (changed) all();
     };
-    const list = async (): Promise<KubernetesListObject<CachedGaiePool>> => {
+    const list = async (): Promise<KubeList<CachedGaiePool>> => {
       try {
-        const result = (await this.#custom.listClusterCustomObject({
-          group: GAIE_GROUP,
-          version: GAIE_VERSION,
-          plural: GAIE_PLURAL,
-        })) as KubernetesListObject<CachedGaiePool>;
+        const result = await api.request<KubeList<CachedGaiePool>>('GET', path);
         set(undefined);
         return result;
       } catch (err) {
@@ -216,8 +204,8 @@ export class GaieWatches implements GaieCache {
     };
     const informer = new SupervisedInformer<CachedGaiePool>({
       name: GAIE_RESOURCE,
-      kubeConfig,
-      path: `/apis/${GAIE_GROUP}/${GAIE_VERSION}/${GAIE_PLURAL}`,
+      api,
+      path,
       list,
       logger,
       onChange: (pool) => {
@@ -235,7 +223,8 @@ export class GaieWatches implements GaieCache {
   #ensurePodWatch(namespace: string, selector: string): string {
     const key = `${namespace}/${selector}`;
     if (this.#pods.has(key)) return key;
-    const { kubeConfig, logger, onRestart } = this.#options;
+    const { api, logger, onRestart } = this.#options;
+    const path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods`;
     // The GAIE pools this watch's pods belong to: those of its namespace with its selector.
     const members = (): void =>
       this.#enqueue((ns, name) => ns === namespace && this.#selectorOf(ns, name) === selector);
@@ -250,15 +239,15 @@ export class GaieWatches implements GaieCache {
       error: undefined,
       informer: new SupervisedInformer<CachedPod>({
         name: `pods ${key}`,
-        kubeConfig,
-        path: `/api/v1/namespaces/${namespace}/pods`,
+        api,
+        path,
         labelSelector: selector,
         list: async () => {
           try {
-            const result = await this.#coreV1.listNamespacedPod({
-              namespace,
-              labelSelector: selector,
-            });
+            const result = await api.request<KubeList<CachedPod>>(
+              'GET',
+              withSelectors(path, { labelSelector: selector }),
+            );
             set(undefined);
             return result;
           } catch (err) {

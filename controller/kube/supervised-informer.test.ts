@@ -1,52 +1,28 @@
 import assert from 'node:assert/strict';
-import http from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { KubeConfig, type KubernetesListObject, type V1ConfigMap } from '@kubernetes/client-node';
+import type { V1ConfigMap } from '@kubernetes/client-node';
 import pino from 'pino';
 import { waitFor } from '../../harness/k8s/cluster.ts';
+import type { KubeList } from './object-cache.ts';
 import { SupervisedInformer } from './supervised-informer.ts';
+import { fakeApiServer } from './testing.ts';
 
 /**
  * A stand-in API server for the watch half (the list half is the injected `list`): it holds
  * every watch open until `cutWatches()`, as a real one does until it shuts down.
  */
 async function watchServer() {
-  const sockets = new Set<Socket>();
   let watches = 0;
-  const server = http.createServer((_req, res) => {
+  const server = await fakeApiServer((_req, res) => {
     watches += 1;
     res.writeHead(200, { 'content-type': 'application/json' });
     res.flushHeaders();
   });
-  server.on('connection', (socket) => {
-    sockets.add(socket);
-    socket.on('close', () => sockets.delete(socket));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const kubeConfig = new KubeConfig();
-  kubeConfig.loadFromOptions({
-    clusters: [
-      {
-        name: 'c',
-        server: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-        skipTLSVerify: true, // plain HTTP: the client refuses it otherwise
-      },
-    ],
-    users: [{ name: 'u' }],
-    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
-    currentContext: 'x',
-  });
   return {
-    kubeConfig,
+    api: server.raw,
     watches: () => watches,
-    cutWatches: () => {
-      for (const socket of sockets) socket.destroy();
-    },
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
+    cutWatches: () => server.cutConnections(),
+    close: () => server.close(),
   };
 }
 
@@ -64,7 +40,7 @@ describe('a supervised informer', () => {
     const state = { failing: false, value: 'first', lists: 0, failedLists: 0 };
     const informer = new SupervisedInformer<V1ConfigMap>({
       name: 'configmaps',
-      kubeConfig: api.kubeConfig,
+      api: api.api,
       path: '/api/v1/configmaps',
       list: () => {
         state.lists += 1;
@@ -72,7 +48,7 @@ describe('a supervised informer', () => {
           state.failedLists += 1;
           return Promise.reject(new Error('connect ECONNREFUSED (the API server is restarting)'));
         }
-        const list: KubernetesListObject<V1ConfigMap> = {
+        const list: KubeList<V1ConfigMap> = {
           metadata: { resourceVersion: '1' },
           items: [configMap('cm', state.value)],
         };
@@ -118,7 +94,7 @@ describe('a supervised informer', () => {
     let failing = true;
     const informer = new SupervisedInformer<V1ConfigMap>({
       name: 'configmaps',
-      kubeConfig: api.kubeConfig,
+      api: api.api,
       path: '/api/v1/configmaps',
       list: () =>
         failing

@@ -1,21 +1,19 @@
-import {
-  ListWatch,
-  Watch,
-  type KubeConfig,
-  type KubernetesListObject,
-  type KubernetesObject,
-} from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import type { KubeRaw } from './kube-raw.ts';
+import { ListWatch, type KubeList, type KubeObject, type ListWatchOptions } from './list-watch.ts';
 
-export interface SupervisedInformerOptions<T extends KubernetesObject> {
+export interface SupervisedInformerOptions<T extends KubeObject> {
   /** For logs and metrics, e.g. `endpointslices`. */
   name: string;
-  kubeConfig: KubeConfig;
-  /** Watch path, e.g. `/apis/discovery.k8s.io/v1/endpointslices`. */
+  api: Pick<KubeRaw, 'request' | 'stream'>;
+  /** The collection listed and watched, e.g. `/apis/discovery.k8s.io/v1/endpointslices`. */
   path: string;
-  list: () => Promise<KubernetesListObject<T>>;
-  labelSelector?: string;
-  fieldSelector?: string;
+  /** The list; by default a GET of `path` with the selectors. */
+  list?: () => Promise<KubeList<T>>;
+  labelSelector?: string | undefined;
+  fieldSelector?: string | undefined;
+  /** Each watch's timeout and idleness limit (list-watch.ts), for tests. */
+  watch?: Pick<ListWatchOptions<T>, 'watchTimeoutSeconds' | 'idleTimeoutMs'>;
   logger: Logger;
   /** Called for every add, update and delete (after the cache changed). */
   onChange: (object: T, kind: 'add' | 'update' | 'delete') => void;
@@ -32,12 +30,12 @@ export interface SupervisedInformerOptions<T extends KubernetesObject> {
 }
 
 /**
- * An informer (list + watch + cache) that does not die. The JavaScript client's ListWatch stops
- * for good on most errors and can sit on a half-open connection; this wrapper restarts it with
- * exponential backoff and full jitter on any error, and from a watchdog when it has been silent
- * for `idleRestartMs` (the watch reconnects every ~30 s when healthy, so silence means trouble).
+ * An informer (list + watch + cache) that does not die. A ListWatch (list-watch.ts) stops for
+ * good on any error; this wrapper starts a fresh one with exponential backoff and full jitter,
+ * and from a watchdog when it has been silent for `idleRestartMs` (a healthy watch hears a
+ * bookmark about every minute and is re-made every ~5, so silence means trouble).
  */
-export class SupervisedInformer<T extends KubernetesObject> {
+export class SupervisedInformer<T extends KubeObject> {
   /** The informer reads are served from: the last one whose list completed. */
   private informer: ListWatch<T>;
   /**
@@ -54,8 +52,6 @@ export class SupervisedInformer<T extends KubernetesObject> {
   private stopped = false;
   private synced = false;
   private syncWaiters: (() => void)[] = [];
-  /** The informers whose list has come in (a failed list leaves an informer's cache empty). */
-  private readonly listed = new WeakSet<ListWatch<T>>();
 
   constructor(options: SupervisedInformerOptions<T>) {
     this.options = options;
@@ -64,43 +60,33 @@ export class SupervisedInformer<T extends KubernetesObject> {
 
   private create(): ListWatch<T> {
     const { options } = this;
-    // ListWatch.start() resolves when its list fails too (the failure goes to the error
-    // callbacks only), so whether the list came in is recorded here, by the list itself.
-    const list = async (): Promise<KubernetesListObject<T>> => {
-      const result = await options.list();
-      this.listed.add(informer);
-      return result;
-    };
-    const informer: ListWatch<T> = new ListWatch<T>(
-      options.path,
-      new Watch(options.kubeConfig),
-      list,
-      false,
-      options.labelSelector,
-      options.fieldSelector,
-    );
+    const { api, path, labelSelector, fieldSelector } = options;
     const heard = (): void => {
       this.lastHeardMs = performance.now();
     };
-    informer.on('add', (o) => {
-      heard();
-      options.onChange(o, 'add');
-    });
-    informer.on('update', (o) => {
-      heard();
-      options.onChange(o, 'update');
-    });
-    informer.on('delete', (o) => {
-      heard();
-      options.onChange(o, 'delete');
-    });
-    informer.on('connect', () => {
-      heard();
-      this.failures = 0;
-    });
-    informer.on('error', (err: unknown) => {
-      if ((this.informer !== informer && this.pending !== informer) || this.stopped) return;
-      this.scheduleRestart('error', err);
+    const informer: ListWatch<T> = new ListWatch<T>({
+      api,
+      path,
+      list: options.list ?? (() => api.request<KubeList<T>>('GET', withSelectors(path, options))),
+      labelSelector,
+      fieldSelector,
+      ...options.watch,
+      handlers: {
+        onChange: (object, kind) => {
+          heard();
+          options.onChange(object, kind);
+        },
+        onHeard: heard,
+        // A watch is up: the list and the watch work again, so the backoff starts over.
+        onConnect: () => {
+          heard();
+          this.failures = 0;
+        },
+        onError: (err) => {
+          if ((this.informer !== informer && this.pending !== informer) || this.stopped) return;
+          this.scheduleRestart('error', err);
+        },
+      },
     });
     return informer;
   }
@@ -125,15 +111,12 @@ export class SupervisedInformer<T extends KubernetesObject> {
     informer.start().then(
       () => {
         if (this.stopped || (informer !== this.informer && informer !== this.pending)) return;
-        // Its list failed: the error callback has scheduled a restart. Serving its empty cache
-        // would publish every pool without endpoints (all sidecars shed) until the next list.
-        if (!this.listed.has(informer)) return;
         if (informer === this.pending) {
           // Its list is in: serve from it now, and let the previous one go.
           const previous = this.informer;
           this.informer = informer;
           this.pending = undefined;
-          void previous.stop().catch(() => undefined);
+          previous.stop();
         }
         if (!this.synced) {
           this.synced = true;
@@ -141,6 +124,8 @@ export class SupervisedInformer<T extends KubernetesObject> {
         }
         this.options.onSynced?.();
       },
+      // Its list failed (its cache is empty): serving from it would publish every pool without
+      // endpoints (all sidecars shed) until the next list, so reads stay where they are.
       (err: unknown) => {
         if (informer === this.informer || informer === this.pending)
           this.scheduleRestart('error', err);
@@ -170,7 +155,7 @@ export class SupervisedInformer<T extends KubernetesObject> {
       if (this.stopped) return;
       // A fresh ListWatch re-lists; reads move to it once that list is in (launch). A pending
       // one that failed is replaced; the one serving reads keeps its last good cache meanwhile.
-      if (this.pending !== undefined) void this.pending.stop().catch(() => undefined);
+      this.pending?.stop();
       this.pending = this.create();
       this.launch(this.pending);
     }, delayMs);
@@ -194,11 +179,24 @@ export class SupervisedInformer<T extends KubernetesObject> {
     return this.informer.list(namespace);
   }
 
-  async stop(): Promise<void> {
+  stop(): Promise<void> {
     this.stopped = true;
     if (this.restartTimer !== undefined) clearTimeout(this.restartTimer);
     if (this.watchdog !== undefined) clearInterval(this.watchdog);
-    if (this.pending !== undefined) await this.pending.stop().catch(() => undefined);
-    await this.informer.stop();
+    this.pending?.stop();
+    this.informer.stop();
+    return Promise.resolve();
   }
+}
+
+/** `path` with the label and field selectors as its query. */
+export function withSelectors(
+  path: string,
+  selectors: { labelSelector?: string | undefined; fieldSelector?: string | undefined },
+): string {
+  const query = new URLSearchParams();
+  if (selectors.labelSelector !== undefined) query.set('labelSelector', selectors.labelSelector);
+  if (selectors.fieldSelector !== undefined) query.set('fieldSelector', selectors.fieldSelector);
+  const text = query.toString();
+  return text === '' ? path : `${path}?${text}`;
 }
