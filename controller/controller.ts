@@ -176,7 +176,6 @@ export async function startController(options: ControllerOptions): Promise<Runni
   // Which ServiceAccounts exist: a deleted one's sidecars are refused within seconds, so their
   // reviews can be reused for the whole --token-review-cache (stream/review-cache.ts).
   const accounts = new ServiceAccountWatch({
-    kubeConfig,
     raw,
     logger,
     onRestart: (reason) => metrics.informerRestarts.inc({ informer: 'serviceaccounts', reason }),

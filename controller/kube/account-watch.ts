@@ -8,32 +8,31 @@
  * Cluster-wide like the pod watch, because sidecars of any namespace connect. A ServiceAccount is
  * a few hundred bytes; a cluster's few thousand cost a replica about a megabyte.
  */
-import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { AccountWatch } from '../stream/review-cache.ts';
 import type { KubeRaw } from './kube-raw.ts';
+import type { KubeObject } from './list-watch.ts';
+
+/** What the watch reads of a ServiceAccount. */
+interface Account extends KubeObject {
+  metadata?: { name?: string; namespace?: string; resourceVersion?: string; uid?: string };
+}
 import { SupervisedInformer } from './supervised-informer.ts';
 
 export interface ServiceAccountWatchOptions {
-  kubeConfig: KubeConfig;
-  raw: Pick<KubeRaw, 'request'>;
+  raw: Pick<KubeRaw, 'request' | 'stream'>;
   logger: Logger;
   onRestart: (reason: string) => void;
 }
 
 export class ServiceAccountWatch implements AccountWatch {
-  private readonly informer: SupervisedInformer<KubernetesObject>;
+  private readonly informer: SupervisedInformer<Account>;
 
   constructor(options: ServiceAccountWatchOptions) {
-    this.informer = new SupervisedInformer<KubernetesObject>({
+    this.informer = new SupervisedInformer<Account>({
       name: 'serviceaccounts',
-      kubeConfig: options.kubeConfig,
+      api: options.raw,
       path: '/api/v1/serviceaccounts',
-      list: () =>
-        options.raw.request<KubernetesListObject<KubernetesObject>>(
-          'GET',
-          '/api/v1/serviceaccounts',
-        ),
       logger: options.logger,
       onChange: () => undefined,
       onRestart: options.onRestart,
