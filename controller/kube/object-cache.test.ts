@@ -34,6 +34,15 @@ describe('an object cache', () => {
     assert.equal(cache.upsert(obj('a', 'y')), 'update');
   });
 
+  test('keeps no managedFields (server-side apply bookkeeping nothing reads)', () => {
+    const cache = new ObjectCache<KubeObject & { spec?: unknown }>();
+    const managedFields = [{ manager: 'kubectl', fieldsV1: { 'f:spec': {} } }];
+    cache.upsert({ metadata: { name: 'a', resourceVersion: '1', managedFields }, spec: 1 });
+    cache.replace([{ metadata: { name: 'b', resourceVersion: '1', managedFields }, spec: 2 }]);
+    assert.deepEqual(cache.get('b'), { metadata: { name: 'b', resourceVersion: '1' }, spec: 2 });
+    assert.equal(cache.get('a'), undefined, 'replaced by the list');
+  });
+
   test('removes what it holds, and drops an emptied namespace', () => {
     const cache = new ObjectCache();
     cache.upsert(obj('a', 'x', '1'));
