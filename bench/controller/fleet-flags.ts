@@ -37,6 +37,8 @@ const HELP = `npm run bench:controller-fleet -- [flags]
   --no-kill              skip killing a replica
   --allocator <name>     the replicas' C allocator: glibc (Node's own malloc) or jemalloc
                          (preloaded, as the chart runs the controller; default glibc)
+  --replica-node-args <args>  Node/V8 flags for the replicas only, space-separated (e.g.
+                         "--optimize-for-size"): what a flag in the chart's NODE_OPTIONS would do
   --cpu-prof <dir>       each replica writes a V8 CPU profile there when it stops (the killed
                          one writes none), each subscriber host one under <dir>/hosts: where the
                          CPU goes (open in Chrome's DevTools, or bench/controller/profile-top.ts)
@@ -65,6 +67,7 @@ export interface FleetFlags {
   out: string;
   cpuProfDir: string | undefined;
   allocator: Allocator;
+  replicaNodeArgs: string[];
 }
 
 export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
@@ -91,6 +94,7 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
       out: { type: 'string', default: join(REPO, 'bench/results/controller-fleet.json') },
       'cpu-prof': { type: 'string' },
       allocator: { type: 'string', default: 'glibc' },
+      'replica-node-args': { type: 'string', default: '' },
     },
     HELP,
   );
@@ -124,6 +128,7 @@ export function parseFleetFlags(): { fleet: FleetFlags; base: Flags } {
     allocator:
       parseAllocator(v.allocator) ??
       usageError(`--allocator takes glibc or jemalloc, got ${v.allocator}`),
+    replicaNodeArgs: v['replica-node-args'].split(/\s+/).filter((a) => a !== ''),
   };
   if (fleet.clients + fleet.sidecars === 0) usageError('--subscribers and --sidecars are both 0');
   // Old and new pods' addresses both come from 10.201.0.0/16 (fleet-rolling.ts).

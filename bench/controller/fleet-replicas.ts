@@ -22,21 +22,23 @@ export async function startReplicas(
   tls: { certFile: string; keyFile: string },
   allocator: Allocator,
   cpuProfDir?: string,
+  nodeArgs: readonly string[] = [],
 ): Promise<Replica[]> {
   const env = allocatorEnv(allocator);
   const start = (i: number): Promise<Replica> =>
     startSwitchyard(controllerArgs(server.cluster.kubeconfigPath, tls, `controller-${i}`), {
       timeoutMs: 120_000,
       env,
-      ...(cpuProfDir === undefined
-        ? {}
-        : {
-            nodeArgs: [
+      nodeArgs: [
+        ...nodeArgs,
+        ...(cpuProfDir === undefined
+          ? []
+          : [
               '--cpu-prof',
               `--cpu-prof-dir=${cpuProfDir}`,
               `--cpu-prof-name=controller-${i}.cpuprofile`,
-            ],
-          }),
+            ]),
+      ],
     }).then((process) => ({
       identity: `controller-${i}`,
       process,

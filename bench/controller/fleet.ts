@@ -77,6 +77,7 @@ async function main(): Promise<void> {
       tls,
       flags.allocator,
       flags.cpuProfDir,
+      flags.replicaNodeArgs,
     );
     resources.hold(() =>
       Promise.all(replicas.map((r) => r.process.stop(5_000).catch(() => undefined))),
