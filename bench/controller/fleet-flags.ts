@@ -37,8 +37,9 @@ const HELP = `npm run bench:controller-fleet -- [flags]
   --no-kill              skip killing a replica
   --allocator <name>     the replicas' C allocator: glibc (Node's own malloc) or jemalloc
                          (preloaded, as the chart runs the controller; default glibc)
-  --replica-node-args <args>  Node/V8 flags for the replicas only, space-separated (e.g.
-                         "--optimize-for-size"): what a flag in the chart's NODE_OPTIONS would do
+  --replica-node-args=<args>  Node/V8 flags for the replicas only, space-separated, given with
+                         '=' (--replica-node-args=--heap-growing-percent=20): what a flag in
+                         the controller's NODE_OPTIONS would do
   --cpu-prof <dir>       each replica writes a V8 CPU profile there when it stops (the killed
                          one writes none), each subscriber host one under <dir>/hosts: where the
                          CPU goes (open in Chrome's DevTools, or bench/controller/profile-top.ts)
