@@ -35,6 +35,8 @@ export interface StartOptions {
   timeoutMs?: number;
   /** Node flags for the child (e.g. --cpu-prof). */
   nodeArgs?: string[];
+  /** Every line it writes to stdout, as it comes (a bench counting log lines by message). */
+  onLine?: (line: string) => void;
 }
 
 type Announcement = { url: string; adminUrl?: string | undefined };
@@ -91,6 +93,7 @@ export function startNodeScript(
     const lines = createInterface({ input: child.stdout });
     lines.on('line', (line) => {
       append(line + '\n');
+      options.onLine?.(line);
       if (done) return;
       const found = announcement(line);
       if (found === undefined) return;

@@ -16,12 +16,18 @@ export interface Forwarder {
   port: number;
   /** Connections handed to each replica (by index in `backends`). */
   handed: number[];
+  /**
+   * Of the handed connections that ended, which side closed first: the replica (a controller's
+   * idle timeout, GOAWAY, a kill) or the subscriber (its watchdog, a reconnect).
+   */
+  closedFirstBy: { replica: number; subscriber: number };
   close(): void;
 }
 
 export function startForwarder(backends: readonly number[], offset: number): Promise<Forwarder> {
   let next = offset % backends.length;
   const handed = backends.map(() => 0);
+  const closedFirstBy = { replica: 0, subscriber: 0 };
   const sockets = new Set<net.Socket>();
   const connectTo = (client: net.Socket, tries: number): void => {
     const i = next;
@@ -29,6 +35,12 @@ export function startForwarder(backends: readonly number[], offset: number): Pro
     const upstream = net.connect({ host: '127.0.0.1', port: backends[i]!, noDelay: true });
     sockets.add(upstream);
     let open = false;
+    let ended = false;
+    const endedBy = (side: 'replica' | 'subscriber'): void => {
+      if (!open || ended) return;
+      ended = true;
+      closedFirstBy[side]++;
+    };
     upstream.once('connect', () => {
       open = true;
       handed[i]!++;
@@ -43,9 +55,16 @@ export function startForwarder(backends: readonly number[], offset: number): Pro
     });
     upstream.on('close', () => {
       sockets.delete(upstream);
+      endedBy('replica');
       if (open) client.destroy();
     });
-    client.on('close', () => upstream.destroy());
+    // A half-close counts too: the side that sent its FIN first is the one that ended it.
+    upstream.on('end', () => endedBy('replica'));
+    client.on('end', () => endedBy('subscriber'));
+    client.on('close', () => {
+      endedBy('subscriber');
+      upstream.destroy();
+    });
   };
   const server = net.createServer({ noDelay: true }, (client) => {
     sockets.add(client);
@@ -59,6 +78,7 @@ export function startForwarder(backends: readonly number[], offset: number): Pro
       resolve({
         port: (server.address() as net.AddressInfo).port,
         handed,
+        closedFirstBy,
         close: () => {
           server.close();
           for (const s of sockets) s.destroy();

@@ -16,6 +16,7 @@
  * not counted.
  */
 import { readFileSync } from 'node:fs';
+import { monitorEventLoopDelay, type ELDHistogram } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import pino from 'pino';
 import {
@@ -25,6 +26,7 @@ import {
 import { snapshotKey } from './fixture.ts';
 import { keyDigest } from './fleet-digest.ts';
 import { startForwarder } from './fleet-forwarder.ts';
+import { LogCounts } from './log-counts.ts';
 
 export interface HostConfig {
   /** The replicas' stream ports on 127.0.0.1. */
@@ -41,8 +43,41 @@ const epochMs = (): number => performance.timeOrigin + performance.now();
 async function main(): Promise<void> {
   const config = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as HostConfig;
   const forwarder = await startForwarder(config.backends, config.offset);
-  // Errors only: 10,000 clients' reconnect warnings would cost more than they tell.
-  const logger = pino({ level: 'error' }, pino.destination(2));
+  // Lines from info up are counted by message (why subscribers reconnect is in them); only errors
+  // are written: 10,000 clients' reconnect warnings would cost more than they tell.
+  const logCounts = new LogCounts();
+  const logger = pino(
+    {
+      level: 'info',
+      hooks: {
+        logMethod(args, method, level) {
+          const [first, second] = args as unknown[];
+          const fields =
+            typeof first === 'object' && first !== null
+              ? (first as Record<string, unknown>)
+              : undefined;
+          const msg = fields === undefined ? first : second;
+          logCounts.add(level, typeof msg === 'string' ? msg : '(no message)', fields);
+          if (level >= 50) method.apply(this, args);
+        },
+      },
+    },
+    pino.destination(2),
+  );
+  // How late this host's timers and I/O run: a host too busy to read its sockets in time makes
+  // its clients' watchdogs fire on connections that are fine. One histogram per `stats` (a bench
+  // phase), one per `progress` line.
+  const loopDelay = (): ELDHistogram => {
+    const h = monitorEventLoopDelay({ resolution: 20 });
+    h.enable();
+    return h;
+  };
+  const delayOf = (h: ELDHistogram): { p99Ms: number; maxMs: number } => ({
+    p99Ms: Math.round(h.percentile(99) / 1e6),
+    maxMs: Math.round(h.max / 1e6),
+  });
+  const phaseDelay = loopDelay();
+  const windowDelay = loopDelay();
   let pending: string[] = [];
   const emit = (line: string): void => {
     if (pending.length === 0) setImmediate(flush);
@@ -122,10 +157,22 @@ async function main(): Promise<void> {
           } else if (open) down.delete(s.index);
         });
       }, 10);
-    } else if (line === 'stats') {
+    } else if (line === 'stats' || line === 'progress') {
       const connected = clients.filter((c) => c.connected()).length;
+      const delay = line === 'stats' ? phaseDelay : windowDelay;
+      const loopDelayMs = delayOf(delay);
+      delay.reset();
       emit(
-        `stats ${JSON.stringify({ connected, applied, snapshotBytes, handed: forwarder.handed, rssMb: process.memoryUsage().rss / 2 ** 20 })}`,
+        `${line} ${JSON.stringify({
+          connected,
+          applied,
+          snapshotBytes,
+          handed: forwarder.handed,
+          closedFirstBy: forwarder.closedFirstBy,
+          loopDelayMs,
+          rssMb: process.memoryUsage().rss / 2 ** 20,
+          ...(line === 'stats' && { logs: logCounts.toJSON() }),
+        })}`,
       );
     } else if (line === 'counters') {
       emit(`counters ${JSON.stringify(Object.fromEntries(counters))}`);

@@ -7,6 +7,7 @@ import { allocatorEnv, type Allocator } from '../../harness/allocator.ts';
 import { cpuSeconds, memoryMb } from '../../harness/proc.ts';
 import { startSwitchyard, type RunningProcess } from '../../harness/processes.ts';
 import { controllerArgs, type ApiServer } from './setup.ts';
+import { LogCounts } from './log-counts.ts';
 import { parseMetrics } from './report.ts';
 
 export interface Replica {
@@ -14,6 +15,8 @@ export interface Replica {
   process: RunningProcess;
   port: number;
   alive: boolean;
+  /** Its warnings and errors so far, counted by message. */
+  logs: LogCounts;
 }
 
 export async function startReplicas(
@@ -25,10 +28,12 @@ export async function startReplicas(
   nodeArgs: readonly string[] = [],
 ): Promise<Replica[]> {
   const env = allocatorEnv(allocator);
-  const start = (i: number): Promise<Replica> =>
-    startSwitchyard(controllerArgs(server.cluster.kubeconfigPath, tls, `controller-${i}`), {
+  const start = (i: number): Promise<Replica> => {
+    const logs = new LogCounts();
+    return startSwitchyard(controllerArgs(server.cluster.kubeconfigPath, tls, `controller-${i}`), {
       timeoutMs: 120_000,
       env,
+      onLine: (line) => logs.addLine(line, 40),
       nodeArgs: [
         ...nodeArgs,
         ...(cpuProfDir === undefined
@@ -44,7 +49,9 @@ export async function startReplicas(
       process,
       port: Number(new URL(process.url).port),
       alive: true,
+      logs,
     }));
+  };
   return Promise.all(Array.from({ length: count }, (_, i) => start(i)));
 }
 

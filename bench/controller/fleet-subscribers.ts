@@ -40,6 +40,18 @@ interface Waiter {
   resolve: () => void;
 }
 
+export interface HostStats {
+  connected: number;
+  applied: number;
+  snapshotBytes: number;
+  /** Connections its forwarder handed each replica, and which side ended those that ended. */
+  handed: number[];
+  closedFirstBy: { replica: number; subscriber: number };
+  loopDelayMs: { p99Ms: number; maxMs: number };
+  rssMb: number;
+  logs?: Record<string, number>;
+}
+
 interface Child {
   tracked: TrackedChild;
   pid: number;
@@ -55,6 +67,7 @@ export class Fleet {
   /** Each host's forwarder port, in the order they came up. */
   readonly forwarderPorts: number[] = [];
   private statsWaiters: ((s: unknown) => void)[] = [];
+  private progressWaiters: ((s: unknown) => void)[] = [];
   private countersWaiters: ((s: unknown) => void)[] = [];
   /**
    * Rejects when a subscriber host exits before `stopAll()`, with its output: its subscribers are
@@ -174,6 +187,8 @@ export class Fleet {
           this.subscribers[Number(i)]!.droppedAt ??= Number(at);
         } else if (line.startsWith('stats '))
           this.statsWaiters.shift()?.(JSON.parse(line.slice(6)));
+        else if (line.startsWith('progress '))
+          this.progressWaiters.shift()?.(JSON.parse(line.slice(9)));
         else if (line.startsWith('counters '))
           this.countersWaiters.shift()?.(JSON.parse(line.slice(9)));
       });
@@ -185,19 +200,29 @@ export class Fleet {
     });
   }
 
-  /** Every host's `stats` line. */
-  async hostStats(): Promise<
-    { connected: number; applied: number; snapshotBytes: number; handed: number[]; rssMb: number }[]
-  > {
+  /**
+   * Every host's `stats` line: its event loop's delay since the last one (a bench phase) and its
+   * log lines counted by message since it started (fleet-host.ts).
+   */
+  hostStats(): Promise<HostStats[]> {
+    return this.askHosts('stats', this.statsWaiters);
+  }
+
+  /** The same, the loop delay since the last progress reading, without the log counts. */
+  hostProgress(): Promise<HostStats[]> {
+    return this.askHosts('progress', this.progressWaiters);
+  }
+
+  private async askHosts(command: string, waiters: ((s: unknown) => void)[]): Promise<HostStats[]> {
     const replies = this.hosts.map(
       (h) =>
         new Promise<unknown>((r) => {
-          this.statsWaiters.push(r);
-          h.stdin?.write('stats\n');
+          waiters.push(r);
+          h.stdin?.write(`${command}\n`);
         }),
     );
     // Replies come in any order; each is a whole host's, so only the set matters.
-    return (await Promise.all(replies)) as never;
+    return (await Promise.all(replies)) as HostStats[];
   }
 
   /** Per subscriber, [snapshots applied, bytes of their events] so far (fleet-host.ts). */

@@ -26,9 +26,15 @@ import { expectedKey, makeTls, mutate, paths, sliceObject } from './fixture.ts';
 import { parseFleetFlags } from './fleet-flags.ts';
 import { keyDigest } from './fleet-digest.ts';
 import { cpuBetween, readCpu } from './fleet-cpu.ts';
-import { apiRequestCounts, ratesPerMinute, readReplicas, startReplicas } from './fleet-replicas.ts';
+import {
+  apiRequestCounts,
+  ratesPerMinute,
+  readReplicas,
+  startReplicas,
+  type Replica,
+} from './fleet-replicas.ts';
 import { rollingRestart } from './fleet-rolling.ts';
-import { epochMs, Fleet, type SubscriberState } from './fleet-subscribers.ts';
+import { epochMs, Fleet, type HostStats, type SubscriberState } from './fleet-subscribers.ts';
 import { loadAverage } from './resources.ts';
 import { RunResources } from './run-resources.ts';
 import { createPools, log, mintSubscriberTokens, startApiServer } from './setup.ts';
@@ -123,13 +129,16 @@ async function main(): Promise<void> {
         (i) => tokenFiles[i]!,
       );
     }
-    // Progress every 30 s: how many hold their snapshot, and the replicas' streams.
+    // Progress every 30 s: how many hold their snapshot, the replicas' streams, and the hosts'
+    // connections (handed so far, ended by which side) and event-loop delay over the 30 s.
     const progress = setInterval(() => {
-      void readReplicas(replicas).then((rs) =>
+      void Promise.all([readReplicas(replicas), fleet.hostProgress()]).then(([rs, hs]) => {
+        const sum = (f: (h: HostStats) => number): number => hs.reduce((n, h) => n + f(h), 0);
         log(
-          `synced ${sync.arrivals.size}/${total}; streams ${rs.map((r) => r.connectedSidecars ?? '?').join(' + ')}; RSS ${rs.map((r) => Math.round(r.rssMb ?? 0)).join(' / ')} MB; load ${loadAverage()}`,
-        ),
-      );
+          `synced ${sync.arrivals.size}/${total}; streams ${rs.map((r) => r.connectedSidecars ?? '?').join(' + ')}; RSS ${rs.map((r) => Math.round(r.rssMb ?? 0)).join(' / ')} MB; ` +
+            `hosts: connected ${sum((h) => h.connected)}, handed ${sum((h) => h.handed.reduce((a, b) => a + b, 0))}, ended by replica ${sum((h) => h.closedFirstBy.replica)} / subscriber ${sum((h) => h.closedFirstBy.subscriber)}, loop delay max ${Math.max(...hs.map((h) => h.loopDelayMs.maxMs))} ms; load ${loadAverage()}`,
+        );
+      });
     }, 30_000);
     try {
       // The timeouts are unref'd: a race already won must not keep the bench alive.
@@ -169,6 +178,8 @@ async function main(): Promise<void> {
       load: loadAverage(),
       cpu: cpuBetween(syncCpu, await cpuNow()),
       replicasAfter: await readReplicas(replicas),
+      ...(await hostsReading(fleet)),
+      replicaLogs: replicaLogs(replicas),
     };
 
     // Steady state: reports only.
@@ -199,7 +210,7 @@ async function main(): Promise<void> {
             ? null
             : Math.round(((r.cpuSeconds - cpuBefore[i].cpuSeconds) / seconds) * 1000) / 10,
       })),
-      hosts: await fleet.hostStats(),
+      ...(await hostsReading(fleet)),
     };
 
     // Writes, one at a time.
@@ -315,7 +326,8 @@ async function main(): Promise<void> {
         perSubscriberMs: dist(back),
         cpu: cpuBetween(killCpu, await cpuNow()),
         survivors: await readReplicas(replicas),
-        hosts: await fleet.hostStats(),
+        ...(await hostsReading(fleet)),
+        replicaLogs: replicaLogs(replicas),
         load: loadAverage(),
       };
       log(`kill: ${JSON.stringify(results.kill)}`);
@@ -327,6 +339,28 @@ async function main(): Promise<void> {
   } finally {
     await resources.releaseAll();
   }
+}
+
+/**
+ * The hosts' readings (without their log counts) and their log lines summed over all hosts:
+ * what the subscribers said, counted by message, since they started.
+ */
+async function hostsReading(
+  fleet: Fleet,
+): Promise<{ hosts: HostStats[]; hostLogs: Record<string, number> }> {
+  const hosts = await fleet.hostStats();
+  const logs = new Map<string, number>();
+  for (const h of hosts)
+    for (const [k, n] of Object.entries(h.logs ?? {})) logs.set(k, (logs.get(k) ?? 0) + n);
+  return {
+    hosts: hosts.map(({ logs: _, ...rest }) => rest),
+    hostLogs: Object.fromEntries([...logs].sort((a, b) => b[1] - a[1])),
+  };
+}
+
+/** Each replica's warnings and errors so far, counted by message. */
+function replicaLogs(replicas: readonly Replica[]): Record<string, Record<string, number>> {
+  return Object.fromEntries(replicas.map((r) => [r.identity, r.logs.toJSON()]));
 }
 
 await main();
