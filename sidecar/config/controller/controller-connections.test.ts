@@ -43,3 +43,60 @@ describe('ControllerConnections: review tickets', () => {
     await connections.close();
   });
 });
+
+describe('ControllerConnections: idle connections', () => {
+  /** Requests to /slow are never answered (a replica busy reviewing thousands of tokens). */
+  const server = new DualHttpServer({}, (req, res) => {
+    req.resume();
+    if (req.url === '/slow') return;
+    req.on('end', () => {
+      res.writeHead(204);
+      res.end();
+    });
+  });
+  let origin: string;
+  before(async () => {
+    await new Promise<void>((r) => server.server.listen(0, '127.0.0.1', r));
+    origin = `http://127.0.0.1:${(server.server.address() as AddressInfo).port}`;
+  });
+  after(() => {
+    server.closeAllConnections();
+    server.server.close();
+  });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  test('a connection with a stream still waiting for its answer is not closed for quiet', async () => {
+    const connections = new ControllerConnections({ idleTimeoutMs: 100 });
+    const stream = connections.request(
+      new URL(`${origin}/slow`),
+      { token: 't', ca: undefined },
+      { ':method': 'GET' },
+      { endStream: true },
+    );
+    let closed = false;
+    stream.on('close', () => (closed = true));
+    stream.on('error', () => undefined);
+    await sleep(500); // five idle periods
+    assert.equal(closed, false, 'the waiting stream was ended by the idle timeout');
+    assert.equal(stream.session?.closed, false);
+    assert.equal(connections.size, 1);
+    await connections.close();
+  });
+
+  test('a connection without streams is closed once idle, and the next request opens one', async () => {
+    const connections = new ControllerConnections({ idleTimeoutMs: 100 });
+    const url = new URL(`${origin}/report`);
+    assert.equal(
+      (await postJson(connections, url, { token: 't', ca: undefined }, '{}', 5_000).done).status,
+      204,
+    );
+    assert.equal(connections.size, 1);
+    await sleep(400);
+    assert.equal(connections.size, 0, 'the idle connection is still open');
+    assert.equal(
+      (await postJson(connections, url, { token: 't', ca: undefined }, '{}', 5_000).done).status,
+      204,
+    );
+    await connections.close();
+  });
+});

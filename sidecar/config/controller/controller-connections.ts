@@ -20,9 +20,15 @@ export interface ControllerSession {
 }
 
 /**
- * A connection with no frame in either direction for this long is closed by the sidecar (an open
- * stream is never idle: the controller sends a heartbeat every 10 s; the controller closes idle
- * ones after 65 s, later than this, so the sidecar never sends on a connection being closed).
+ * A connection with no stream on it and no frame in either direction for this long is closed by
+ * the sidecar (the controller closes idle ones after 65 s, later than this, so the sidecar never
+ * sends on a connection being closed). A connection with a stream on it is never closed for
+ * being quiet: an open snapshot stream gets a heartbeat every 10 s, and one still waiting for its
+ * answer is the stream's watchdog's to judge (stream-connection.ts: it PINGs a busy controller
+ * and waits). Closing it here instead, 5 s before that watchdog, sent every sidecar a busy
+ * replica had not answered in 30 s to the back of the queue with a new handshake: at 10,000
+ * sidecars the fleet bench's subscribers ended ~4 connections each that way during the initial
+ * sync (docs/benchmarks.md).
  */
 const CONTROLLER_IDLE_TIMEOUT_MS = 30_000;
 
@@ -39,6 +45,9 @@ const NOT_PROCESSED = new Set(['ERR_HTTP2_GOAWAY_SESSION', 'ERR_HTTP2_INVALID_SE
 
 export class ControllerConnections {
   readonly #current = new Map<string, NodeHttp2.ClientHttp2Session>();
+  /** Streams not yet closed, per connection: a connection with any is not idle. */
+  readonly #streams = new Map<NodeHttp2.ClientHttp2Session, number>();
+  readonly #idleTimeoutMs: number;
   /**
    * Per controller URL and CA: the last review ticket its answers carried, and the token it
    * vouches for. Sent with every request while the token is the same: a replica the sidecar
@@ -49,6 +58,11 @@ export class ControllerConnections {
   /** Every connection not yet closed, current or draining (after a GOAWAY), for `close()`. */
   readonly #open = new Set<NodeHttp2.ClientHttp2Session>();
   #closed = false;
+
+  /** `idleTimeoutMs`: how long a connection without streams stays open (tests shorten it). */
+  constructor(options: { idleTimeoutMs?: number } = {}) {
+    this.#idleTimeoutMs = options.idleTimeoutMs ?? CONTROLLER_IDLE_TIMEOUT_MS;
+  }
 
   /**
    * A request on the connection to `url`'s origin with `session`'s CA, opened when there is none
@@ -78,6 +92,15 @@ export class ControllerConnections {
       // It closed between the check and the request (a GOAWAY just read): a new one.
       this.#forget(connection);
       stream = this.#connectionTo(url, session.ca).request(all, options);
+    }
+    const on = stream.session as NodeHttp2.ClientHttp2Session | undefined;
+    if (on !== undefined) {
+      this.#streams.set(on, (this.#streams.get(on) ?? 0) + 1);
+      stream.once('close', () => {
+        const left = (this.#streams.get(on) ?? 1) - 1;
+        if (left > 0) this.#streams.set(on, left);
+        else this.#streams.delete(on);
+      });
     }
     stream.once('response', (answer) => {
       const ticket = answer[REVIEW_TICKET_HEADER];
@@ -146,8 +169,11 @@ export class ControllerConnections {
     connection.once('close', () => {
       this.#forget(connection);
       this.#open.delete(connection);
+      this.#streams.delete(connection);
     });
-    connection.setTimeout(CONTROLLER_IDLE_TIMEOUT_MS, () => connection.close());
+    connection.setTimeout(this.#idleTimeoutMs, () => {
+      if (!this.#streams.has(connection)) connection.close();
+    });
     this.#current.set(key, connection);
     this.#open.add(connection);
     return connection;
