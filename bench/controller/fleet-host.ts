@@ -171,7 +171,7 @@ async function main(): Promise<void> {
           closedFirstBy: forwarder.closedFirstBy,
           loopDelayMs,
           rssMb: process.memoryUsage().rss / 2 ** 20,
-          ...(line === 'stats' && { logs: logCounts.toJSON() }),
+          logs: logCounts.toJSON(),
         })}`,
       );
     } else if (line === 'counters') {

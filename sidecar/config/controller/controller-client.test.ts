@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { constants as h2, type Http2ServerRequest } from 'node:http2';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises';
@@ -337,6 +337,8 @@ async function client(
     sidecarId: SIDECAR,
     heartbeatTimeoutMs: 2_000,
     reportEveryMs: 60_000,
+    // Every periodic report goes (these tests count them); skipping is tested on its own.
+    unchangedReportPeriods: 1,
     backoff: { initialMs: 10, maxMs: 40 },
     logger,
     // As the active pool does: the same content in force is no change.
@@ -675,6 +677,33 @@ describe('controller client', () => {
     assert.equal(logged(h, 'warn', /did not answer in time/).length, 0);
   });
 
+  test('a controller that accepted the connection but not yet the TLS handshake is waited for', async (t) => {
+    // TCP accepted, TLS never answered: a replica whose event loop is far behind.
+    const accepted: net.Socket[] = [];
+    const server = net.createServer((socket) => {
+      accepted.push(socket);
+      socket.on('error', () => undefined);
+      socket.resume();
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    t.after(() => {
+      for (const s of accepted) s.destroy();
+      server.close();
+    });
+    const port = (server.address() as AddressInfo).port;
+    const h = await client(t, `https://127.0.0.1:${port}`, {
+      heartbeatTimeoutMs: 100,
+      backoff: { initialMs: 5_000, maxMs: 5_000 },
+    });
+    await eventually(
+      () => logged(h, 'warn', /did not answer in time/).length === 1,
+      'given up after the waits',
+    );
+    assert.equal(logged(h, 'info', /not finished the TLS handshake yet/).length, 3);
+    assert.equal(accepted.length, 1, 'one connection, not one per timeout');
+    await h.client.close();
+  });
+
   test('stream closed by the controller: reconnects with full-jitter exponential waits', async (t) => {
     const fc = await controller(t, true);
     fc.current = snapshot(1, 'h1');
@@ -912,6 +941,35 @@ describe('controller client', () => {
     h.client.reportDemandNow();
     await eventually(() => fc.reports.length > n, 'another demand report');
     assert.equal(fc.reports.at(-1)!.body.budgets, undefined, 'no budgets: none reported');
+  });
+
+  test('a periodic report the same as the last one taken is skipped, up to 6 periods', async (t) => {
+    const fc = await controller(t, true);
+    fc.current = snapshot(1, 'h1');
+    let health = HEALTH;
+    const h = await client(t, fc, {
+      reportEveryMs: 40,
+      unchangedReportPeriods: undefined, // the default: 6
+      currentEndpoints: () => health,
+    });
+    // The first (the snapshot was applied), then nothing new to say: the next ~6 periods later.
+    await eventually(() => fc.reports.length >= 1, 'the first report');
+    const first = fc.reports[0]!.at;
+    await eventually(() => fc.reports.length >= 2, 'the unchanged report, periods later');
+    const gap = fc.reports[1]!.at - first;
+    assert.ok(gap >= 40 * 5, `an unchanged report went after ${Math.round(gap)} ms`);
+    // Something changed: reported at the next period, not 6 later.
+    const before = fc.reports.length;
+    const changedAt = performance.now();
+    health = HEALTH.map((e) => ({ ...e, inFlight: e.inFlight + 1 }));
+    await eventually(() => fc.reports.length > before, 'the changed report');
+    assert.ok(fc.reports.at(-1)!.at - changedAt < 40 * 3, 'a change waits one period at most');
+    assert.deepEqual(fc.reports.at(-1)!.body.endpoints, health);
+    // A refused report stands for nothing: the next period sends again.
+    fc.reportStatus = 500;
+    health = HEALTH;
+    await eventually(() => fc.reports.length >= before + 4, 'refused reports, sent every period');
+    assert.equal(h.client.connected(), true);
   });
 
   test('reports every reportEveryMs while connected; refusals are not fatal', async (t) => {

@@ -62,6 +62,11 @@ export interface ControllerClientOptions {
   heartbeatTimeoutMs?: number | undefined;
   /** Default 10 s. */
   reportEveryMs?: number | undefined;
+  /**
+   * A periodic report the same as the last one the controller took is skipped for up to this
+   * many periods (default 6, reporter.ts `UNCHANGED_REPORT_PERIODS`; 1 sends every one).
+   */
+  unchangedReportPeriods?: number | undefined;
   /** Default 500 ms doubling to 30 s, with full jitter. */
   backoff?: BackoffOptions | undefined;
   /** Largest event accepted from the stream (default 16 MiB); a larger one drops the connection. */
@@ -330,6 +335,7 @@ export function startControllerClient(options: ControllerClientOptions): Control
     connections,
     sidecarId,
     everyMs: settings.reportEveryMs,
+    unchangedPeriods: options.unchangedReportPeriods,
     timeoutMs: settings.reportTimeoutMs,
     log,
     applied: () => applier.applied,
