@@ -293,6 +293,7 @@ async function main(): Promise<void> {
       fleet.arm();
       await sleep(200);
       const killCpu = await cpuNow();
+      const killApiBefore = await apiRequestCounts(server);
       const k0 = epochMs();
       log(`SIGKILL ${victim.identity} (${connectedBefore} sidecars connected)`);
       await victim.process.kill();
@@ -316,6 +317,8 @@ async function main(): Promise<void> {
       } catch {
         recovered = false;
       }
+      const killSeconds = (epochMs() - k0) / 1000;
+      const killApi = ratesPerMinute(killApiBefore, await apiRequestCounts(server), killSeconds);
       const dropped = clients.filter((s) => s.droppedAt !== undefined);
       const back = dropped.flatMap((s) => (s.afterSince === undefined ? [] : [s.afterSince - k0]));
       results.kill = {
@@ -326,6 +329,8 @@ async function main(): Promise<void> {
         allCurrentMs: recovered ? Math.round(Math.max(...back)) : null,
         perSubscriberMs: dist(back),
         cpu: cpuBetween(killCpu, await cpuNow()),
+        // The API server's writes (and TokenReviews) a minute over the kill's window.
+        apiServerWritesPerMinute: killApi,
         survivors: await readReplicas(replicas),
         ...(await hostsReading(fleet)),
         replicaLogs: replicaLogs(replicas),
