@@ -26,9 +26,9 @@ export interface ControllerSession {
  * being quiet: an open snapshot stream gets a heartbeat every 10 s, and one still waiting for its
  * answer is the stream's watchdog's to judge (stream-connection.ts: it PINGs a busy controller
  * and waits). Closing it here instead, 5 s before that watchdog, sent every sidecar a busy
- * replica had not answered in 30 s to the back of the queue with a new handshake: at 10,000
- * sidecars the fleet bench's subscribers ended ~4 connections each that way during the initial
- * sync (docs/benchmarks.md).
+ * replica had not answered in 30 s to the back of the queue with a new handshake (one of the
+ * three causes of the 10,000-sidecar retry storm in docs/benchmarks.md, "Why 10,000 subscribers
+ * reconnected").
  */
 const CONTROLLER_IDLE_TIMEOUT_MS = 30_000;
 
