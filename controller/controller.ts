@@ -312,6 +312,8 @@ export async function startController(options: ControllerOptions): Promise<Runni
     if (leading) {
       // A new leader owns status now: write every pool's current view.
       states.forgetWritten();
+      // And announces the problems it finds, which it may have reconciled before it led.
+      reconciler.announceProblems(caches.pools.keys());
       queue.addAll(caches.pools.keys());
       caBundle?.sync();
       auditor?.auditAll();

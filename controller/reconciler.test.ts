@@ -131,7 +131,7 @@ function fixture(seed: Partial<World> = {}) {
     const outcome = reconciler.reconcile(key, seenAtMs);
     return { outcome, actions: [...actions] };
   };
-  return { world, states, reconcile };
+  return { world, states, reconcile, reconciler };
 }
 
 /** A world with pool `chat` routing to Service `vllm` and its ready endpoints. */
@@ -370,6 +370,43 @@ describe('Reconciler: GAIE pools', () => {
 });
 
 describe('Reconciler: Events', () => {
+  test('a replica that becomes leader announces the problems it reconciled before', () => {
+    const f = fixture({ pools: new Map([[KEY, cached({ backends: [inCluster] })]]) });
+    const problems = {
+      kind: 'events',
+      key: KEY,
+      reasons: ['ServiceNotFound', 'BackendsNotResolved'],
+    };
+    // Reconciled as a follower: its Events were not recorded (only the leader records them).
+    assert.deepEqual(
+      f.reconcile().actions.find((a) => a.kind === 'events'),
+      problems,
+    );
+    assert.equal(
+      f.reconcile().actions.find((a) => a.kind === 'events'),
+      undefined,
+    );
+    // Leading now: the next reconcile says it again, once.
+    f.reconciler.announceProblems([KEY]);
+    assert.deepEqual(
+      f.reconcile().actions.find((a) => a.kind === 'events'),
+      problems,
+    );
+    assert.equal(
+      f.reconcile().actions.find((a) => a.kind === 'events'),
+      undefined,
+    );
+    // A healthy pool announces nothing.
+    f.world.services.set('vllm', service('vllm'));
+    f.world.slices = [slice('vllm', [ready('10.0.0.1')])];
+    f.reconcile();
+    f.reconciler.announceProblems([KEY]);
+    assert.equal(
+      f.reconcile().actions.find((a) => a.kind === 'events'),
+      undefined,
+    );
+  });
+
   test('a pool that starts broken says so; one that resolves later says that too', () => {
     const f = fixture({ pools: new Map([[KEY, cached({ backends: [inCluster] })]]) });
     assert.deepEqual(

@@ -9,6 +9,7 @@ import type { InferencePoolStatus } from '../crds/inference-pool.schema.ts';
 import type { DriftPolicy, EndpointSpec } from '../crds/policy-types.ts';
 import type { PoolSnapshot } from '../crds/snapshot.ts';
 import { desiredSnapshot } from './core/desired-snapshot.ts';
+import { reconcileEvents } from './core/events.ts';
 import type { GaieLookup } from './core/gaie-endpoints.ts';
 import type { EndpointSlice, Secret, Service } from './core/objects.ts';
 import { splitKey, type PoolIndex, type PoolKey } from './core/pool-index.ts';
@@ -86,9 +87,24 @@ export interface ReconcilerOptions {
 
 export class Reconciler {
   readonly #options: ReconcilerOptions;
+  /**
+   * Pools whose next reconcile reports its problems as after a start (`reconcileEvents` without a
+   * previous result). Only the leader records Events, and a pool's events are what changed since
+   * its last reconcile: a replica that reconciled a broken pool before it led would never say so.
+   */
+  readonly #announce = new Set<PoolKey>();
 
   constructor(options: ReconcilerOptions) {
     this.#options = options;
+  }
+
+  /**
+   * This replica has just become the leader: the next reconcile of each of `keys` records the
+   * Events of its current problems (a False condition, an alias no endpoint serves), as a
+   * restart would, and nothing for a healthy pool.
+   */
+  announceProblems(keys: Iterable<PoolKey>): void {
+    for (const key of keys) this.#announce.add(key);
   }
 
   /** Reconciles `key`; `seenAtMs` is when the change that queued it was first seen. */
@@ -99,6 +115,7 @@ export class Reconciler {
       index.deletePool(key);
       drift.remove(key);
       states.delete(key);
+      this.#announce.delete(key);
       stream.remove(key);
       caches.secrets.watchOnly(index.referencedSecrets());
       caches.gaie.watchOnly(index.referencedGaiePools());
@@ -157,7 +174,10 @@ export class Reconciler {
       hash: served.hash,
       generation: pool.metadata?.generation ?? 0,
     });
-    events.record(pool, result.events);
+    events.record(
+      pool,
+      this.#announce.delete(key) ? reconcileEvents(undefined, result) : result.events,
+    );
     status.addNow(key);
     return outcome;
   }
