@@ -372,39 +372,25 @@ describe('Reconciler: GAIE pools', () => {
 describe('Reconciler: Events', () => {
   test('a replica that becomes leader announces the problems it reconciled before', () => {
     const f = fixture({ pools: new Map([[KEY, cached({ backends: [inCluster] })]]) });
+    const nextEvents = () => f.reconcile().actions.find((a) => a.kind === 'events');
     const problems = {
       kind: 'events',
       key: KEY,
       reasons: ['ServiceNotFound', 'BackendsNotResolved'],
     };
     // Reconciled as a follower: its Events were not recorded (only the leader records them).
-    assert.deepEqual(
-      f.reconcile().actions.find((a) => a.kind === 'events'),
-      problems,
-    );
-    assert.equal(
-      f.reconcile().actions.find((a) => a.kind === 'events'),
-      undefined,
-    );
+    assert.deepEqual(nextEvents(), problems);
+    assert.equal(nextEvents(), undefined);
     // Leading now: the next reconcile says it again, once.
     f.reconciler.announceProblems([KEY]);
-    assert.deepEqual(
-      f.reconcile().actions.find((a) => a.kind === 'events'),
-      problems,
-    );
-    assert.equal(
-      f.reconcile().actions.find((a) => a.kind === 'events'),
-      undefined,
-    );
+    assert.deepEqual(nextEvents(), problems);
+    assert.equal(nextEvents(), undefined);
     // A healthy pool announces nothing.
     f.world.services.set('vllm', service('vllm'));
     f.world.slices = [slice('vllm', [ready('10.0.0.1')])];
     f.reconcile();
     f.reconciler.announceProblems([KEY]);
-    assert.equal(
-      f.reconcile().actions.find((a) => a.kind === 'events'),
-      undefined,
-    );
+    assert.equal(nextEvents(), undefined);
   });
 
   test('a pool that starts broken says so; one that resolves later says that too', () => {

@@ -9,7 +9,10 @@
  * Usage: node fleet-host.ts <config.json>. Prints the forwarder's URL once listening, then a
  * line per snapshot a client applied (`s <subscriber> <epoch ms> <digest of its endpoint ids>`),
  * and on stdin `arm` a line per stream seen closed afterwards (`d <subscriber> <epoch ms>`), on
- * `stats` one `stats {json}` line, on `counters` one `counters {json}` line: per subscriber index,
+ * `stats` one `stats {json}` line (connections, forwarder hand-outs and who ended them, event-loop
+ * delay since the last `stats`, log lines counted by message), on `progress` the same as a
+ * `progress {json}` line with the delay since the last `progress`, on `counters` one
+ * `counters {json}` line: per subscriber index,
  * [snapshots applied (whole or built from an `endpoints` delta), bytes of the `snapshot` and
  * `endpoints` events received]. The bytes are the SSE event as the controller frames it (`event:`,
  * `id:`, `data: <JSON>` as received); TLS, chunked framing, heartbeats and other event types are

@@ -49,6 +49,7 @@ export interface HostStats {
   closedFirstBy: { replica: number; subscriber: number };
   loopDelayMs: { p99Ms: number; maxMs: number };
   rssMb: number;
+  /** Its clients' log lines since it started, by level, message and reason (log-counts.ts). */
   logs?: Record<string, number>;
 }
 
@@ -208,7 +209,7 @@ export class Fleet {
     return this.askHosts('stats', this.statsWaiters);
   }
 
-  /** The same, the loop delay since the last progress reading, without the log counts. */
+  /** The same, with the loop delay since the last progress reading (the 30 s progress line). */
   hostProgress(): Promise<HostStats[]> {
     return this.askHosts('progress', this.progressWaiters);
   }

@@ -35,6 +35,7 @@ import {
 } from './fleet-replicas.ts';
 import { rollingRestart } from './fleet-rolling.ts';
 import { epochMs, Fleet, type HostStats, type SubscriberState } from './fleet-subscribers.ts';
+import { sumLogCounts } from './log-counts.ts';
 import { loadAverage } from './resources.ts';
 import { RunResources } from './run-resources.ts';
 import { createPools, log, mintSubscriberTokens, startApiServer } from './setup.ts';
@@ -134,10 +135,11 @@ async function main(): Promise<void> {
     const progress = setInterval(() => {
       void Promise.all([readReplicas(replicas), fleet.hostProgress()]).then(([rs, hs]) => {
         const sum = (f: (h: HostStats) => number): number => hs.reduce((n, h) => n + f(h), 0);
+        const logsOf = hs.map((h) => h.logs);
         log(
           `synced ${sync.arrivals.size}/${total}; streams ${rs.map((r) => r.connectedSidecars ?? '?').join(' + ')}; RSS ${rs.map((r) => Math.round(r.rssMb ?? 0)).join(' / ')} MB; ` +
             `hosts: connected ${sum((h) => h.connected)}, handed ${sum((h) => h.handed.reduce((a, b) => a + b, 0))}, ended by replica ${sum((h) => h.closedFirstBy.replica)} / subscriber ${sum((h) => h.closedFirstBy.subscriber)}, loop delay max ${Math.max(...hs.map((h) => h.loopDelayMs.maxMs))} ms; load ${loadAverage()}; ` +
-            `warnings ${JSON.stringify(summedLogs(hs, /^warn/))}; waits ${JSON.stringify(summedLogs(hs, /waiting$/))}`,
+            `warnings ${JSON.stringify(sumLogCounts(logsOf, /^warn/))}; waits ${JSON.stringify(sumLogCounts(logsOf, /waiting$/))}`,
         );
       });
     }, 30_000);
@@ -355,16 +357,10 @@ async function hostsReading(
   fleet: Fleet,
 ): Promise<{ hosts: HostStats[]; hostLogs: Record<string, number> }> {
   const hosts = await fleet.hostStats();
-  return { hosts: hosts.map(({ logs: _, ...rest }) => rest), hostLogs: summedLogs(hosts) };
-}
-
-/** The hosts' log counts summed, most frequent first; only keys `only` matches when given. */
-function summedLogs(hosts: readonly HostStats[], only?: RegExp): Record<string, number> {
-  const logs = new Map<string, number>();
-  for (const h of hosts)
-    for (const [k, n] of Object.entries(h.logs ?? {}))
-      if (only === undefined || only.test(k)) logs.set(k, (logs.get(k) ?? 0) + n);
-  return Object.fromEntries([...logs].sort((a, b) => b[1] - a[1]));
+  return {
+    hosts: hosts.map(({ logs: _, ...rest }) => rest),
+    hostLogs: sumLogCounts(hosts.map((h) => h.logs)),
+  };
 }
 
 /** Each replica's warnings and errors so far, counted by message. */

@@ -38,8 +38,24 @@ export class LogCounts {
 
   /** Most frequent first. */
   toJSON(): Record<string, number> {
-    return Object.fromEntries([...this.#counts].sort((a, b) => b[1] - a[1]));
+    return byCount(this.#counts);
   }
+}
+
+/** Several processes' counts summed, most frequent first; only keys `only` matches when given. */
+export function sumLogCounts(
+  counts: readonly (Record<string, number> | undefined)[],
+  only?: RegExp,
+): Record<string, number> {
+  const sum = new Map<string, number>();
+  for (const c of counts)
+    for (const [key, n] of Object.entries(c ?? {}))
+      if (only === undefined || only.test(key)) sum.set(key, (sum.get(key) ?? 0) + n);
+  return byCount(sum);
+}
+
+function byCount(counts: Map<string, number>): Record<string, number> {
+  return Object.fromEntries([...counts].sort((a, b) => b[1] - a[1]));
 }
 
 function detailOf(fields: Record<string, unknown> | undefined): string | undefined {
